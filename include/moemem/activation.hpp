@@ -1,0 +1,63 @@
+// Activations: the tensors one micro-batch keeps for the backward pass, per layer. Each term
+// has a name, the module it belongs to, its element count on one device, its dtype and
+// whether full recomputation keeps it (a checkpointed block's input, DeepSeek's routing map).
+// Which terms exist is a profile's decision (profile.hpp); this header holds the shared types.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "moemem/dtype.hpp"
+#include "moemem/inventory.hpp"
+#include "moemem/optimizer.hpp"
+#include "moemem/parallel.hpp"
+
+namespace moemem {
+
+enum class Recompute : std::uint8_t { none, full };
+
+// Which point of a profile's buffer/fragmentation range enters the totals.
+enum class OverheadPoint : std::uint8_t { none, low, high };
+
+// Largest accepted micro-batch and sequence length.
+inline constexpr std::int64_t kMaxMicroBatch = std::int64_t{1} << 20;
+inline constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 24;
+
+struct TrainingConfig {
+  std::int64_t micro_batch = 1;
+  std::int64_t seq_len = 4096;
+  Recompute recompute = Recompute::none;
+  int zero = 0;  // ZeRO stage 0..3
+  PrecisionRecipe precision;
+  DType activation_dtype = DType::bf16;
+  OverheadPoint overhead = OverheadPoint::low;
+};
+
+// Checks batch, sequence and ZeRO settings against the layout (e.g. the sequence must split
+// evenly over cp, and over tp when sequence parallelism is on). Throws InputError.
+void validate_training(const TrainingConfig& t, const Layout& layout);
+
+struct ActivationTerm {
+  std::string_view name;
+  Module module{};
+  Count elements;          // on one device, for one micro-batch
+  DType dtype{};
+  bool kept_under_full{};  // kept when the layer is fully recomputed
+
+  [[nodiscard]] Bytes bytes() const { return bytes_of(elements, dtype); }
+};
+
+struct ActivationContext {
+  const ModelSpec& model;
+  const Layout& layout;
+  const TrainingConfig& training;
+};
+
+// Sum of the terms a layer keeps under `r`.
+[[nodiscard]] Bytes kept_bytes(const std::vector<ActivationTerm>& terms, Recompute r);
+
+[[nodiscard]] std::string_view name_of(Recompute r);
+[[nodiscard]] std::string_view name_of(OverheadPoint p);
+
+}  // namespace moemem

@@ -1,0 +1,86 @@
+// The tensor inventory: every parameter tensor of the model, with its Hugging Face-style name,
+// shape, role and placement. It is the one source of truth: every total, shard, gradient and
+// optimizer figure in moemem is a fold over it. Fused checkpoint matrices whose parts are
+// sharded differently (q_b_proj = [W_UQ; W_QR], kv_a_proj_with_mqa = [W_DKV; W_KR],
+// kv_b_proj = [W_UK; W_UV]) appear as one entry per part, sharing the checkpoint name.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moemem/model.hpp"
+#include "moemem/units.hpp"
+
+namespace moemem {
+
+// What a tensor is for. MLA roles carry the reference analysis's matrix names.
+enum class Role : std::uint8_t {
+  embedding, output_head, final_norm,
+  input_norm, post_attn_norm, q_a_norm, kv_a_norm,
+  q_down,        // W_DQ  (q_a_proj)
+  q_up,          // W_UQ  (q_b_proj, non-RoPE rows) or the non-RoPE rows of a plain q_proj
+  q_rope,        // W_QR  (q_b_proj, RoPE rows) or the RoPE rows of a plain q_proj
+  kv_down,       // W_DKV (kv_a_proj_with_mqa, latent rows)
+  k_rope,        // W_KR  (kv_a_proj_with_mqa, shared RoPE key rows)
+  k_up,          // W_UK  (kv_b_proj, key rows)
+  v_up,          // W_UV  (kv_b_proj, value rows)
+  o_proj,        // W_O
+  q_proj, k_proj, v_proj,           // plain multi-head / grouped-query attention
+  mlp_gate, mlp_up, mlp_down,       // dense SwiGLU MLP
+  router, router_bias,
+  expert_gate, expert_up, expert_down,  // routed experts (one entry holds all experts)
+  shared_gate, shared_up, shared_down,  // shared experts
+  mtp_enorm, mtp_hnorm, mtp_eh_proj, mtp_head_norm, mtp_embedding, mtp_output_head,
+};
+inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::mtp_output_head) + 1;
+
+// Coarse grouping for reports (`count --by module`).
+enum class Module : std::uint8_t {
+  embedding, attention, norms, dense_mlp, router, routed_experts, shared_experts, output_head, mtp,
+};
+inline constexpr std::size_t kModuleCount = static_cast<std::size_t>(Module::mtp) + 1;
+
+// Where a tensor sits along the pipeline.
+enum class Placement : std::uint8_t {
+  embedding,  // before the first decoder layer
+  decoder,    // in decoder layer `layer`
+  head,       // after the last decoder layer (final norm, output head)
+  mtp,        // in multi-token-prediction depth `layer - num_layers`
+};
+
+struct Tensor {
+  std::string name;        // e.g. "layers.7.self_attn.kv_b_proj.weight"
+  std::string_view part;   // sub-matrix of a fused checkpoint tensor ("k_nope", "v", ...), or ""
+  Role role{};
+  Module module{};
+  Placement placement{};
+  std::int64_t layer = -1;  // decoder index, or num_layers + depth for MTP; -1 otherwise
+  std::int64_t rows = 0;    // output features (vectors: their length)
+  std::int64_t cols = 1;    // input features (1 for vectors)
+  std::int64_t copies = 1;  // experts held in this entry (routed experts), else 1
+  bool is_routed_expert = false;
+  // The checkpoint stores a copy, but training shares it with the main model (MTP's embedding
+  // and output head in DeepSeek-V3).
+  bool shared_in_training = false;
+
+  [[nodiscard]] Count params() const;
+  [[nodiscard]] bool is_vector() const { return cols == 1; }
+};
+
+struct Inventory {
+  std::vector<Tensor> tensors;
+  [[nodiscard]] Count total() const;
+};
+
+[[nodiscard]] std::string_view name_of(Role r);
+[[nodiscard]] std::string_view name_of(Module m);
+[[nodiscard]] Module module_of(Role r);
+
+// Builds every parameter tensor of `m`, in checkpoint order: embedding, layers, final norm and
+// head, then MTP depths.
+[[nodiscard]] Inventory build_inventory(const ModelSpec& m);
+
+}  // namespace moemem

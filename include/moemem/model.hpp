@@ -1,0 +1,62 @@
+// What a model is, independent of how it is trained: the architecture hyper-parameters that
+// decide its tensors. Plain data, filled from a Hugging Face config.json (config.hpp) and
+// checked by validate_model(); the tensor inventory (inventory.hpp) is derived from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moemem {
+
+enum class AttentionKind : std::uint8_t {
+  gqa,  // multi-head / grouped-query attention: q, k, v, o projections
+  mla,  // DeepSeek multi-head latent attention
+};
+
+enum class LayerKind : std::uint8_t { dense, moe };
+
+struct MlaDims {
+  std::int64_t q_lora_rank = 0;  // 0: no query compression (a plain q_proj), as q_lora_rank null
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_nope_head_dim = 0;
+  std::int64_t qk_rope_head_dim = 0;
+  std::int64_t v_head_dim = 0;
+};
+
+struct MoeDims {
+  std::int64_t num_routed_experts = 0;
+  std::int64_t num_shared_experts = 0;  // DeepSeek style: one fused MLP of n_shared * expert_ffn
+  std::int64_t top_k = 0;
+  std::int64_t expert_ffn = 0;          // per-expert intermediate size
+  bool router_bias = false;             // DeepSeek-V3's e_score_correction_bias (N values)
+};
+
+struct ModelSpec {
+  std::string name;        // preset name or the path it was read from
+  std::string model_type;  // Hugging Face model_type
+  std::int64_t hidden = 0;
+  std::int64_t vocab = 0;
+  std::int64_t num_layers = 0;  // decoder layers, MTP excluded
+  std::int64_t num_heads = 0;
+  std::int64_t num_kv_heads = 0;
+  std::int64_t head_dim = 0;    // GQA only
+  std::int64_t dense_ffn = 0;   // intermediate size of dense MLP layers
+  AttentionKind attention = AttentionKind::gqa;
+  MlaDims mla;
+  MoeDims moe;
+  std::vector<LayerKind> layer_kinds;  // one per decoder layer
+  std::int64_t mtp_layers = 0;         // DeepSeek-V3 multi-token prediction depth
+  bool tie_embeddings = false;
+  // Config keys that were present but are not understood; reported, never silently dropped.
+  std::vector<std::string> unrecognised_keys;
+
+  [[nodiscard]] bool is_moe() const { return moe.num_routed_experts > 0; }
+  [[nodiscard]] std::int64_t num_moe_layers() const;
+};
+
+// Checks internal consistency (positive sizes, layer kinds sized to the layer count, top-k not
+// above the expert count, ...). Throws InputError naming the field.
+void validate_model(const ModelSpec& m);
+
+}  // namespace moemem

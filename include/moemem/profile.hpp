@@ -1,0 +1,58 @@
+// Accounting profiles: the named conventions that differ between analyses and frameworks —
+// which matrices tensor parallelism splits, which parameters ZeRO treats as expert
+// parameters, which saved tensors a layer keeps, how many micro-batches a stage holds, and
+// the buffer/fragmentation allowance. A profile is a table of data plus a few small
+// functions; evaluation (report.hpp) is the same code for every profile.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "moemem/activation.hpp"
+#include "moemem/inventory.hpp"
+#include "moemem/optimizer.hpp"
+
+namespace moemem {
+
+// How tensor parallelism splits a (non-routed-expert) tensor.
+enum class TpSplit : std::uint8_t {
+  replicated,  // whole on every TP rank
+  column,      // output features (rows) split over tp
+  row,         // input features (cols) split over tp
+  vocab,       // vocabulary rows split over tp
+};
+
+// The data-parallel group over which ZeRO shards a tensor's states.
+enum class ZeroGroup : std::uint8_t { dense, expert };
+
+struct OverheadModel {
+  Bytes buffers_low, buffers_high;           // communication/temporary buffers per device
+  unsigned fragmentation_pct_low = 0;        // allocator fragmentation, % of what is allocated
+  unsigned fragmentation_pct_high = 0;
+};
+
+struct Profile {
+  std::string_view name;
+  std::string_view summary;
+  TpSplit (*tp_split)(Role);
+  ZeroGroup (*zero_group)(Role);
+  // Whether the analysis counts this tensor at all (the reference ignores the router bias).
+  bool (*accounts)(const Tensor&);
+  // Appends the terms one decoder layer of `kind` saves for one micro-batch on one device.
+  void (*layer_activations)(const ActivationContext&, LayerKind kind, std::vector<ActivationTerm>& out);
+  // Micro-batches whose activations pipeline stage `stage` holds at its peak.
+  std::int64_t (*in_flight_microbatches)(std::int64_t stage, const Layout&, const TrainingConfig&);
+  PrecisionRecipe default_precision;
+  OverheadModel overhead;
+  bool include_mtp_by_default;
+  std::vector<std::string_view> assumptions;  // printed with every report
+};
+
+[[nodiscard]] const Profile& get_profile(std::string_view name);
+[[nodiscard]] std::vector<std::string_view> profile_names();
+
+// The reference analysis's conventions (paper-method.md).
+[[nodiscard]] const Profile& paper_profile();
+
+}  // namespace moemem

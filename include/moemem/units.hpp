@@ -1,0 +1,57 @@
+// Strong types for the two kinds of number moemem deals in: element counts (parameters,
+// activation elements) and bytes. They do not mix silently, every operation is checked
+// for 64-bit overflow, and GiB (2^30) and GB (10^9) are distinct, named conversions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace moemem {
+
+// Checked 64-bit arithmetic on unsigned counts. On overflow these throw OverflowError
+// (see errors.hpp) naming `what` was being computed; they never wrap.
+std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what);
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what);
+std::uint64_t checked_sub(std::uint64_t a, std::uint64_t b, const char* what);
+// Division rounding up; `b` must be positive.
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b);
+
+// A number of elements (parameters or activation values).
+class Count {
+ public:
+  constexpr Count() = default;
+  constexpr explicit Count(std::uint64_t n) : n_(n) {}
+  [[nodiscard]] constexpr std::uint64_t value() const { return n_; }
+  Count& operator+=(Count o) { n_ = checked_add(n_, o.n_, "element count"); return *this; }
+  friend Count operator+(Count a, Count b) { return a += b; }
+  friend constexpr bool operator==(Count, Count) = default;
+  friend constexpr auto operator<=>(Count, Count) = default;
+
+ private:
+  std::uint64_t n_ = 0;
+};
+
+// A number of bytes.
+class Bytes {
+ public:
+  constexpr Bytes() = default;
+  constexpr explicit Bytes(std::uint64_t n) : n_(n) {}
+  static Bytes from_gib(double gib);  // 2^30 bytes, rounded up to a whole byte
+  static Bytes from_gb(double gb);    // 10^9 bytes, rounded up to a whole byte
+  [[nodiscard]] constexpr std::uint64_t value() const { return n_; }
+  [[nodiscard]] double gib() const { return static_cast<double>(n_) / 1073741824.0; }
+  [[nodiscard]] double mib() const { return static_cast<double>(n_) / 1048576.0; }
+  [[nodiscard]] double gb() const { return static_cast<double>(n_) / 1e9; }
+  Bytes& operator+=(Bytes o) { n_ = checked_add(n_, o.n_, "byte count"); return *this; }
+  friend Bytes operator+(Bytes a, Bytes b) { return a += b; }
+  friend constexpr bool operator==(Bytes, Bytes) = default;
+  friend constexpr auto operator<=>(Bytes, Bytes) = default;
+
+ private:
+  std::uint64_t n_ = 0;
+};
+
+// "11.64 GiB"-style text with two decimals; the unit is always printed.
+std::string format_gib(Bytes b);
+
+}  // namespace moemem

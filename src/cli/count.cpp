@@ -1,0 +1,88 @@
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "moemem/errors.hpp"
+
+namespace moemem::cli {
+
+namespace {
+
+std::string layer_label(const Tensor& t, const ModelSpec& m) {
+  switch (t.placement) {
+    case Placement::embedding: return "embedding";
+    case Placement::head: return "head";
+    case Placement::decoder:
+      return fmt::format("layer {} ({})", t.layer,
+                         m.layer_kinds[static_cast<std::size_t>(t.layer)] == LayerKind::moe ? "moe" : "dense");
+    case Placement::mtp: return fmt::format("mtp {} (layer {})", t.layer - m.num_layers, t.layer);
+  }
+  return "?";
+}
+
+std::string shape_of(const Tensor& t) {
+  std::string s = t.is_vector() ? fmt::format("{}", t.rows) : fmt::format("{}x{}", t.rows, t.cols);
+  if (t.copies > 1) s = fmt::format("{} x {}", t.copies, s);
+  return s;
+}
+
+}  // namespace
+
+void CountCommand::setup(CLI::App& root) {
+  app = root.add_subcommand("count", "Parameter inventory and totals");
+  add_model_options(*app, model);
+  app->add_flag("--no-router-bias", no_router_bias, "Leave out DeepSeek-V3's router score-correction bias");
+  app->add_option("--by", by, "Group rows by layer|module|tensor")->capture_default_str();
+  add_format_option(*app, format);
+}
+
+void CountCommand::run(std::ostream& out, std::ostream& err) const {
+  const Format f = parse_format(format);
+  if (by != "layer" && by != "module" && by != "tensor") throw InputError("--by", by, "one of layer, module, tensor");
+  ModelSpec m = load_model(model.model);
+  set_mtp_layers(m, model.mtp);
+  if (no_router_bias) m.moe.router_bias = false;
+  report_unrecognised_keys(m, err);
+  const Inventory inv = build_inventory(m);
+
+  Table t;
+  t.title = fmt::format("Parameters of {} by {}", m.name, by);
+  if (by == "tensor") {
+    t.columns = {"tensor", "part", "role", "module", "shape", "params"};
+    for (const auto& x : inv.tensors) {
+      t.rows.push_back({x.name, std::string(x.part.empty() ? "-" : x.part), std::string(name_of(x.role)),
+                        std::string(name_of(x.module)), shape_of(x), x.params().value()});
+    }
+  } else {
+    // Ordered as they first appear in the inventory.
+    std::vector<std::string> order;
+    std::map<std::string, Count> sums;
+    for (const auto& x : inv.tensors) {
+      const std::string key = by == "layer" ? layer_label(x, m) : std::string(name_of(x.module));
+      if (!sums.contains(key)) order.push_back(key);
+      sums[key] += x.params();
+    }
+    t.columns = {by, "params"};
+    for (const auto& k : order) t.rows.push_back({k, sums[k].value()});
+  }
+  const Count total = inv.total();
+  if (f == Format::json) {
+    nlohmann::json j = {{"schema", "moemem.count/1"},
+                        {"model", m.name},
+                        {"total_params", total.value()},
+                        {"mtp_layers", m.mtp_layers},
+                        {"router_bias", m.moe.router_bias},
+                        {"by", by},
+                        {"rows", to_json(t)["rows"]}};
+    out << j.dump(2) << "\n";
+    return;
+  }
+  if (f != Format::csv) t.rows.push_back({std::string("total"), total.value()});
+  if (by == "tensor" && f != Format::csv) t.rows.back() = {std::string("total"), std::string(""), std::string(""),
+                                                          std::string(""), std::string(""), total.value()};
+  render(t, f, out);
+}
+
+}  // namespace moemem::cli

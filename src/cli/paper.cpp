@@ -1,0 +1,244 @@
+// `moemem paper`: the reference analysis's tables (paper-method.md §2-§7), every figure computed
+// from the tensor inventory and the paper profile, never typed in.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "moemem/errors.hpp"
+#include "moemem/report.hpp"
+#include "moemem/sharding.hpp"
+
+namespace moemem::cli {
+
+namespace {
+
+std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
+
+Count module_sum(const StageReport& s, std::initializer_list<Module> mods) {
+  Count c;
+  for (const auto m : mods) c += s.params_by_module[static_cast<std::size_t>(m)];
+  return c;
+}
+
+std::string shape_text(const Tensor& t) {
+  return t.is_vector() ? fmt::format("{}", t.rows) : fmt::format("{} x {}", t.rows, t.cols);
+}
+
+Table per_layer_table(const ModelSpec& m, const Inventory& inv) {
+  Table t;
+  t.title = "Parameters per layer (reference §2)";
+  t.columns = {"layer kind", "matrix", "tensor", "shape", "params"};
+  auto add_layer = [&](LayerKind kind, const char* label) {
+    std::int64_t layer = -1;
+    for (std::int64_t i = 0; i < m.num_layers && layer < 0; ++i) {
+      if (m.layer_kinds[idx(i)] == kind) layer = i;
+    }
+    if (layer < 0) return;
+    Count attn, norms, block;
+    for (const auto& x : inv.tensors) {
+      if (x.placement != Placement::decoder || x.layer != layer || x.role == Role::router_bias) continue;
+      if (x.module == Module::attention) {
+        attn += x.params();
+        t.rows.push_back({std::string(label), std::string(name_of(x.role)),
+                          x.name + (x.part.empty() ? "" : fmt::format(" [{}]", x.part)), shape_text(x), x.params().value()});
+      } else if (x.module == Module::norms) {
+        norms += x.params();
+      } else {
+        block += x.params();
+        if (x.is_routed_expert) {
+          t.rows.push_back({std::string(label), fmt::format("{} (per expert)", name_of(x.role)), x.name, shape_text(x),
+                            Count(x.params().value() / static_cast<std::uint64_t>(x.copies)).value()});
+        } else if (x.module != Module::attention) {
+          t.rows.push_back({std::string(label), std::string(name_of(x.role)), x.name, shape_text(x), x.params().value()});
+        }
+      }
+    }
+    t.rows.push_back({std::string(label), std::string("attention total"), std::string(""), std::string(""), attn.value()});
+    t.rows.push_back({std::string(label), std::string("RMSNorm total"), std::string(""), std::string(""), norms.value()});
+    t.rows.push_back({std::string(label), std::string(kind == LayerKind::moe ? "MoE block total" : "dense MLP total"),
+                      std::string(""), std::string(""), block.value()});
+  };
+  add_layer(LayerKind::moe, "MoE layer");
+  add_layer(LayerKind::dense, "dense layer");
+  return t;
+}
+
+Table totals_table(const ModelSpec& base) {
+  Table t;
+  t.title = "Model totals (reference §2)";
+  t.columns = {"variant", "params"};
+  ModelSpec m = base;
+  m.mtp_layers = 0;
+  m.moe.router_bias = false;
+  const Count plain = build_inventory(m).total();
+  t.rows.push_back({std::string("without MTP, without router bias"), plain.value()});
+  const bool has_bias = base.moe.router_bias;
+  m.moe.router_bias = has_bias;
+  const Count with_bias = build_inventory(m).total();
+  if (has_bias) t.rows.push_back({std::string("without MTP, with router bias"), with_bias.value()});
+  if (base.mtp_layers > 0) {
+    ModelSpec full = base;
+    const Count all = build_inventory(full).total();
+    t.rows.push_back({fmt::format("MTP module ({} depth)", full.mtp_layers), Count(all.value() - with_bias.value()).value()});
+    t.rows.push_back({std::string("with MTP (checkpoint)"), all.value()});
+  }
+  return t;
+}
+
+Table stages_table(const ModelSpec& m, const Inventory& inv, const Profile& profile, const Layout& layout) {
+  Table t;
+  t.title = fmt::format("Pipeline stages, PP = {} (reference §3): parameters held by each stage, and their BF16 bytes",
+                        layout.config.pp);
+  t.columns = {"stage", "layers", "params", "bf16 GiB"};
+  std::vector<std::int64_t> stage_of_layer(idx(m.num_layers));
+  for (std::size_t s = 0; s < layout.stages.size(); ++s) {
+    for (std::int64_t l = 0; l < layout.stages[s].num_layers; ++l) {
+      stage_of_layer[idx(layout.stages[s].first_layer + l)] = static_cast<std::int64_t>(s);
+    }
+  }
+  std::vector<Count> per(layout.stages.size());
+  for (const auto& x : inv.tensors) {
+    if (profile.accounts(x)) per[idx(stage_of(x, layout, stage_of_layer))] += x.params();
+  }
+  for (std::size_t s = 0; s < per.size(); ++s) {
+    const auto& r = layout.stages[s];
+    std::string layers = r.num_layers == 0 ? "-" : fmt::format("{}-{}", r.first_layer, r.last_layer());
+    if (s == 0) layers = "embedding + " + layers;
+    if (s + 1 == per.size()) layers += " + norm + head";
+    t.rows.push_back({static_cast<std::int64_t>(s), layers, per[s].value(), GibBytes{bytes_of(per[s], DType::bf16).value()}});
+  }
+  return t;
+}
+
+}  // namespace
+
+void PaperCommand::setup(CLI::App& root) {
+  app = root.add_subcommand("paper", "The reference analysis's tables (DeepSeek-V3, PP16/TP2/EP8 by default)");
+  // The reference layout and batch are the defaults; every one can be overridden.
+  layout.tp = 2;
+  layout.pp = 16;
+  layout.dp = 32;
+  layout.ep = 8;
+  layout.etp = 1;
+  layout.sp = true;
+  add_model_options(*app, model);
+  add_layout_options(*app, layout);
+  app->add_option("--seq-len", training.seq_len, "Sequence length s")->capture_default_str();
+  app->add_option("--stage", stage, "Pipeline stage whose device the static, ZeRO and activation tables describe")
+      ->capture_default_str();
+  add_format_option(*app, format);
+}
+
+void PaperCommand::run(std::ostream& out, std::ostream& err) const {
+  const Format f = parse_format(format);
+  TrainingOptions to = training;
+  to.profile = "paper";
+  const Evaluation e = resolve(model, layout, to);
+  report_unrecognised_keys(e.model, err);
+  if (stage < 0 || stage >= e.layout.config.pp) {
+    throw InputError("--stage", std::to_string(stage), fmt::format("a stage from 0 to {}", e.layout.config.pp - 1));
+  }
+  const auto& prof = *e.profile;
+  std::vector<Table> tables;
+  tables.push_back(per_layer_table(e.model, e.inventory));
+  ModelSpec checkpoint = load_model(model.model);  // totals as the checkpoint has them (MTP, bias)
+  if (model.mtp) set_mtp_layers(checkpoint, model.mtp);
+  tables.push_back(totals_table(checkpoint));
+  tables.push_back(stages_table(e.model, e.inventory, prof, e.layout));
+
+  const auto& p = e.layout.config;
+  // §4 static parameters on one device of the chosen stage.
+  TrainingConfig t0 = e.training;
+  t0.overhead = OverheadPoint::none;
+  const MemoryReport base = analyze(e.model, e.inventory, prof, e.layout, t0);
+  const auto& st = base.stages[idx(stage)];
+  {
+    Table t;
+    t.title = fmt::format("Static parameters on one device of stage {} (reference §4): TP {}, EP {}, ETP {}, EDP {}",
+                          stage, p.tp, p.ep, p.etp, e.layout.edp);
+    t.columns = {"part", "params", "bf16 bytes", "GiB"};
+    auto row = [&](const char* name, Count c) {
+      const Bytes b = bytes_of(c, DType::bf16);
+      t.rows.push_back({std::string(name), c.value(), b.value(), GibBytes{b.value()}});
+    };
+    row("attention (MLA)", module_sum(st, {Module::attention}));
+    row("RMSNorm", module_sum(st, {Module::norms}));
+    row("dense MLP", module_sum(st, {Module::dense_mlp}));
+    row("MoE (experts, shared experts, routers)", module_sum(st, {Module::router, Module::routed_experts, Module::shared_experts}));
+    row("embedding and head", module_sum(st, {Module::embedding, Module::output_head, Module::mtp}));
+    row("total", st.params.non_expert + st.params.expert);
+    row("  ZeRO non-expert part (over dp*cp)", st.params.non_expert);
+    row("  ZeRO expert part (over edp)", st.params.expert);
+    tables.push_back(std::move(t));
+  }
+  // §5 ZeRO table.
+  {
+    Table t;
+    t.title = fmt::format("Weights, gradients and optimizer states per device of stage {} under ZeRO (reference §5), GiB",
+                          stage);
+    t.columns = {"ZeRO", "parameters", "gradients", "optimizer", "total"};
+    for (int z = 0; z <= 3; ++z) {
+      TrainingConfig tz = t0;
+      tz.zero = z;
+      const auto& s = analyze(e.model, e.inventory, prof, e.layout, tz).stages[idx(stage)];
+      const Bytes total = s.bytes.weights + s.bytes.gradients + s.bytes.optimizer;
+      t.rows.push_back({z == 0 ? std::string("none") : std::to_string(z), GibBytes{s.bytes.weights.value()},
+                        GibBytes{s.bytes.gradients.value()}, GibBytes{s.bytes.optimizer.value()}, GibBytes{total.value()}});
+    }
+    tables.push_back(std::move(t));
+  }
+  // §6 activations of one micro-batch.
+  {
+    Table t;
+    t.title = fmt::format("Activations of one micro-batch on one device of stage {} (reference §6), s = {}, GiB", stage,
+                          e.training.seq_len);
+    t.columns = {"b", "recompute", "attention (MLA)", "MoE / MLP", "total"};
+    for (const std::int64_t b : {1, 2, 4}) {
+      for (const Recompute rc : {Recompute::none, Recompute::full}) {
+        TrainingConfig tb = t0;
+        tb.micro_batch = b;
+        tb.recompute = rc;
+        Bytes attn, rest;
+        for (std::int64_t l = 0; l < st.layers.num_layers; ++l) {
+          const LayerKind kind = e.model.layer_kinds[idx(st.layers.first_layer + l)];
+          for (const auto& term : layer_activation_terms(prof, e.model, e.layout, tb, kind)) {
+            if (rc == Recompute::full && !term.kept_under_full) continue;
+            (term.module == Module::attention ? attn : rest) += term.bytes();
+          }
+        }
+        t.rows.push_back({b, std::string(name_of(rc)), GibBytes{attn.value()}, GibBytes{rest.value()},
+                          GibBytes{(attn + rest).value()}});
+      }
+    }
+    tables.push_back(std::move(t));
+  }
+  // §7 buffers and fragmentation.
+  {
+    Table t;
+    t.title = "Buffers and fragmentation (reference §7): the report's ranges, not estimates";
+    t.columns = {"term", "low", "high"};
+    t.rows.push_back({std::string("communication buffers per device (GiB)"), GibBytes{prof.overhead.buffers_low.value()},
+                      GibBytes{prof.overhead.buffers_high.value()}});
+    t.rows.push_back({std::string("fragmentation (% of allocated)"), std::int64_t{prof.overhead.fragmentation_pct_low},
+                      std::int64_t{prof.overhead.fragmentation_pct_high}});
+    tables.push_back(std::move(t));
+  }
+
+  if (f == Format::json) {
+    nlohmann::json j = {{"schema", "moemem.paper/1"}, {"model", e.model.name}, {"stage", stage}};
+    j["tables"] = nlohmann::json::array();
+    for (const auto& t : tables) j["tables"].push_back(to_json(t));
+    out << j.dump(2) << "\n";
+    return;
+  }
+  if (f == Format::table || f == Format::markdown) {
+    out << (f == Format::markdown ? "## " : "")
+        << fmt::format("moemem paper: {} under the reference analysis's conventions; GiB = 2^30 bytes\n\n", e.model.name);
+  }
+  for (const auto& t : tables) {
+    if (f == Format::csv) out << "# " << t.title << "\n";
+    render(t, f, out);
+  }
+}
+
+}  // namespace moemem::cli

@@ -1,0 +1,35 @@
+// A titled table of text, integer and byte cells, rendered as aligned text, CSV, Markdown or a
+// JSON array of row objects. Integers are exact (thousands separators only in text tables);
+// byte cells read in GiB in text and Markdown, and as exact bytes in CSV and JSON.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace moemem::cli {
+
+enum class Format { table, json, csv, markdown };
+Format parse_format(const std::string& text);
+
+// A byte count: shown in GiB with two decimals in text tables, exact in JSON and CSV.
+struct GibBytes {
+  std::uint64_t bytes;
+};
+using Cell = std::variant<std::string, std::uint64_t, std::int64_t, GibBytes>;
+
+struct Table {
+  std::string title;
+  std::vector<std::string> columns;
+  std::vector<std::vector<Cell>> rows;
+};
+
+std::string group_thousands(std::uint64_t v);
+void render(const Table& t, Format f, std::ostream& out);
+nlohmann::json to_json(const Table& t);
+
+}  // namespace moemem::cli

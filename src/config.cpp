@@ -1,0 +1,219 @@
+#include "moemem/config.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "moemem/errors.hpp"
+
+namespace moemem {
+
+namespace {
+
+using nlohmann::json;
+
+// Sizes in a config beyond this are refused: 2^31 is larger than any real dimension and keeps
+// every product of a few of them far from 64-bit overflow.
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 31;
+
+// Keys that describe the model but do not change how much memory training needs.
+const std::set<std::string, std::less<>> kNoMemoryEffect = {
+    "architectures", "auto_map", "model_type", "torch_dtype", "transformers_version",
+    "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act", "initializer_range",
+    "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "use_cache",
+    "attention_dropout", "routed_scaling_factor", "topk_method", "n_group", "topk_group",
+    "norm_topk_prob", "scoring_func", "seq_aux", "aux_loss_alpha", "ep_size",
+    "pretraining_tp", "quantization_config", "router_aux_loss_coef", "output_router_logits",
+    "sliding_window", "use_sliding_window", "max_window_layers", "tie_word_embeddings",
+    "attention_bias", "mlp_bias", "bias", "_name_or_path", "num_key_value_heads"};
+
+std::string source_field(const std::string& source, std::string_view key) {
+  return fmt::format("{}: {}", source, key);
+}
+
+std::int64_t get_int(const json& j, std::string_view key, const std::string& source,
+                     std::optional<std::int64_t> fallback = std::nullopt, std::int64_t min = 1) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    throw InputError(source_field(source, key), "missing", "an integer key in config.json");
+  }
+  if (!it->is_number_integer()) {
+    throw InputError(source_field(source, key), it->dump(), "an integer");
+  }
+  // Unsigned values above INT64_MAX are refused rather than wrapped.
+  if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxDim)) {
+    throw InputError(source_field(source, key), it->dump(), fmt::format("an integer from {} to {}", min, kMaxDim));
+  }
+  const auto v = it->get<std::int64_t>();
+  if (v < min || v > kMaxDim) {
+    throw InputError(source_field(source, key), it->dump(), fmt::format("an integer from {} to {}", min, kMaxDim));
+  }
+  return v;
+}
+
+bool get_bool(const json& j, std::string_view key, const std::string& source, bool fallback) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) throw InputError(source_field(source, key), it->dump(), "true or false");
+  return it->get<bool>();
+}
+
+void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
+                    std::set<std::string, std::less<>>& used) {
+  for (const char* k : {"hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads",
+                        "intermediate_size", "moe_intermediate_size", "n_routed_experts",
+                        "n_shared_experts", "num_experts_per_tok", "first_k_dense_replace",
+                        "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                        "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers"}) {
+    used.insert(k);
+  }
+  m.attention = AttentionKind::mla;
+  m.hidden = get_int(j, "hidden_size", source);
+  m.vocab = get_int(j, "vocab_size", source);
+  m.num_layers = get_int(j, "num_hidden_layers", source);
+  m.num_heads = get_int(j, "num_attention_heads", source);
+  m.num_kv_heads = get_int(j, "num_key_value_heads", source, m.num_heads);
+  m.dense_ffn = get_int(j, "intermediate_size", source);
+  m.mla.q_lora_rank = get_int(j, "q_lora_rank", source, 0, 0);  // null: plain q_proj
+  m.mla.kv_lora_rank = get_int(j, "kv_lora_rank", source);
+  m.mla.qk_nope_head_dim = get_int(j, "qk_nope_head_dim", source);
+  m.mla.qk_rope_head_dim = get_int(j, "qk_rope_head_dim", source);
+  m.mla.v_head_dim = get_int(j, "v_head_dim", source);
+  m.moe.num_routed_experts = get_int(j, "n_routed_experts", source, 0, 0);
+  if (m.moe.num_routed_experts > 0) {
+    m.moe.num_shared_experts = get_int(j, "n_shared_experts", source, 0, 0);
+    m.moe.top_k = get_int(j, "num_experts_per_tok", source);
+    m.moe.expert_ffn = get_int(j, "moe_intermediate_size", source);
+  }
+  const std::int64_t first_dense = get_int(j, "first_k_dense_replace", source, 0, 0);
+  const std::int64_t freq = get_int(j, "moe_layer_freq", source, 1);
+  // DeepSeek's modelling code: layer i is MoE when routed experts exist, i >= first_k_dense_replace
+  // and i % moe_layer_freq == 0.
+  m.layer_kinds.resize(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
+  for (std::int64_t i = 0; i < m.num_layers; ++i) {
+    if (m.moe.num_routed_experts > 0 && i >= first_dense && i % freq == 0) {
+      m.layer_kinds[static_cast<std::size_t>(i)] = LayerKind::moe;
+    }
+  }
+  // DeepSeek-V3's "noaux_tc" routing keeps a per-expert score-correction bias in each router.
+  const auto tm = j.find("topk_method");
+  m.moe.router_bias = m.is_moe() && tm != j.end() && tm->is_string() && tm->get<std::string>() == "noaux_tc";
+  m.mtp_layers = get_int(j, "num_nextn_predict_layers", source, 0, 0);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InputError("--model", path,
+                     fmt::format("a preset name ({}) or a readable config.json path",
+                                 fmt::join(preset_names(), ", ")));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::int64_t ModelSpec::num_moe_layers() const {
+  return std::count(layer_kinds.begin(), layer_kinds.end(), LayerKind::moe);
+}
+
+void validate_model(const ModelSpec& m) {
+  auto positive = [&](std::int64_t v, const char* field) {
+    if (v <= 0) throw InputError(fmt::format("model {}: {}", m.name, field), std::to_string(v), "a positive integer");
+  };
+  positive(m.hidden, "hidden_size");
+  positive(m.vocab, "vocab_size");
+  positive(m.num_layers, "num_hidden_layers");
+  positive(m.num_heads, "num_attention_heads");
+  if (static_cast<std::int64_t>(m.layer_kinds.size()) != m.num_layers) {
+    throw InputError(fmt::format("model {}: layer kinds", m.name), std::to_string(m.layer_kinds.size()),
+                     fmt::format("one per layer ({})", m.num_layers));
+  }
+  if (m.is_moe()) {
+    positive(m.moe.top_k, "num_experts_per_tok");
+    positive(m.moe.expert_ffn, "moe_intermediate_size");
+    if (m.moe.top_k > m.moe.num_routed_experts) {
+      throw InputError(fmt::format("model {}: num_experts_per_tok", m.name), std::to_string(m.moe.top_k),
+                       fmt::format("at most the number of routed experts ({})", m.moe.num_routed_experts));
+    }
+  }
+  if (m.mtp_layers < 0) {
+    throw InputError(fmt::format("model {}: mtp layers", m.name), std::to_string(m.mtp_layers), "0 or more");
+  }
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : preset_texts()) names.emplace_back(p.name);
+  return names;
+}
+
+ModelSpec parse_hf_config(std::string_view json_text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw InputError(source, fmt::format("malformed JSON at byte {}", e.byte),
+                     "a complete Hugging Face config.json (a JSON object)");
+  }
+  if (!j.is_object()) throw InputError(source, j.type_name(), "a JSON object (a Hugging Face config.json)");
+  // Multimodal wrappers nest the language model's config.
+  if (const auto tc = j.find("text_config"); tc != j.end() && tc->is_object()) {
+    json inner = *tc;
+    if (!inner.contains("model_type") && j.contains("model_type")) inner["model_type"] = j["model_type"];
+    return parse_hf_config(inner.dump(), source + " (text_config)");
+  }
+  const auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string()) {
+    throw InputError(source_field(source, "model_type"), mt == j.end() ? "missing" : mt->dump(),
+                     "a string naming a supported model type (deepseek_v2, deepseek_v3)");
+  }
+  ModelSpec m;
+  m.name = source;
+  m.model_type = mt->get<std::string>();
+  std::set<std::string, std::less<>> used;
+  if (m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3") {
+    parse_deepseek(j, source, m, used);
+  } else {
+    throw InputError(source_field(source, "model_type"), m.model_type, "one of: deepseek_v2, deepseek_v3");
+  }
+  m.tie_embeddings = get_bool(j, "tie_word_embeddings", source, false);
+  for (const auto& [key, value] : j.items()) {
+    if (!used.contains(key) && !kNoMemoryEffect.contains(key)) m.unrecognised_keys.push_back(key);
+  }
+  validate_model(m);
+  return m;
+}
+
+ModelSpec load_model(const std::string& name_or_path) {
+  for (const auto& p : preset_texts()) {
+    if (name_or_path == p.name) return parse_hf_config(p.json, p.name);
+  }
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
+                               name_or_path.find(".json") != std::string::npos;
+  if (!looks_like_path) {
+    throw InputError("--model", name_or_path,
+                     fmt::format("a preset name ({}) or a path to a config.json", fmt::join(preset_names(), ", ")));
+  }
+  return parse_hf_config(read_file(name_or_path), name_or_path);
+}
+
+void set_mtp_layers(ModelSpec& m, std::optional<std::int64_t> mtp) {
+  if (!mtp) return;
+  if (*mtp < 0 || *mtp > 16) throw InputError("--mtp", std::to_string(*mtp), "an integer from 0 to 16");
+  if (*mtp > 0 && m.attention != AttentionKind::mla) {
+    throw InputError("--mtp", std::to_string(*mtp), "0 for models without DeepSeek-style MTP modules");
+  }
+  m.mtp_layers = *mtp;
+}
+
+}  // namespace moemem

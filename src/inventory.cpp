@@ -1,0 +1,231 @@
+#include "moemem/inventory.hpp"
+
+#include <fmt/format.h>
+
+namespace moemem {
+
+namespace {
+
+std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+
+struct Builder {
+  const ModelSpec& m;
+  Inventory inv;
+
+  void add(std::string name, std::string_view part, Role role, Placement placement, std::int64_t layer,
+           std::int64_t rows, std::int64_t cols, std::int64_t copies = 1, bool shared = false) {
+    Tensor t;
+    t.name = std::move(name);
+    t.part = part;
+    t.role = role;
+    t.module = module_of(role);
+    t.placement = placement;
+    t.layer = layer;
+    t.rows = rows;
+    t.cols = cols;
+    t.copies = copies;
+    t.is_routed_expert = role == Role::expert_gate || role == Role::expert_up || role == Role::expert_down;
+    t.shared_in_training = shared;
+    (void)t.params();  // overflow check at build time
+    inv.tensors.push_back(std::move(t));
+  }
+
+  void attention(const std::string& p, Placement pl, std::int64_t layer) {
+    const std::int64_t h = m.hidden, nh = m.num_heads;
+    if (m.attention == AttentionKind::mla) {
+      const auto& a = m.mla;
+      if (a.q_lora_rank > 0) {
+        add(p + "self_attn.q_a_proj.weight", "", Role::q_down, pl, layer, a.q_lora_rank, h);
+        add(p + "self_attn.q_a_layernorm.weight", "", Role::q_a_norm, pl, layer, a.q_lora_rank, 1);
+        add(p + "self_attn.q_b_proj.weight", "q_nope", Role::q_up, pl, layer, nh * a.qk_nope_head_dim, a.q_lora_rank);
+        add(p + "self_attn.q_b_proj.weight", "q_rope", Role::q_rope, pl, layer, nh * a.qk_rope_head_dim, a.q_lora_rank);
+      } else {
+        add(p + "self_attn.q_proj.weight", "q_nope", Role::q_up, pl, layer, nh * a.qk_nope_head_dim, h);
+        add(p + "self_attn.q_proj.weight", "q_rope", Role::q_rope, pl, layer, nh * a.qk_rope_head_dim, h);
+      }
+      add(p + "self_attn.kv_a_proj_with_mqa.weight", "kv_latent", Role::kv_down, pl, layer, a.kv_lora_rank, h);
+      add(p + "self_attn.kv_a_proj_with_mqa.weight", "k_rope", Role::k_rope, pl, layer, a.qk_rope_head_dim, h);
+      add(p + "self_attn.kv_a_layernorm.weight", "", Role::kv_a_norm, pl, layer, a.kv_lora_rank, 1);
+      add(p + "self_attn.kv_b_proj.weight", "k_nope", Role::k_up, pl, layer, nh * a.qk_nope_head_dim, a.kv_lora_rank);
+      add(p + "self_attn.kv_b_proj.weight", "v", Role::v_up, pl, layer, nh * a.v_head_dim, a.kv_lora_rank);
+      add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, nh * a.v_head_dim);
+    } else {
+      const std::int64_t hd = m.head_dim;
+      add(p + "self_attn.q_proj.weight", "", Role::q_proj, pl, layer, nh * hd, h);
+      add(p + "self_attn.k_proj.weight", "", Role::k_proj, pl, layer, m.num_kv_heads * hd, h);
+      add(p + "self_attn.v_proj.weight", "", Role::v_proj, pl, layer, m.num_kv_heads * hd, h);
+      add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, nh * hd);
+    }
+  }
+
+  void mlp(const std::string& p, Placement pl, std::int64_t layer, LayerKind kind) {
+    const std::int64_t h = m.hidden;
+    if (kind == LayerKind::dense) {
+      add(p + "mlp.gate_proj.weight", "", Role::mlp_gate, pl, layer, m.dense_ffn, h);
+      add(p + "mlp.up_proj.weight", "", Role::mlp_up, pl, layer, m.dense_ffn, h);
+      add(p + "mlp.down_proj.weight", "", Role::mlp_down, pl, layer, h, m.dense_ffn);
+      return;
+    }
+    const auto& e = m.moe;
+    add(p + "mlp.gate.weight", "", Role::router, pl, layer, e.num_routed_experts, h);
+    if (e.router_bias) {
+      add(p + "mlp.gate.e_score_correction_bias", "", Role::router_bias, pl, layer, e.num_routed_experts, 1);
+    }
+    const std::int64_t n = e.num_routed_experts, f = e.expert_ffn;
+    add(p + "mlp.experts.*.gate_proj.weight", "", Role::expert_gate, pl, layer, f, h, n);
+    add(p + "mlp.experts.*.up_proj.weight", "", Role::expert_up, pl, layer, f, h, n);
+    add(p + "mlp.experts.*.down_proj.weight", "", Role::expert_down, pl, layer, h, f, n);
+    if (e.num_shared_experts > 0) {
+      const std::int64_t sf = e.num_shared_experts * f;
+      add(p + "mlp.shared_experts.gate_proj.weight", "", Role::shared_gate, pl, layer, sf, h);
+      add(p + "mlp.shared_experts.up_proj.weight", "", Role::shared_up, pl, layer, sf, h);
+      add(p + "mlp.shared_experts.down_proj.weight", "", Role::shared_down, pl, layer, h, sf);
+    }
+  }
+
+  void decoder_layer(std::int64_t i, Placement pl, LayerKind kind) {
+    const std::string p = fmt::format("layers.{}.", i);
+    add(p + "input_layernorm.weight", "", Role::input_norm, pl, i, m.hidden, 1);
+    attention(p, pl, i);
+    add(p + "post_attention_layernorm.weight", "", Role::post_attn_norm, pl, i, m.hidden, 1);
+    mlp(p, pl, i, kind);
+  }
+};
+
+}  // namespace
+
+Count Tensor::params() const {
+  return Count(checked_mul(checked_mul(u(rows), u(cols), "tensor size"), u(copies), "tensor size"));
+}
+
+Count Inventory::total() const {
+  Count c;
+  for (const auto& t : tensors) c += t.params();
+  return c;
+}
+
+Module module_of(Role r) {
+  switch (r) {
+    case Role::embedding: return Module::embedding;
+    case Role::output_head:
+    case Role::final_norm: return Module::output_head;
+    case Role::input_norm:
+    case Role::post_attn_norm:
+    case Role::q_a_norm:
+    case Role::kv_a_norm: return Module::norms;
+    case Role::q_down:
+    case Role::q_up:
+    case Role::q_rope:
+    case Role::kv_down:
+    case Role::k_rope:
+    case Role::k_up:
+    case Role::v_up:
+    case Role::o_proj:
+    case Role::q_proj:
+    case Role::k_proj:
+    case Role::v_proj: return Module::attention;
+    case Role::mlp_gate:
+    case Role::mlp_up:
+    case Role::mlp_down: return Module::dense_mlp;
+    case Role::router:
+    case Role::router_bias: return Module::router;
+    case Role::expert_gate:
+    case Role::expert_up:
+    case Role::expert_down: return Module::routed_experts;
+    case Role::shared_gate:
+    case Role::shared_up:
+    case Role::shared_down: return Module::shared_experts;
+    case Role::mtp_enorm:
+    case Role::mtp_hnorm:
+    case Role::mtp_eh_proj:
+    case Role::mtp_head_norm:
+    case Role::mtp_embedding:
+    case Role::mtp_output_head: return Module::mtp;
+  }
+  return Module::attention;
+}
+
+std::string_view name_of(Role r) {
+  switch (r) {
+    case Role::embedding: return "embedding";
+    case Role::output_head: return "output_head";
+    case Role::final_norm: return "final_norm";
+    case Role::input_norm: return "input_norm";
+    case Role::post_attn_norm: return "post_attn_norm";
+    case Role::q_a_norm: return "q_a_norm";
+    case Role::kv_a_norm: return "kv_a_norm";
+    case Role::q_down: return "W_DQ";
+    case Role::q_up: return "W_UQ";
+    case Role::q_rope: return "W_QR";
+    case Role::kv_down: return "W_DKV";
+    case Role::k_rope: return "W_KR";
+    case Role::k_up: return "W_UK";
+    case Role::v_up: return "W_UV";
+    case Role::o_proj: return "W_O";
+    case Role::q_proj: return "q_proj";
+    case Role::k_proj: return "k_proj";
+    case Role::v_proj: return "v_proj";
+    case Role::mlp_gate: return "mlp_gate";
+    case Role::mlp_up: return "mlp_up";
+    case Role::mlp_down: return "mlp_down";
+    case Role::router: return "router";
+    case Role::router_bias: return "router_bias";
+    case Role::expert_gate: return "expert_gate";
+    case Role::expert_up: return "expert_up";
+    case Role::expert_down: return "expert_down";
+    case Role::shared_gate: return "shared_gate";
+    case Role::shared_up: return "shared_up";
+    case Role::shared_down: return "shared_down";
+    case Role::mtp_enorm: return "mtp_enorm";
+    case Role::mtp_hnorm: return "mtp_hnorm";
+    case Role::mtp_eh_proj: return "mtp_eh_proj";
+    case Role::mtp_head_norm: return "mtp_head_norm";
+    case Role::mtp_embedding: return "mtp_embedding";
+    case Role::mtp_output_head: return "mtp_output_head";
+  }
+  return "?";
+}
+
+std::string_view name_of(Module m) {
+  switch (m) {
+    case Module::embedding: return "embedding";
+    case Module::attention: return "attention";
+    case Module::norms: return "norms";
+    case Module::dense_mlp: return "dense_mlp";
+    case Module::router: return "router";
+    case Module::routed_experts: return "routed_experts";
+    case Module::shared_experts: return "shared_experts";
+    case Module::output_head: return "output_head";
+    case Module::mtp: return "mtp";
+  }
+  return "?";
+}
+
+Inventory build_inventory(const ModelSpec& m) {
+  Builder b{m, {}};
+  const std::int64_t h = m.hidden;
+  b.add("embed_tokens.weight", "", Role::embedding, Placement::embedding, -1, m.vocab, h);
+  for (std::int64_t i = 0; i < m.num_layers; ++i) {
+    b.decoder_layer(i, Placement::decoder, m.layer_kinds[static_cast<std::size_t>(i)]);
+  }
+  b.add("norm.weight", "", Role::final_norm, Placement::head, -1, h, 1);
+  if (!m.tie_embeddings) b.add("lm_head.weight", "", Role::output_head, Placement::head, -1, m.vocab, h);
+  // DeepSeek-V3 MTP depth k is stored as decoder index num_layers + k: its own norms of the
+  // embedding (enorm) and hidden state (hnorm), a 2h -> h projection, a full decoder layer (MoE
+  // like the last main layer), a norm before the head, and copies of embedding and head.
+  const LayerKind mtp_kind = m.is_moe() ? LayerKind::moe : LayerKind::dense;
+  for (std::int64_t k = 0; k < m.mtp_layers; ++k) {
+    const std::int64_t i = m.num_layers + k;
+    const std::string p = fmt::format("layers.{}.", i);
+    b.add(p + "embed_tokens.weight", "", Role::mtp_embedding, Placement::mtp, i, m.vocab, h, 1, true);
+    b.add(p + "enorm.weight", "", Role::mtp_enorm, Placement::mtp, i, h, 1);
+    b.add(p + "hnorm.weight", "", Role::mtp_hnorm, Placement::mtp, i, h, 1);
+    b.add(p + "eh_proj.weight", "", Role::mtp_eh_proj, Placement::mtp, i, h, 2 * h);
+    b.decoder_layer(i, Placement::mtp, mtp_kind);
+    b.add(p + "shared_head.norm.weight", "", Role::mtp_head_norm, Placement::mtp, i, h, 1);
+    b.add(p + "shared_head.head.weight", "", Role::mtp_output_head, Placement::mtp, i, m.vocab, h, 1, true);
+  }
+  return std::move(b.inv);
+}
+
+}  // namespace moemem

@@ -1,0 +1,42 @@
+#include "moemem/sharding.hpp"
+
+namespace moemem {
+
+namespace {
+
+std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+
+// Share of `n` items for rank `r` of `k`: the first n % k ranks take one more.
+std::uint64_t share(std::uint64_t n, std::int64_t k, std::int64_t r) {
+  const std::uint64_t base = n / u(k), extra = n % u(k);
+  return base + (u(r) < extra ? 1 : 0);
+}
+
+}  // namespace
+
+Count shard_params(const Tensor& t, TpSplit split, const ParallelConfig& p, ShardCoord at) {
+  if (t.is_routed_expert) {
+    // Whole experts over ep; each expert's FFN dimension over etp.
+    const std::uint64_t experts = share(u(t.copies), p.ep, at.ep_rank);
+    const bool ffn_in_rows = t.role != Role::expert_down;
+    const std::uint64_t rows = ffn_in_rows ? share(u(t.rows), p.etp, at.etp_rank) : u(t.rows);
+    const std::uint64_t cols = ffn_in_rows ? u(t.cols) : share(u(t.cols), p.etp, at.etp_rank);
+    return Count(checked_mul(checked_mul(rows, cols, "shard size"), experts, "shard size"));
+  }
+  const std::uint64_t copies = u(t.copies);
+  switch (split) {
+    case TpSplit::replicated: return t.params();
+    case TpSplit::column:
+    case TpSplit::vocab:
+      return Count(checked_mul(checked_mul(share(u(t.rows), p.tp, at.tp_rank), u(t.cols), "shard size"), copies, "shard size"));
+    case TpSplit::row:
+      return Count(checked_mul(checked_mul(u(t.rows), share(u(t.cols), p.tp, at.tp_rank), "shard size"), copies, "shard size"));
+  }
+  return t.params();
+}
+
+Count device_params(const Tensor& t, const Profile& profile, const ParallelConfig& p) {
+  return shard_params(t, profile.tp_split(t.role), p, ShardCoord{});
+}
+
+}  // namespace moemem

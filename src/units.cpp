@@ -1,0 +1,44 @@
+#include "moemem/units.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "moemem/errors.hpp"
+
+namespace moemem {
+
+std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what) {
+  std::uint64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw OverflowError(what);
+  return r;
+}
+
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
+  std::uint64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw OverflowError(what);
+  return r;
+}
+
+std::uint64_t checked_sub(std::uint64_t a, std::uint64_t b, const char* what) {
+  if (b > a) throw OverflowError(what);
+  return a - b;
+}
+
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
+namespace {
+Bytes from_scaled(double x, double unit) {
+  if (!(x >= 0.0) || !std::isfinite(x) || x * unit >= 1.8e19) {
+    throw InputError("memory size", fmt::format("{}", x), "a finite, non-negative size below 2^64 bytes");
+  }
+  return Bytes(static_cast<std::uint64_t>(std::ceil(x * unit)));
+}
+}  // namespace
+
+Bytes Bytes::from_gib(double gib) { return from_scaled(gib, 1073741824.0); }
+Bytes Bytes::from_gb(double gb) { return from_scaled(gb, 1e9); }
+
+std::string format_gib(Bytes b) { return fmt::format("{:.2f} GiB", b.gib()); }
+
+}  // namespace moemem
