@@ -22,6 +22,9 @@ using nlohmann::json;
 // every product of a few of them far from 64-bit overflow.
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 31;
 
+constexpr const char* kSupportedTypes =
+    "deepseek, deepseek_v2, deepseek_v3, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe";
+
 // Keys that describe the model but do not change how much memory training needs.
 const std::set<std::string, std::less<>> kNoMemoryEffect = {
     "architectures", "auto_map", "model_type", "torch_dtype", "transformers_version",
@@ -31,7 +34,8 @@ const std::set<std::string, std::less<>> kNoMemoryEffect = {
     "norm_topk_prob", "scoring_func", "seq_aux", "aux_loss_alpha", "ep_size",
     "pretraining_tp", "quantization_config", "router_aux_loss_coef", "output_router_logits",
     "sliding_window", "use_sliding_window", "max_window_layers", "tie_word_embeddings",
-    "attention_bias", "mlp_bias", "bias", "_name_or_path", "num_key_value_heads"};
+    "_name_or_path", "layer_types", "attn_implementation", "rope_type", "partial_rotary_factor",
+    "moe_router_dtype", "router_jitter_noise", "num_nextn_predict_layers_note"};
 
 std::string source_field(const std::string& source, std::string_view key) {
   return fmt::format("{}: {}", source, key);
@@ -68,6 +72,7 @@ bool get_bool(const json& j, std::string_view key, const std::string& source, bo
 void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
                     std::set<std::string, std::less<>>& used) {
   for (const char* k : {"hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads",
+                        "num_key_value_heads", "attention_bias",
                         "intermediate_size", "moe_intermediate_size", "n_routed_experts",
                         "n_shared_experts", "num_experts_per_tok", "first_k_dense_replace",
                         "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
@@ -91,6 +96,10 @@ void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
     m.moe.num_shared_experts = get_int(j, "n_shared_experts", source, 0, 0);
     m.moe.top_k = get_int(j, "num_experts_per_tok", source);
     m.moe.expert_ffn = get_int(j, "moe_intermediate_size", source);
+    m.moe.shared_ffn = m.moe.num_shared_experts * m.moe.expert_ffn;
+  }
+  if (get_bool(j, "attention_bias", source, false)) {
+    throw InputError(source_field(source, "attention_bias"), "true", "false (MLA projections with biases are not modelled)");
   }
   const std::int64_t first_dense = get_int(j, "first_k_dense_replace", source, 0, 0);
   const std::int64_t freq = get_int(j, "moe_layer_freq", source, 1);
@@ -106,6 +115,126 @@ void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
   const auto tm = j.find("topk_method");
   m.moe.router_bias = m.is_moe() && tm != j.end() && tm->is_string() && tm->get<std::string>() == "noaux_tc";
   m.mtp_layers = get_int(j, "num_nextn_predict_layers", source, 0, 0);
+}
+
+// Multi-head / grouped-query attention families (Llama, Mistral, Mixtral, Qwen2/3, DeepSeek-V1).
+void parse_gqa_common(const json& j, const std::string& source, ModelSpec& m,
+                      std::set<std::string, std::less<>>& used) {
+  for (const char* k : {"hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads",
+                        "num_key_value_heads", "head_dim", "intermediate_size"}) {
+    used.insert(k);
+  }
+  m.attention = AttentionKind::gqa;
+  m.hidden = get_int(j, "hidden_size", source);
+  m.vocab = get_int(j, "vocab_size", source);
+  m.num_layers = get_int(j, "num_hidden_layers", source);
+  m.num_heads = get_int(j, "num_attention_heads", source);
+  m.num_kv_heads = get_int(j, "num_key_value_heads", source, m.num_heads);
+  if (m.num_heads % m.num_kv_heads != 0) {
+    throw InputError(source_field(source, "num_key_value_heads"), std::to_string(m.num_kv_heads),
+                     fmt::format("a divisor of num_attention_heads ({})", m.num_heads));
+  }
+  if (const auto it = j.find("head_dim"); it != j.end() && !it->is_null()) {
+    m.head_dim = get_int(j, "head_dim", source);
+  } else {
+    if (m.hidden % m.num_heads != 0) {
+      throw InputError(source_field(source, "num_attention_heads"), std::to_string(m.num_heads),
+                       fmt::format("a divisor of hidden_size ({}) when no head_dim is given", m.hidden));
+    }
+    m.head_dim = m.hidden / m.num_heads;
+  }
+  m.dense_ffn = get_int(j, "intermediate_size", source);
+  m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
+}
+
+void parse_llama(const json& j, const std::string& source, ModelSpec& m, std::set<std::string, std::less<>>& used) {
+  parse_gqa_common(j, source, m, used);
+  used.insert("attention_bias");
+  used.insert("mlp_bias");
+  m.naming = NamingStyle::llama;
+  m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);
+  m.mlp_bias = get_bool(j, "mlp_bias", source, false);
+}
+
+void parse_mixtral(const json& j, const std::string& source, ModelSpec& m, std::set<std::string, std::less<>>& used) {
+  parse_gqa_common(j, source, m, used);
+  used.insert("num_local_experts");
+  used.insert("num_experts_per_tok");
+  m.naming = NamingStyle::mixtral;
+  m.moe.num_routed_experts = get_int(j, "num_local_experts", source);
+  m.moe.top_k = get_int(j, "num_experts_per_tok", source);
+  m.moe.expert_ffn = m.dense_ffn;
+  m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::moe);
+}
+
+// Qwen2 (q/k/v biases), Qwen3 (q/k norms, attention_bias), and their MoE variants: layer i is
+// sparse unless listed in mlp_only_layers, when (i + 1) % decoder_sparse_step == 0.
+void parse_qwen(const json& j, const std::string& source, ModelSpec& m, std::set<std::string, std::less<>>& used) {
+  parse_gqa_common(j, source, m, used);
+  const bool v3 = m.model_type == "qwen3" || m.model_type == "qwen3_moe";
+  const bool moe = m.model_type == "qwen2_moe" || m.model_type == "qwen3_moe";
+  m.naming = moe ? NamingStyle::qwen_moe : NamingStyle::llama;
+  used.insert("attention_bias");
+  if (v3) {
+    m.qk_norm = true;
+    m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);
+  } else {
+    m.qkv_bias = true;  // Qwen2's modelling code always puts biases on q, k and v
+  }
+  if (!moe) return;
+  for (const char* k : {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
+                        "mlp_only_layers", "shared_expert_intermediate_size"}) {
+    used.insert(k);
+  }
+  m.moe.num_routed_experts = get_int(j, "num_experts", source);
+  m.moe.top_k = get_int(j, "num_experts_per_tok", source);
+  m.moe.expert_ffn = get_int(j, "moe_intermediate_size", source);
+  if (m.model_type == "qwen2_moe") {
+    m.moe.shared_ffn = get_int(j, "shared_expert_intermediate_size", source, 0, 0);
+    m.moe.shared_expert_gate = m.moe.shared_ffn > 0;
+    m.moe.num_shared_experts = m.moe.shared_ffn > 0 ? 1 : 0;
+  }
+  const std::int64_t step = get_int(j, "decoder_sparse_step", source, 1);
+  std::set<std::int64_t> dense_only;
+  if (const auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw InputError(source_field(source, "mlp_only_layers"), it->dump(), "a list of layer indices");
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= m.num_layers) {
+        throw InputError(source_field(source, "mlp_only_layers"), v.dump(),
+                         fmt::format("layer indices from 0 to {}", m.num_layers - 1));
+      }
+      dense_only.insert(v.get<std::int64_t>());
+    }
+  }
+  for (std::int64_t i = 0; i < m.num_layers; ++i) {
+    if (!dense_only.contains(i) && (i + 1) % step == 0) m.layer_kinds[static_cast<std::size_t>(i)] = LayerKind::moe;
+  }
+}
+
+// DeepSeek-MoE (V1): multi-head attention with DeepSeek's MoE layout.
+void parse_deepseek_v1(const json& j, const std::string& source, ModelSpec& m,
+                       std::set<std::string, std::less<>>& used) {
+  parse_gqa_common(j, source, m, used);
+  for (const char* k : {"n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
+                        "first_k_dense_replace", "moe_layer_freq", "attention_bias"}) {
+    used.insert(k);
+  }
+  m.naming = NamingStyle::deepseek;
+  m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);
+  m.moe.num_routed_experts = get_int(j, "n_routed_experts", source, 0, 0);
+  if (m.moe.num_routed_experts > 0) {
+    m.moe.num_shared_experts = get_int(j, "n_shared_experts", source, 0, 0);
+    m.moe.top_k = get_int(j, "num_experts_per_tok", source);
+    m.moe.expert_ffn = get_int(j, "moe_intermediate_size", source);
+    m.moe.shared_ffn = m.moe.num_shared_experts * m.moe.expert_ffn;
+  }
+  const std::int64_t first_dense = get_int(j, "first_k_dense_replace", source, 0, 0);
+  const std::int64_t freq = get_int(j, "moe_layer_freq", source, 1);
+  for (std::int64_t i = 0; i < m.num_layers; ++i) {
+    if (m.moe.num_routed_experts > 0 && i >= first_dense && i % freq == 0) {
+      m.layer_kinds[static_cast<std::size_t>(i)] = LayerKind::moe;
+    }
+  }
 }
 
 std::string read_file(const std::string& path) {
@@ -175,7 +304,7 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& source)
   const auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string()) {
     throw InputError(source_field(source, "model_type"), mt == j.end() ? "missing" : mt->dump(),
-                     "a string naming a supported model type (deepseek_v2, deepseek_v3)");
+                     fmt::format("a string naming a supported model type ({})", kSupportedTypes));
   }
   ModelSpec m;
   m.name = source;
@@ -183,8 +312,17 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& source)
   std::set<std::string, std::less<>> used;
   if (m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3") {
     parse_deepseek(j, source, m, used);
+  } else if (m.model_type == "deepseek") {
+    parse_deepseek_v1(j, source, m, used);
+  } else if (m.model_type == "llama" || m.model_type == "mistral") {
+    parse_llama(j, source, m, used);
+  } else if (m.model_type == "mixtral") {
+    parse_mixtral(j, source, m, used);
+  } else if (m.model_type == "qwen2" || m.model_type == "qwen2_moe" || m.model_type == "qwen3" ||
+             m.model_type == "qwen3_moe") {
+    parse_qwen(j, source, m, used);
   } else {
-    throw InputError(source_field(source, "model_type"), m.model_type, "one of: deepseek_v2, deepseek_v3");
+    throw InputError(source_field(source, "model_type"), m.model_type, fmt::format("one of: {}", kSupportedTypes));
   }
   m.tie_embeddings = get_bool(j, "tie_word_embeddings", source, false);
   for (const auto& [key, value] : j.items()) {

@@ -36,8 +36,10 @@ DType parse_dtype(std::string_view text, std::string_view field) {
 }
 
 Bytes bytes_of(Count n, DType t) {
-  const std::uint64_t bits = checked_mul(n.value(), bits_of(t), "bytes of a tensor");
-  return Bytes(ceil_div(bits, 8));
+  // n = 8q + r elements take q*bits + ceil(r*bits/8) bytes: exact, and overflows only when the
+  // byte count itself does not fit in 64 bits.
+  const std::uint64_t q = n.value() / 8, r = n.value() % 8, bits = bits_of(t);
+  return Bytes(checked_add(checked_mul(q, bits, "bytes of a tensor"), ceil_div(r * bits, 8), "bytes of a tensor"));
 }
 
 }  // namespace moemem

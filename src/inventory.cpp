@@ -50,36 +50,52 @@ struct Builder {
       add(p + "self_attn.kv_b_proj.weight", "v", Role::v_up, pl, layer, nh * a.v_head_dim, a.kv_lora_rank);
       add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, nh * a.v_head_dim);
     } else {
-      const std::int64_t hd = m.head_dim;
+      const std::int64_t hd = m.head_dim, kv = m.num_kv_heads * hd;
       add(p + "self_attn.q_proj.weight", "", Role::q_proj, pl, layer, nh * hd, h);
-      add(p + "self_attn.k_proj.weight", "", Role::k_proj, pl, layer, m.num_kv_heads * hd, h);
-      add(p + "self_attn.v_proj.weight", "", Role::v_proj, pl, layer, m.num_kv_heads * hd, h);
+      if (m.qkv_bias) add(p + "self_attn.q_proj.bias", "", Role::q_bias, pl, layer, nh * hd, 1);
+      add(p + "self_attn.k_proj.weight", "", Role::k_proj, pl, layer, kv, h);
+      if (m.qkv_bias) add(p + "self_attn.k_proj.bias", "", Role::k_bias, pl, layer, kv, 1);
+      add(p + "self_attn.v_proj.weight", "", Role::v_proj, pl, layer, kv, h);
+      if (m.qkv_bias) add(p + "self_attn.v_proj.bias", "", Role::v_bias, pl, layer, kv, 1);
       add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, nh * hd);
+      if (m.o_bias) add(p + "self_attn.o_proj.bias", "", Role::o_bias, pl, layer, h, 1);
+      if (m.qk_norm) {
+        add(p + "self_attn.q_norm.weight", "", Role::q_norm, pl, layer, hd, 1);
+        add(p + "self_attn.k_norm.weight", "", Role::k_norm, pl, layer, hd, 1);
+      }
     }
   }
 
   void mlp(const std::string& p, Placement pl, std::int64_t layer, LayerKind kind) {
     const std::int64_t h = m.hidden;
     if (kind == LayerKind::dense) {
-      add(p + "mlp.gate_proj.weight", "", Role::mlp_gate, pl, layer, m.dense_ffn, h);
-      add(p + "mlp.up_proj.weight", "", Role::mlp_up, pl, layer, m.dense_ffn, h);
-      add(p + "mlp.down_proj.weight", "", Role::mlp_down, pl, layer, h, m.dense_ffn);
+      const std::int64_t f = m.dense_ffn;
+      add(p + "mlp.gate_proj.weight", "", Role::mlp_gate, pl, layer, f, h);
+      if (m.mlp_bias) add(p + "mlp.gate_proj.bias", "", Role::mlp_gate_bias, pl, layer, f, 1);
+      add(p + "mlp.up_proj.weight", "", Role::mlp_up, pl, layer, f, h);
+      if (m.mlp_bias) add(p + "mlp.up_proj.bias", "", Role::mlp_up_bias, pl, layer, f, 1);
+      add(p + "mlp.down_proj.weight", "", Role::mlp_down, pl, layer, h, f);
+      if (m.mlp_bias) add(p + "mlp.down_proj.bias", "", Role::mlp_down_bias, pl, layer, h, 1);
       return;
     }
     const auto& e = m.moe;
-    add(p + "mlp.gate.weight", "", Role::router, pl, layer, e.num_routed_experts, h);
+    const bool mixtral = m.naming == NamingStyle::mixtral;
+    const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+    add(moe + "gate.weight", "", Role::router, pl, layer, e.num_routed_experts, h);
     if (e.router_bias) {
-      add(p + "mlp.gate.e_score_correction_bias", "", Role::router_bias, pl, layer, e.num_routed_experts, 1);
+      add(moe + "gate.e_score_correction_bias", "", Role::router_bias, pl, layer, e.num_routed_experts, 1);
     }
     const std::int64_t n = e.num_routed_experts, f = e.expert_ffn;
-    add(p + "mlp.experts.*.gate_proj.weight", "", Role::expert_gate, pl, layer, f, h, n);
-    add(p + "mlp.experts.*.up_proj.weight", "", Role::expert_up, pl, layer, f, h, n);
-    add(p + "mlp.experts.*.down_proj.weight", "", Role::expert_down, pl, layer, h, f, n);
-    if (e.num_shared_experts > 0) {
-      const std::int64_t sf = e.num_shared_experts * f;
-      add(p + "mlp.shared_experts.gate_proj.weight", "", Role::shared_gate, pl, layer, sf, h);
-      add(p + "mlp.shared_experts.up_proj.weight", "", Role::shared_up, pl, layer, sf, h);
-      add(p + "mlp.shared_experts.down_proj.weight", "", Role::shared_down, pl, layer, h, sf);
+    add(moe + (mixtral ? "experts.*.w1.weight" : "experts.*.gate_proj.weight"), "", Role::expert_gate, pl, layer, f, h, n);
+    add(moe + (mixtral ? "experts.*.w3.weight" : "experts.*.up_proj.weight"), "", Role::expert_up, pl, layer, f, h, n);
+    add(moe + (mixtral ? "experts.*.w2.weight" : "experts.*.down_proj.weight"), "", Role::expert_down, pl, layer, h, f, n);
+    if (e.shared_ffn > 0) {
+      const std::int64_t sf = e.shared_ffn;
+      const std::string sh = moe + (m.naming == NamingStyle::qwen_moe ? "shared_expert." : "shared_experts.");
+      add(sh + "gate_proj.weight", "", Role::shared_gate, pl, layer, sf, h);
+      add(sh + "up_proj.weight", "", Role::shared_up, pl, layer, sf, h);
+      add(sh + "down_proj.weight", "", Role::shared_down, pl, layer, h, sf);
+      if (e.shared_expert_gate) add(moe + "shared_expert_gate.weight", "", Role::shared_expert_gate, pl, layer, 1, h);
     }
   }
 
@@ -104,6 +120,19 @@ Count Inventory::total() const {
   return c;
 }
 
+Count active_params(const Inventory& inv, const ModelSpec& m) {
+  Count c;
+  for (const auto& t : inv.tensors) {
+    if (t.placement == Placement::mtp) continue;
+    if (t.is_routed_expert) {
+      c += Count(checked_mul(t.params().value() / u(t.copies), u(m.moe.top_k), "active parameters"));
+    } else {
+      c += t.params();
+    }
+  }
+  return c;
+}
+
 Module module_of(Role r) {
   switch (r) {
     case Role::embedding: return Module::embedding;
@@ -112,7 +141,9 @@ Module module_of(Role r) {
     case Role::input_norm:
     case Role::post_attn_norm:
     case Role::q_a_norm:
-    case Role::kv_a_norm: return Module::norms;
+    case Role::kv_a_norm:
+    case Role::q_norm:
+    case Role::k_norm: return Module::norms;
     case Role::q_down:
     case Role::q_up:
     case Role::q_rope:
@@ -123,10 +154,17 @@ Module module_of(Role r) {
     case Role::o_proj:
     case Role::q_proj:
     case Role::k_proj:
-    case Role::v_proj: return Module::attention;
+    case Role::v_proj:
+    case Role::q_bias:
+    case Role::k_bias:
+    case Role::v_bias:
+    case Role::o_bias: return Module::attention;
     case Role::mlp_gate:
     case Role::mlp_up:
-    case Role::mlp_down: return Module::dense_mlp;
+    case Role::mlp_down:
+    case Role::mlp_gate_bias:
+    case Role::mlp_up_bias:
+    case Role::mlp_down_bias: return Module::dense_mlp;
     case Role::router:
     case Role::router_bias: return Module::router;
     case Role::expert_gate:
@@ -134,7 +172,8 @@ Module module_of(Role r) {
     case Role::expert_down: return Module::routed_experts;
     case Role::shared_gate:
     case Role::shared_up:
-    case Role::shared_down: return Module::shared_experts;
+    case Role::shared_down:
+    case Role::shared_expert_gate: return Module::shared_experts;
     case Role::mtp_enorm:
     case Role::mtp_hnorm:
     case Role::mtp_eh_proj:
@@ -165,9 +204,18 @@ std::string_view name_of(Role r) {
     case Role::q_proj: return "q_proj";
     case Role::k_proj: return "k_proj";
     case Role::v_proj: return "v_proj";
+    case Role::q_bias: return "q_bias";
+    case Role::k_bias: return "k_bias";
+    case Role::v_bias: return "v_bias";
+    case Role::o_bias: return "o_bias";
+    case Role::q_norm: return "q_norm";
+    case Role::k_norm: return "k_norm";
     case Role::mlp_gate: return "mlp_gate";
     case Role::mlp_up: return "mlp_up";
     case Role::mlp_down: return "mlp_down";
+    case Role::mlp_gate_bias: return "mlp_gate_bias";
+    case Role::mlp_up_bias: return "mlp_up_bias";
+    case Role::mlp_down_bias: return "mlp_down_bias";
     case Role::router: return "router";
     case Role::router_bias: return "router_bias";
     case Role::expert_gate: return "expert_gate";
@@ -176,6 +224,7 @@ std::string_view name_of(Role r) {
     case Role::shared_gate: return "shared_gate";
     case Role::shared_up: return "shared_up";
     case Role::shared_down: return "shared_down";
+    case Role::shared_expert_gate: return "shared_expert_gate";
     case Role::mtp_enorm: return "mtp_enorm";
     case Role::mtp_hnorm: return "mtp_hnorm";
     case Role::mtp_eh_proj: return "mtp_eh_proj";

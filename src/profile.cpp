@@ -33,7 +33,10 @@ TpSplit paper_tp_split(Role r) {
     case Role::v_up:
     case Role::q_proj:
     case Role::k_proj:
-    case Role::v_proj: return TpSplit::column;
+    case Role::v_proj:
+    case Role::q_bias:
+    case Role::k_bias:
+    case Role::v_bias: return TpSplit::column;
     case Role::o_proj: return TpSplit::row;
     case Role::embedding:
     case Role::output_head:

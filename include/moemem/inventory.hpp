@@ -29,10 +29,14 @@ enum class Role : std::uint8_t {
   v_up,          // W_UV  (kv_b_proj, value rows)
   o_proj,        // W_O
   q_proj, k_proj, v_proj,           // plain multi-head / grouped-query attention
+  q_bias, k_bias, v_bias, o_bias,   // their biases (Qwen2, attention_bias)
+  q_norm, k_norm,                   // per-head query/key RMSNorm (Qwen3)
   mlp_gate, mlp_up, mlp_down,       // dense SwiGLU MLP
+  mlp_gate_bias, mlp_up_bias, mlp_down_bias,  // Llama's mlp_bias
   router, router_bias,
   expert_gate, expert_up, expert_down,  // routed experts (one entry holds all experts)
   shared_gate, shared_up, shared_down,  // shared experts
+  shared_expert_gate,                   // Qwen2-MoE's sigmoid gate on the shared expert
   mtp_enorm, mtp_hnorm, mtp_eh_proj, mtp_head_norm, mtp_embedding, mtp_output_head,
 };
 inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::mtp_output_head) + 1;
@@ -74,6 +78,10 @@ struct Inventory {
   std::vector<Tensor> tensors;
   [[nodiscard]] Count total() const;
 };
+
+// Parameters one token passes through: every non-MTP tensor, with routed experts counted for
+// top-k of them (routed + shared + dense parts, embedding and head included).
+[[nodiscard]] Count active_params(const Inventory& inv, const ModelSpec& m);
 
 [[nodiscard]] std::string_view name_of(Role r);
 [[nodiscard]] std::string_view name_of(Module m);

@@ -29,8 +29,13 @@ struct MoeDims {
   std::int64_t num_shared_experts = 0;  // DeepSeek style: one fused MLP of n_shared * expert_ffn
   std::int64_t top_k = 0;
   std::int64_t expert_ffn = 0;          // per-expert intermediate size
+  std::int64_t shared_ffn = 0;          // intermediate size of the (fused) shared-expert MLP, 0: none
+  bool shared_expert_gate = false;      // Qwen2-MoE: a 1 x h sigmoid gate on the shared expert
   bool router_bias = false;             // DeepSeek-V3's e_score_correction_bias (N values)
 };
+
+// How checkpoint tensor names are spelled (they differ between model families).
+enum class NamingStyle : std::uint8_t { deepseek, llama, mixtral, qwen_moe };
 
 struct ModelSpec {
   std::string name;        // preset name or the path it was read from
@@ -46,6 +51,11 @@ struct ModelSpec {
   MlaDims mla;
   MoeDims moe;
   std::vector<LayerKind> layer_kinds;  // one per decoder layer
+  NamingStyle naming = NamingStyle::deepseek;
+  bool qkv_bias = false;  // biases on the q, k, v projections (Qwen2; attention_bias in Llama, Qwen3)
+  bool o_bias = false;    // bias on the output projection (attention_bias in Llama, Qwen3)
+  bool mlp_bias = false;  // biases on the dense MLP projections (Llama's mlp_bias)
+  bool qk_norm = false;   // per-head RMSNorm on queries and keys (Qwen3)
   std::int64_t mtp_layers = 0;         // DeepSeek-V3 multi-token prediction depth
   bool tie_embeddings = false;
   // Config keys that were present but are not understood; reported, never silently dropped.

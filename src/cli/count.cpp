@@ -72,6 +72,7 @@ void CountCommand::run(std::ostream& out, std::ostream& err) const {
     nlohmann::json j = {{"schema", "moemem.count/1"},
                         {"model", m.name},
                         {"total_params", total.value()},
+                        {"active_params", active_params(inv, m).value()},
                         {"mtp_layers", m.mtp_layers},
                         {"router_bias", m.moe.router_bias},
                         {"by", by},
@@ -79,9 +80,16 @@ void CountCommand::run(std::ostream& out, std::ostream& err) const {
     out << j.dump(2) << "\n";
     return;
   }
-  if (f != Format::csv) t.rows.push_back({std::string("total"), total.value()});
-  if (by == "tensor" && f != Format::csv) t.rows.back() = {std::string("total"), std::string(""), std::string(""),
-                                                          std::string(""), std::string(""), total.value()};
+  if (f != Format::csv) {
+    t.rows.push_back({std::string("total"), total.value()});
+    t.rows.push_back({std::string("active per token (top-k routed experts, MTP excluded)"), active_params(inv, m).value()});
+  }
+  if (by == "tensor" && f != Format::csv) {
+    t.rows.pop_back();
+    t.rows.back() = {std::string("total"), std::string(""), std::string(""), std::string(""), std::string(""), total.value()};
+    t.rows.push_back({std::string("active per token"), std::string(""), std::string(""), std::string(""), std::string(""),
+                      active_params(inv, m).value()});
+  }
   render(t, f, out);
 }
 
