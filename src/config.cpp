@@ -1,6 +1,7 @@
 #include "moemem/config.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moemem/errors.hpp"
+#include "moemem/inventory.hpp"
 
 namespace moemem {
 
@@ -41,8 +43,13 @@ std::string source_field(const std::string& source, std::string_view key) {
   return fmt::format("{}: {}", source, key);
 }
 
+// Counts (layers, experts) beyond this are refused: far above any real model, and small enough
+// that the inventory (one entry per tensor per layer) stays a few megabytes.
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 16;
+
 std::int64_t get_int(const json& j, std::string_view key, const std::string& source,
-                     std::optional<std::int64_t> fallback = std::nullopt, std::int64_t min = 1) {
+                     std::optional<std::int64_t> fallback = std::nullopt, std::int64_t min = 1,
+                     std::int64_t max = kMaxDim) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     if (fallback) return *fallback;
@@ -52,12 +59,12 @@ std::int64_t get_int(const json& j, std::string_view key, const std::string& sou
     throw InputError(source_field(source, key), it->dump(), "an integer");
   }
   // Unsigned values above INT64_MAX are refused rather than wrapped.
-  if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxDim)) {
-    throw InputError(source_field(source, key), it->dump(), fmt::format("an integer from {} to {}", min, kMaxDim));
+  if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
+    throw InputError(source_field(source, key), it->dump(), fmt::format("an integer from {} to {}", min, max));
   }
   const auto v = it->get<std::int64_t>();
-  if (v < min || v > kMaxDim) {
-    throw InputError(source_field(source, key), it->dump(), fmt::format("an integer from {} to {}", min, kMaxDim));
+  if (v < min || v > max) {
+    throw InputError(source_field(source, key), it->dump(), fmt::format("an integer from {} to {}", min, max));
   }
   return v;
 }
@@ -82,7 +89,7 @@ void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
   m.attention = AttentionKind::mla;
   m.hidden = get_int(j, "hidden_size", source);
   m.vocab = get_int(j, "vocab_size", source);
-  m.num_layers = get_int(j, "num_hidden_layers", source);
+  m.num_layers = get_int(j, "num_hidden_layers", source, std::nullopt, 1, kMaxCount);
   m.num_heads = get_int(j, "num_attention_heads", source);
   m.num_kv_heads = get_int(j, "num_key_value_heads", source, m.num_heads);
   m.dense_ffn = get_int(j, "intermediate_size", source);
@@ -91,7 +98,7 @@ void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
   m.mla.qk_nope_head_dim = get_int(j, "qk_nope_head_dim", source);
   m.mla.qk_rope_head_dim = get_int(j, "qk_rope_head_dim", source);
   m.mla.v_head_dim = get_int(j, "v_head_dim", source);
-  m.moe.num_routed_experts = get_int(j, "n_routed_experts", source, 0, 0);
+  m.moe.num_routed_experts = get_int(j, "n_routed_experts", source, 0, 0, kMaxCount);
   if (m.moe.num_routed_experts > 0) {
     m.moe.num_shared_experts = get_int(j, "n_shared_experts", source, 0, 0);
     m.moe.top_k = get_int(j, "num_experts_per_tok", source);
@@ -114,7 +121,7 @@ void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
   // DeepSeek-V3's "noaux_tc" routing keeps a per-expert score-correction bias in each router.
   const auto tm = j.find("topk_method");
   m.moe.router_bias = m.is_moe() && tm != j.end() && tm->is_string() && tm->get<std::string>() == "noaux_tc";
-  m.mtp_layers = get_int(j, "num_nextn_predict_layers", source, 0, 0);
+  m.mtp_layers = get_int(j, "num_nextn_predict_layers", source, 0, 0, 16);
 }
 
 // Multi-head / grouped-query attention families (Llama, Mistral, Mixtral, Qwen2/3, DeepSeek-V1).
@@ -127,7 +134,7 @@ void parse_gqa_common(const json& j, const std::string& source, ModelSpec& m,
   m.attention = AttentionKind::gqa;
   m.hidden = get_int(j, "hidden_size", source);
   m.vocab = get_int(j, "vocab_size", source);
-  m.num_layers = get_int(j, "num_hidden_layers", source);
+  m.num_layers = get_int(j, "num_hidden_layers", source, std::nullopt, 1, kMaxCount);
   m.num_heads = get_int(j, "num_attention_heads", source);
   m.num_kv_heads = get_int(j, "num_key_value_heads", source, m.num_heads);
   if (m.num_heads % m.num_kv_heads != 0) {
@@ -161,7 +168,7 @@ void parse_mixtral(const json& j, const std::string& source, ModelSpec& m, std::
   used.insert("num_local_experts");
   used.insert("num_experts_per_tok");
   m.naming = NamingStyle::mixtral;
-  m.moe.num_routed_experts = get_int(j, "num_local_experts", source);
+  m.moe.num_routed_experts = get_int(j, "num_local_experts", source, std::nullopt, 1, kMaxCount);
   m.moe.top_k = get_int(j, "num_experts_per_tok", source);
   m.moe.expert_ffn = m.dense_ffn;
   m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::moe);
@@ -186,7 +193,7 @@ void parse_qwen(const json& j, const std::string& source, ModelSpec& m, std::set
                         "mlp_only_layers", "shared_expert_intermediate_size"}) {
     used.insert(k);
   }
-  m.moe.num_routed_experts = get_int(j, "num_experts", source);
+  m.moe.num_routed_experts = get_int(j, "num_experts", source, std::nullopt, 1, kMaxCount);
   m.moe.top_k = get_int(j, "num_experts_per_tok", source);
   m.moe.expert_ffn = get_int(j, "moe_intermediate_size", source);
   if (m.model_type == "qwen2_moe") {
@@ -221,7 +228,7 @@ void parse_deepseek_v1(const json& j, const std::string& source, ModelSpec& m,
   }
   m.naming = NamingStyle::deepseek;
   m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);
-  m.moe.num_routed_experts = get_int(j, "n_routed_experts", source, 0, 0);
+  m.moe.num_routed_experts = get_int(j, "n_routed_experts", source, 0, 0, kMaxCount);
   if (m.moe.num_routed_experts > 0) {
     m.moe.num_shared_experts = get_int(j, "n_shared_experts", source, 0, 0);
     m.moe.top_k = get_int(j, "num_experts_per_tok", source);
@@ -238,6 +245,12 @@ void parse_deepseek_v1(const json& j, const std::string& source, ModelSpec& m,
 }
 
 std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw InputError("--model", path,
+                     fmt::format("a preset name ({}) or the path of a readable config.json file",
+                                 fmt::join(preset_names(), ", ")));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw InputError("--model", path,
@@ -329,6 +342,13 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& source)
     if (!used.contains(key) && !kNoMemoryEffect.contains(key)) m.unrecognised_keys.push_back(key);
   }
   validate_model(m);
+  // Every tensor's size must fit in 64 bits; say which config is to blame if one does not.
+  try {
+    (void)build_inventory(m).total();
+  } catch (const OverflowError&) {
+    throw InputError(source_field(source, "hidden_size/intermediate sizes/expert counts"), "too large",
+                     "sizes whose products (tensor and model sizes) fit in 64 bits");
+  }
   return m;
 }
 

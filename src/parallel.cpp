@@ -48,11 +48,13 @@ Layout resolve_layout(const ModelSpec& m, const ParallelConfig& p) {
 
   Layout out;
   out.config = p;
-  const auto world = checked_mul(checked_mul(static_cast<std::uint64_t>(p.tp), static_cast<std::uint64_t>(p.pp), "world size"),
-                                 checked_mul(static_cast<std::uint64_t>(p.cp), static_cast<std::uint64_t>(p.dp), "world size"),
-                                 "world size");
-  if (world > static_cast<std::uint64_t>(kMaxWorld)) {
-    throw InputError("world size (tp*pp*cp*dp)", std::to_string(world), fmt::format("at most {} GPUs", kMaxWorld));
+  std::uint64_t world = 1;
+  bool overflow = false;
+  for (const auto d : {p.tp, p.pp, p.cp, p.dp}) overflow |= __builtin_mul_overflow(world, static_cast<std::uint64_t>(d), &world);
+  if (overflow || world > static_cast<std::uint64_t>(kMaxWorld)) {
+    throw InputError("world size (tp*pp*cp*dp)",
+                     fmt::format("{}*{}*{}*{} = {}", p.tp, p.pp, p.cp, p.dp, overflow ? "more than 2^64" : std::to_string(world)),
+                     fmt::format("at most {} GPUs", kMaxWorld));
   }
   out.world_size = static_cast<std::int64_t>(world);
 

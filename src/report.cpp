@@ -1,5 +1,8 @@
 #include "moemem/report.hpp"
 
+#include <fmt/format.h>
+
+#include "moemem/errors.hpp"
 #include "moemem/sharding.hpp"
 
 namespace moemem {
@@ -71,9 +74,14 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
   }
 
   // Activations: the terms of one layer of each kind, once.
-  const Bytes dense_layer = kept_bytes(layer_activation_terms(profile, m, layout, t, LayerKind::dense), t.recompute);
-  const Bytes moe_layer = m.is_moe() ? kept_bytes(layer_activation_terms(profile, m, layout, t, LayerKind::moe), t.recompute)
-                                     : Bytes{};
+  Bytes dense_layer, moe_layer;
+  try {
+    dense_layer = kept_bytes(layer_activation_terms(profile, m, layout, t, LayerKind::dense), t.recompute);
+    if (m.is_moe()) moe_layer = kept_bytes(layer_activation_terms(profile, m, layout, t, LayerKind::moe), t.recompute);
+  } catch (const OverflowError&) {
+    throw InputError("--micro-batch/--seq-len", fmt::format("{} x {}", t.micro_batch, t.seq_len),
+                     "a batch and sequence whose activation sizes fit in 64 bits");
+  }
   const Bytes mtp_layer = m.is_moe() ? moe_layer : dense_layer;
 
   const auto dense_group = p.dp * p.cp;

@@ -26,8 +26,19 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   count.setup(app);
   paper.setup(app);
 
+  // A first word that is neither a flag nor a command is most likely a misspelt command.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string first = argv[1];
+    if (first != "analyze" && first != "count" && first != "paper") {
+      err << fmt::format("moemem: error: command: '{}' is not accepted; expected one of analyze, count, paper\n", first);
+      return kExitBadInput;
+    }
+  }
   try {
     app.parse(argc, argv);
+  } catch (const InputError& e) {
+    err << "moemem: error: " << e.what() << "\n";
+    return kExitBadInput;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e, out, err);
   } catch (const CLI::CallForAllHelp& e) {

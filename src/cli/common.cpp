@@ -8,19 +8,39 @@
 
 namespace moemem::cli {
 
+std::int64_t parse_int(const std::string& text, const char* field) {
+  std::int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ptr != end || ec == std::errc::invalid_argument) {
+    throw InputError(field, text, "an integer");
+  }
+  if (ec == std::errc::result_out_of_range) throw InputError(field, text, "an integer that fits in 64 bits");
+  return v;
+}
+
+void add_int(CLI::App& app, const char* flag, std::int64_t& target, const char* help) {
+  app.add_option_function<std::string>(flag, [&target, flag](const std::string& s) { target = parse_int(s, flag); }, help)
+      ->default_str(std::to_string(target))
+      ->type_name("INT");
+}
+
 void add_model_options(CLI::App& app, ModelOptions& o) {
   app.add_option("--model", o.model, "Preset name (deepseek-v3, deepseek-v2, deepseek-v2-lite) or path to a config.json")
       ->capture_default_str();
-  app.add_option("--mtp", o.mtp, "Multi-token-prediction depths to include (default: the config's, 0 in the paper profile)");
+  app.add_option_function<std::string>(
+         "--mtp", [&o](const std::string& s) { o.mtp = parse_int(s, "--mtp"); },
+         "Multi-token-prediction depths to include (default: the config's, 0 in the paper profile)")
+      ->type_name("INT");
 }
 
 void add_layout_options(CLI::App& app, LayoutOptions& o) {
-  app.add_option("--tp", o.tp, "Tensor-parallel degree")->capture_default_str();
-  app.add_option("--pp", o.pp, "Pipeline-parallel degree (stages)")->capture_default_str();
-  app.add_option("--dp", o.dp, "Data-parallel degree")->capture_default_str();
-  app.add_option("--cp", o.cp, "Context-parallel degree")->capture_default_str();
-  app.add_option("--ep", o.ep, "Expert-parallel degree")->capture_default_str();
-  app.add_option("--etp", o.etp, "Expert-tensor-parallel degree")->capture_default_str();
+  add_int(app, "--tp", o.tp, "Tensor-parallel degree");
+  add_int(app, "--pp", o.pp, "Pipeline-parallel degree (stages)");
+  add_int(app, "--dp", o.dp, "Data-parallel degree");
+  add_int(app, "--cp", o.cp, "Context-parallel degree");
+  add_int(app, "--ep", o.ep, "Expert-parallel degree");
+  add_int(app, "--etp", o.etp, "Expert-tensor-parallel degree");
   app.add_flag("--sp", o.sp, "Sequence parallelism (split non-attention activations over tp)");
   app.add_option("--layers-per-stage", o.layers_per_stage,
                  "Decoder layers on each pipeline stage, e.g. 4,4,...,1 (default: ceil(L/pp), the last stage the rest)");
@@ -28,9 +48,9 @@ void add_layout_options(CLI::App& app, LayoutOptions& o) {
 
 void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--profile", o.profile, "Accounting profile: paper")->capture_default_str();
-  app.add_option("--micro-batch", o.micro_batch, "Micro-batch size b")->capture_default_str();
-  app.add_option("--seq-len", o.seq_len, "Sequence length s")->capture_default_str();
-  app.add_option("--zero", o.zero, "ZeRO stage 0-3")->capture_default_str();
+  add_int(app, "--micro-batch", o.micro_batch, "Micro-batch size b");
+  add_int(app, "--seq-len", o.seq_len, "Sequence length s");
+  add_int(app, "--zero", o.zero, "ZeRO stage 0-3");
   app.add_option("--recompute", o.recompute, "Activation recomputation: none|full")->capture_default_str();
   app.add_option("--overhead", o.overhead,
                  "Which end of the profile's buffer/fragmentation range enters totals: none|low|high")

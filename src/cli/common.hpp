@@ -43,6 +43,11 @@ void add_layout_options(CLI::App& app, LayoutOptions& o);
 void add_training_options(CLI::App& app, TrainingOptions& o);
 void add_format_option(CLI::App& app, std::string& format);
 
+// Parses a whole decimal integer; the error names `field` and repeats the text as typed.
+std::int64_t parse_int(const std::string& text, const char* field);
+// Registers an integer flag parsed by parse_int.
+void add_int(CLI::App& app, const char* flag, std::int64_t& target, const char* help);
+
 // Parses "4,4,4,1"; every item must be a non-negative integer.
 std::vector<std::int64_t> parse_int_list(const std::string& text, const char* field);
 

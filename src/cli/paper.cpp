@@ -123,9 +123,8 @@ void PaperCommand::setup(CLI::App& root) {
   layout.sp = true;
   add_model_options(*app, model);
   add_layout_options(*app, layout);
-  app->add_option("--seq-len", training.seq_len, "Sequence length s")->capture_default_str();
-  app->add_option("--stage", stage, "Pipeline stage whose device the static, ZeRO and activation tables describe")
-      ->capture_default_str();
+  add_int(*app, "--seq-len", training.seq_len, "Sequence length s");
+  add_int(*app, "--stage", stage, "Pipeline stage whose device the static, ZeRO and activation tables describe");
   add_format_option(*app, format);
 }
 
@@ -180,7 +179,8 @@ void PaperCommand::run(std::ostream& out, std::ostream& err) const {
     for (int z = 0; z <= 3; ++z) {
       TrainingConfig tz = t0;
       tz.zero = z;
-      const auto& s = analyze(e.model, e.inventory, prof, e.layout, tz).stages[idx(stage)];
+      const MemoryReport rz = analyze(e.model, e.inventory, prof, e.layout, tz);
+      const auto& s = rz.stages[idx(stage)];
       const Bytes total = s.bytes.weights + s.bytes.gradients + s.bytes.optimizer;
       t.rows.push_back({z == 0 ? std::string("none") : std::to_string(z), GibBytes{s.bytes.weights.value()},
                         GibBytes{s.bytes.gradients.value()}, GibBytes{s.bytes.optimizer.value()}, GibBytes{total.value()}});

@@ -20,6 +20,9 @@ struct GoldenCase {
   double tolerance = 0;
 };
 
+// Shown by GoogleTest in test names and failures instead of raw bytes.
+void PrintTo(const GoldenCase& g, std::ostream* os) { *os << g.file << ":" << g.name; }
+
 std::vector<GoldenCase> load_cases() {
   std::vector<GoldenCase> out;
   for (const auto& entry : std::filesystem::directory_iterator(MOEMEM_GOLDEN_DIR)) {
