@@ -6,6 +6,7 @@ namespace moemem {
 
 unsigned bits_of(DType t) {
   switch (t) {
+    case DType::int64: return 64;
     case DType::fp32: return 32;
     case DType::bf16:
     case DType::fp16: return 16;
@@ -22,6 +23,7 @@ std::string_view name_of(DType t) {
     case DType::fp16: return "fp16";
     case DType::fp8: return "fp8";
     case DType::int8: return "int8";
+    case DType::int64: return "int64";
   }
   return "?";
 }

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "moemem/errors.hpp"
 #include "moemem/units.hpp"
 
@@ -22,7 +25,173 @@ void check_divides(std::int64_t whole, const char* what, std::int64_t by, const 
   }
 }
 
+std::string list_text(const std::vector<std::int64_t>& v) { return fmt::format("{}", fmt::join(v, ",")); }
+
+// Decoder layers per chunk for Megatron's uneven first/last split: the given end stages, the
+// rest divided evenly over the middle ones.
+std::vector<std::int64_t> first_last_split(const ModelSpec& m, const ParallelConfig& p, std::int64_t n) {
+  if (n != p.pp) {
+    throw InputError("--decoder-first/last-pipeline-num-layers", "with virtual stages",
+                     "no --vpp and no dualpipev (use --pipeline-model-parallel-layout for those)");
+  }
+  const std::int64_t first = p.first_stage_layers.value_or(-1), last = p.last_stage_layers.value_or(-1);
+  for (const auto& [v, flag] : {std::pair{first, "--decoder-first-pipeline-num-layers"},
+                               std::pair{last, "--decoder-last-pipeline-num-layers"}}) {
+    if ((v < 0 && v != -1) || v > m.num_layers) {
+      throw InputError(flag, std::to_string(v), fmt::format("a layer count from 0 to {}", m.num_layers));
+    }
+  }
+  const std::int64_t fixed_stages = (first >= 0 ? 1 : 0) + (last >= 0 ? 1 : 0);
+  const std::int64_t rest = m.num_layers - std::max<std::int64_t>(first, 0) - std::max<std::int64_t>(last, 0);
+  const std::int64_t middle = n - fixed_stages;
+  if (n < fixed_stages || rest < 0 || (middle == 0 && rest != 0) || (middle > 0 && rest % middle != 0)) {
+    throw InputError("--decoder-first/last-pipeline-num-layers", fmt::format("first {} last {}", first, last),
+                     fmt::format("counts leaving the other {} stages an equal share of the remaining {} of {} layers",
+                                 std::max<std::int64_t>(middle, 0), rest, m.num_layers));
+  }
+  std::vector<std::int64_t> split(static_cast<std::size_t>(n), middle > 0 ? rest / middle : 0);
+  if (first >= 0) split.front() = first;
+  if (last >= 0) split.back() = last;
+  return split;
+}
+
+std::vector<Chunk> chunks_from_layout_string(const ModelSpec& m, const ParallelConfig& p, std::int64_t n) {
+  const auto stages = parse_pipeline_layout(p.pipeline_layout);
+  const char* flag = "--pipeline-model-parallel-layout";
+  if (static_cast<std::int64_t>(stages.size()) != n) {
+    throw InputError(flag, p.pipeline_layout,
+                     fmt::format("{} stages separated by '|' (pp {} x virtual stages), not {}", n, p.pp, stages.size()));
+  }
+  std::int64_t e = 0, t = 0, mt = 0, l = 0;
+  for (const auto& s : stages) {
+    e += s.embedding;
+    t += s.decoder;
+    mt += s.mtp;
+    l += s.loss;
+  }
+  if (e != 1 || l != 1) throw InputError(flag, p.pipeline_layout, "exactly one E (embedding) and one L (loss)");
+  if (t != m.num_layers) {
+    throw InputError(flag, fmt::format("{} ({} t)", p.pipeline_layout, t), fmt::format("{} t, one per decoder layer", m.num_layers));
+  }
+  if (mt != 0 && mt != m.mtp_layers) {
+    throw InputError(flag, fmt::format("{} ({} m)", p.pipeline_layout, mt),
+                     fmt::format("as many m as MTP depths ({}; set --mtp)", m.mtp_layers));
+  }
+  std::vector<Chunk> chunks;
+  std::int64_t layer = 0, mtp = 0;
+  for (const auto& s : stages) {
+    Chunk c;
+    c.first_layer = layer;
+    c.num_layers = s.decoder;
+    c.embedding = s.embedding > 0;
+    c.loss = s.loss > 0;
+    c.first_mtp = mtp;
+    c.mtp_depths = s.mtp;
+    layer += s.decoder;
+    mtp += s.mtp;
+    chunks.push_back(c);
+  }
+  if (mt == 0) {  // MTP not placed by the layout: it goes with the loss
+    for (auto& c : chunks) {
+      if (c.loss) c.mtp_depths = m.mtp_layers;
+    }
+  }
+  return chunks;
+}
+
+std::vector<Chunk> cut_into_chunks(const ModelSpec& m, const ParallelConfig& p, std::int64_t n) {
+  if (!p.pipeline_layout.empty()) return chunks_from_layout_string(m, p, n);
+  if (n > m.num_layers) {
+    throw InputError("--pp", std::to_string(p.pp),
+                     fmt::format("at most the number of layers ({}) in pipeline chunks (here {}); a layout string "
+                                 "can place more",
+                                 m.num_layers, n));
+  }
+  std::vector<std::int64_t> split;
+  if (!p.layers_per_stage.empty()) {
+    split = p.layers_per_stage;
+    if (static_cast<std::int64_t>(split.size()) != n) {
+      throw InputError("--layers-per-stage", list_text(split),
+                       fmt::format("exactly {} comma-separated layer counts (one per pipeline chunk)", n));
+    }
+    std::int64_t sum = 0;
+    for (const auto k : split) {
+      if (k < 0 || k > m.num_layers) {
+        throw InputError("--layers-per-stage", std::to_string(k), fmt::format("layer counts from 0 to {}", m.num_layers));
+      }
+      sum += k;
+    }
+    if (sum != m.num_layers) {
+      throw InputError("--layers-per-stage", fmt::format("{} (sum {})", list_text(split), sum),
+                       fmt::format("layer counts that sum to the model's {} layers", m.num_layers));
+    }
+  } else if (p.first_stage_layers || p.last_stage_layers) {
+    split = first_last_split(m, p, n);
+  } else if (p.account_for_embedding || p.account_for_loss) {
+    // Megatron: the embedding and/or the loss count as one layer each in an even split.
+    const std::int64_t e = p.account_for_embedding ? 1 : 0, l = p.account_for_loss ? 1 : 0;
+    const std::int64_t units = m.num_layers + e + l;
+    if (units % n != 0) {
+      throw InputError("--account-for-embedding/loss-in-pipeline-split", fmt::format("{} layers + {} + {}", m.num_layers, e, l),
+                       fmt::format("a total divisible by the {} pipeline chunks", n));
+    }
+    split.assign(static_cast<std::size_t>(n), units / n);
+    split.front() -= e;
+    split.back() -= l;
+    if (split.front() < 0 || split.back() < 0) {
+      throw InputError("--account-for-embedding/loss-in-pipeline-split", "on", "chunks large enough to hold a layer");
+    }
+  } else {
+    split = default_layer_split(m.num_layers, n);
+  }
+  std::vector<Chunk> chunks;
+  std::int64_t first = 0;
+  for (const auto k : split) {
+    chunks.push_back(Chunk{first, k, false, false, 0, 0});
+    first += k;
+  }
+  chunks.front().embedding = true;
+  chunks.back().loss = true;
+  chunks.back().mtp_depths = m.mtp_layers;
+  return chunks;
+}
+
 }  // namespace
+
+std::int64_t Layout::chunk_of_layer(std::int64_t layer) const {
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    if (layer >= chunks[c].first_layer && layer < chunks[c].first_layer + chunks[c].num_layers) return static_cast<std::int64_t>(c);
+  }
+  return 0;
+}
+
+std::int64_t Layout::chunk_with_embedding() const {
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    if (chunks[c].embedding) return static_cast<std::int64_t>(c);
+  }
+  return 0;
+}
+
+std::int64_t Layout::chunk_with_loss() const {
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    if (chunks[c].loss) return static_cast<std::int64_t>(c);
+  }
+  return static_cast<std::int64_t>(chunks.size()) - 1;
+}
+
+std::int64_t Layout::chunk_of_mtp(std::int64_t depth) const {
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    if (depth >= chunks[c].first_mtp && depth < chunks[c].first_mtp + chunks[c].mtp_depths) return static_cast<std::int64_t>(c);
+  }
+  return chunk_with_loss();
+}
+
+bool Layout::rank_holds(std::int64_t rank, std::int64_t chunk) const {
+  for (const auto c : rank_chunks[static_cast<std::size_t>(rank)]) {
+    if (c == chunk) return true;
+  }
+  return false;
+}
 
 std::vector<std::int64_t> default_layer_split(std::int64_t num_layers, std::int64_t pp) {
   const std::int64_t per = (num_layers + pp - 1) / pp;
@@ -76,33 +245,46 @@ Layout resolve_layout(const ModelSpec& m, const ParallelConfig& p) {
   }
   out.edp = dense_ranks / (p.ep * p.etp);
 
-  if (p.pp > m.num_layers) {
-    throw InputError("--pp", std::to_string(p.pp), fmt::format("at most the number of layers ({})", m.num_layers));
-  }
-  std::vector<std::int64_t> split = p.layers_per_stage;
-  if (split.empty()) {
-    split = default_layer_split(m.num_layers, p.pp);
-  } else {
-    if (static_cast<std::int64_t>(split.size()) != p.pp) {
-      throw InputError("--layers-per-stage", fmt::format("{}", fmt::join(split, ",")),
-                       fmt::format("exactly pp = {} comma-separated layer counts", p.pp));
+  check_degree(p.vpp, "--vpp");
+  Schedule& sched = out.config.schedule;
+  if (p.vpp > 1) {
+    if (sched == Schedule::one_f_one_b) sched = Schedule::interleaved;
+    if (sched != Schedule::interleaved) {
+      throw InputError("--schedule", std::string(name_of(sched)), "1f1b or interleaved when --vpp > 1");
     }
-    std::int64_t sum = 0;
-    for (const auto n : split) {
-      if (n < 0 || n > m.num_layers) {
-        throw InputError("--layers-per-stage", std::to_string(n), fmt::format("layer counts from 0 to {}", m.num_layers));
+  } else if (sched == Schedule::interleaved) {
+    throw InputError("--vpp", std::to_string(p.vpp), "at least 2 for the interleaved schedule");
+  }
+  if (sched == Schedule::dualpipe && p.pp % 2 != 0) {
+    throw InputError("--pp", std::to_string(p.pp), "an even number of stages for dualpipe");
+  }
+  const std::int64_t num_chunks = sched == Schedule::interleaved ? p.pp * p.vpp
+                                  : sched == Schedule::dualpipev ? 2 * p.pp
+                                                                 : p.pp;
+  out.chunks = cut_into_chunks(m, p, num_chunks);
+
+  out.rank_chunks.resize(static_cast<std::size_t>(p.pp));
+  for (std::int64_t r = 0; r < p.pp; ++r) {
+    auto& held = out.rank_chunks[static_cast<std::size_t>(r)];
+    if (sched == Schedule::dualpipe) {
+      // DualPipe: each rank holds stage r for one direction and stage pp-1-r for the other.
+      held = {r, p.pp - 1 - r};
+    } else if (sched == Schedule::dualpipev) {
+      // DualPipeV: 2pp chunks folded into a V, rank r holding chunks r and 2pp-1-r.
+      held = {r, 2 * p.pp - 1 - r};
+    } else {
+      for (std::int64_t c = r; c < num_chunks; c += p.pp) held.push_back(c);
+    }
+    StageRange range{-1, 0};
+    for (const auto c : held) {
+      const auto& ch = out.chunks[static_cast<std::size_t>(c)];
+      if (ch.num_layers > 0 && (range.first_layer < 0 || ch.first_layer < range.first_layer)) {
+        range.first_layer = ch.first_layer;
       }
-      sum += n;
+      range.num_layers += ch.num_layers;
     }
-    if (sum != m.num_layers) {
-      throw InputError("--layers-per-stage", fmt::format("{} (sum {})", fmt::join(split, ","), sum),
-                       fmt::format("layer counts that sum to the model's {} layers", m.num_layers));
-    }
-  }
-  std::int64_t first = 0;
-  for (const auto n : split) {
-    out.stages.push_back({first, n});
-    first += n;
+    if (range.first_layer < 0) range.first_layer = 0;
+    out.stages.push_back(range);
   }
   return out;
 }

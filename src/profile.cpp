@@ -140,8 +140,8 @@ void paper_layer_activations(const ActivationContext& c, LayerKind kind, std::ve
   }
 }
 
-// The report analyses a single micro-batch.
-std::int64_t paper_in_flight(std::int64_t, const Layout&, const TrainingConfig&) { return 1; }
+// The report has no terms for embedding, head, loss or MTP.
+void paper_chunk_activations(const ActivationContext&, const Chunk&, std::vector<ActivationTerm>&) {}
 
 const Profile kPaper{
     "paper",
@@ -150,10 +150,15 @@ const Profile kPaper{
     paper_zero_group,
     paper_accounts,
     paper_layer_activations,
-    paper_in_flight,
+    paper_chunk_activations,
     PrecisionRecipe{DType::bf16, DType::fp32, DType::fp32, DType::bf16, DType::bf16},
     // §7: 0.8 to 2 "GB" (the report's GB are GiB) of buffers, 5% to 30% fragmentation.
     OverheadModel{Bytes::from_gib(0.8), Bytes::from_gib(2.0), 5, 30},
+    false,
+    true,
+    false,
+    0,
+    AttentionKernel::eager,
     false,
     {
         "TP splits W_UQ, W_UK, W_UV, W_O; W_DQ, W_QR, W_DKV, W_KR, norms, router and shared experts are whole on every TP rank",
@@ -167,14 +172,227 @@ const Profile kPaper{
     },
 };
 
+
+// ---------------------------------------------------------------------------------------------
+// megatron: what Megatron-Core allocates and saves (read in Megatron-LM's megatron/core:
+// transformer/multi_latent_attention.py, transformer/moe/*, models/gpt, optimizer/distrib_optimizer.py;
+// facts collected in shared/reference/training-memory-facts.md). bf16 weights, fp32 main
+// gradients and fp32 Adam states unless told otherwise; activations with a fused attention kernel.
+
+// MLA down-projections (q_a, kv_a with the shared RoPE key) are duplicated on every TP rank;
+// up-projections (q_b with its RoPE rows, kv_b) column-parallel; o_proj row-parallel. Dense and
+// shared-expert MLPs split like any Megatron MLP (fc1 column, fc2 row); router and norms
+// replicated; embedding and output head vocab-parallel. MTP's eh_proj is column-parallel.
+TpSplit megatron_tp_split(Role r) {
+  switch (r) {
+    case Role::q_up:
+    case Role::q_rope:
+    case Role::k_up:
+    case Role::v_up:
+    case Role::q_proj:
+    case Role::k_proj:
+    case Role::v_proj:
+    case Role::q_bias:
+    case Role::k_bias:
+    case Role::v_bias:
+    case Role::mlp_gate:
+    case Role::mlp_up:
+    case Role::mlp_gate_bias:
+    case Role::mlp_up_bias:
+    case Role::shared_gate:
+    case Role::shared_up:
+    case Role::mtp_eh_proj: return TpSplit::column;
+    case Role::o_proj:
+    case Role::mlp_down:
+    case Role::shared_down: return TpSplit::row;
+    case Role::embedding:
+    case Role::output_head:
+    case Role::mtp_embedding:
+    case Role::mtp_output_head: return TpSplit::vocab;
+    default: return TpSplit::replicated;
+  }
+}
+
+// The distributed optimizer shards routed-expert states over the expert data-parallel group and
+// everything else (shared experts and router included) over dp*cp.
+ZeroGroup megatron_zero_group(Role r) {
+  return module_of(r) == Module::routed_experts ? ZeroGroup::expert : ZeroGroup::dense;
+}
+
+bool megatron_accounts(const Tensor&) { return true; }
+
+struct MegatronDims {
+  std::int64_t b, s_local, tokens, tokens_sp, heads, tp;
+};
+
+MegatronDims megatron_dims(const ActivationContext& c) {
+  const auto& p = c.layout.config;
+  const std::int64_t s_local = c.training.seq_len / p.cp;
+  const std::int64_t tokens = c.training.micro_batch * s_local;
+  return {c.training.micro_batch, s_local, tokens, tokens / (p.sp ? p.tp : 1), c.model.num_heads / p.tp, p.tp};
+}
+
+// Attention block of one layer. The layer input is what full recomputation keeps.
+void megatron_attention(const ActivationContext& c, std::vector<ActivationTerm>& out) {
+  const auto& m = c.model;
+  const DType a = c.training.activation_dtype;
+  const auto d = megatron_dims(c);
+  out.push_back({"attn.input (layer input)", Module::attention, elems({d.tokens_sp, m.hidden}), a, true});
+  out.push_back({"attn.norm_output", Module::attention, elems({d.tokens_sp, m.hidden}), a, false});
+  std::int64_t qk_dim = 0, v_dim = 0, kv_heads = d.heads;
+  if (m.attention == AttentionKind::mla) {
+    const auto& l = m.mla;
+    // Down-projections are duplicated and run on the sequence-parallel tokens; their outputs
+    // feed the q/kv norms, whose outputs the column-parallel up-projections keep.
+    if (l.q_lora_rank > 0) {
+      out.push_back({"attn.q_compressed", Module::attention, elems({d.tokens_sp, l.q_lora_rank}), a, false});
+      out.push_back({"attn.q_compressed_norm", Module::attention, elems({d.tokens_sp, l.q_lora_rank}), a, false});
+    }
+    out.push_back({"attn.kv_compressed", Module::attention, elems({d.tokens_sp, l.kv_lora_rank}), a, false});
+    out.push_back({"attn.kv_compressed_norm", Module::attention, elems({d.tokens_sp, l.kv_lora_rank}), a, false});
+    qk_dim = l.qk_nope_head_dim + l.qk_rope_head_dim;
+    v_dim = l.v_head_dim;
+  } else {
+    qk_dim = v_dim = m.head_dim;
+    kv_heads = m.num_kv_heads / d.tp;
+    if (m.qk_norm) {
+      out.push_back({"attn.qk_norm_inputs", Module::attention, elems({d.tokens, d.heads + kv_heads, m.head_dim}), a, false});
+    }
+  }
+  // Inputs of the core attention (after RoPE), kept by both kernels.
+  out.push_back({"attn.q", Module::attention, elems({d.tokens, d.heads, qk_dim}), a, false});
+  out.push_back({"attn.k", Module::attention, elems({d.tokens, kv_heads, qk_dim}), a, false});
+  out.push_back({"attn.v", Module::attention, elems({d.tokens, kv_heads, v_dim}), a, false});
+  if (c.attention == AttentionKernel::eager) {
+    out.push_back({"attn.scores", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), a, false});
+    out.push_back({"attn.softmax", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), a, false});
+  } else {
+    out.push_back({"attn.softmax_lse", Module::attention, elems({d.b, d.heads, d.s_local}), DType::fp32, false});
+  }
+  // The attention output is kept once: by the kernel and as the input of the row-parallel o_proj.
+  out.push_back({"attn.context", Module::attention, elems({d.tokens, d.heads, v_dim}), a, false});
+}
+
+void megatron_mlp(const ActivationContext& c, std::int64_t ffn, Module mod, const char* fc1, const char* act,
+                  std::vector<ActivationTerm>& out) {
+  const DType a = c.training.activation_dtype;
+  const auto d = megatron_dims(c);
+  // Column-parallel fc1 keeps its (sequence-parallel) input, already counted as the norm output;
+  // SwiGLU keeps fc1's output (gate and up), fc2 keeps the activation's output.
+  out.push_back({fc1, mod, elems({d.tokens, 2 * ffn}, d.tp), a, false});
+  out.push_back({act, mod, elems({d.tokens, ffn}, d.tp), a, false});
+}
+
+void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
+  const auto& m = c.model;
+  const DType a = c.training.activation_dtype;
+  const auto d = megatron_dims(c);
+  megatron_attention(c, out);
+  const Module block = kind == LayerKind::moe ? Module::router : Module::dense_mlp;
+  out.push_back({"mlp.input", block, elems({d.tokens_sp, m.hidden}), a, false});
+  out.push_back({"mlp.norm_output", block, elems({d.tokens_sp, m.hidden}), a, false});
+  if (kind == LayerKind::dense) {
+    megatron_mlp(c, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output", out);
+    return;
+  }
+  const auto& e = m.moe;
+  const auto& p = c.layout.config;
+  // Router: fp32 scores for the score function's backward and a boolean routing map.
+  out.push_back({"router.scores", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::fp32, false});
+  out.push_back({"router.routing_map", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::int8, false});
+  // Balanced routing: the expert-parallel group's tokens, top-k copies each, spread evenly over
+  // its ep ranks, every expert-tensor-parallel rank of an expert seeing all of its tokens.
+  const std::int64_t routed =
+      static_cast<std::int64_t>(elems({d.tokens_sp, e.top_k, p.etp}).value());
+  out.push_back({"experts.fc1_input (permuted tokens)", Module::routed_experts, elems({routed, m.hidden}), a, false});
+  out.push_back({"experts.fc1_output", Module::routed_experts, elems({routed, 2 * e.expert_ffn}, p.etp), a, false});
+  out.push_back({"experts.act_output", Module::routed_experts, elems({routed, e.expert_ffn}, p.etp), a, false});
+  out.push_back({"experts.fc2_output (unpermute input)", Module::routed_experts, elems({routed, m.hidden}), a, false});
+  out.push_back({"experts.probs", Module::routed_experts, elems({routed}), DType::fp32, false});
+  if (e.shared_ffn > 0) {
+    megatron_mlp(c, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output", out);
+  }
+}
+
+// Embedding: the token ids (int64). Loss: the final norm's input and output and the logits of
+// b x s x padded_vocab/tp in the loss's dtype. MTP depth: its embedding and hidden-state norms,
+// the concatenation fed to eh_proj, its head norm and its own logits.
+void megatron_chunk_activations(const ActivationContext& c, const Chunk& chunk, std::vector<ActivationTerm>& out) {
+  const auto& m = c.model;
+  const DType a = c.training.activation_dtype;
+  const auto d = megatron_dims(c);
+  const Count logits = elems({d.tokens, c.padded_vocab}, d.tp);
+  if (chunk.embedding) {
+    out.push_back({"embedding.token_ids", Module::embedding, elems({d.tokens}), DType::int64, false});
+  }
+  if (chunk.loss) {
+    out.push_back({"head.final_norm_input", Module::output_head, elems({d.tokens_sp, m.hidden}), a, false});
+    out.push_back({"head.final_norm_output", Module::output_head, elems({d.tokens_sp, m.hidden}), a, false});
+    out.push_back({"loss.logits", Module::output_head, logits, c.training.logits_dtype, false});
+  }
+  for (std::int64_t k = 0; k < chunk.mtp_depths; ++k) {
+    out.push_back({"mtp.enorm_input", Module::mtp, elems({d.tokens_sp, m.hidden}), a, false});
+    out.push_back({"mtp.hnorm_input", Module::mtp, elems({d.tokens_sp, m.hidden}), a, false});
+    out.push_back({"mtp.eh_proj_input", Module::mtp, elems({d.tokens_sp, 2 * m.hidden}), a, false});
+    out.push_back({"mtp.head_norm_input", Module::mtp, elems({d.tokens_sp, m.hidden}), a, false});
+    out.push_back({"mtp.head_norm_output", Module::mtp, elems({d.tokens_sp, m.hidden}), a, false});
+    out.push_back({"mtp.logits", Module::mtp, logits, c.training.logits_dtype, false});
+  }
+}
+
+const Profile kMegatron{
+    "megatron",
+    "Megatron-Core: what its modules allocate and save (TP rules per matrix, distributed optimizer, "
+    "fused attention, pipeline schedules)",
+    megatron_tp_split,
+    megatron_zero_group,
+    megatron_accounts,
+    megatron_layer_activations,
+    megatron_chunk_activations,
+    // Megatron's default mixed precision: bf16 weights, fp32 main grads, fp32 master and moments
+    // (18 bytes per parameter, 6 + 12/d with the distributed optimizer).
+    PrecisionRecipe{DType::bf16, DType::fp32, DType::fp32, DType::fp32, DType::fp32},
+    // Not modelled yet: no buffer allowance, fragmentation as the report's low end.
+    OverheadModel{Bytes{}, Bytes{}, 0, 0},
+    true,
+    false,
+    true,
+    128,
+    AttentionKernel::flash,
+    true,
+    {
+        "MLA down-projections duplicated on every TP rank, up-projections column- and o_proj row-parallel; "
+        "dense and shared-expert MLPs split by TP; routed experts over ep x etp; router and norms replicated",
+        "embedding and output head vocab-parallel, vocabulary padded to a multiple of 128 x tp "
+        "(--make-vocab-size-divisible-by)",
+        "distributed optimizer (--distributed-optimizer, = --zero 1): master weights and moments over dp*cp, "
+        "routed experts over edp; main gradients whole in their own dtype",
+        "activations per module with sequence parallelism as set, fused attention by default (--attention eager "
+        "keeps the score matrices), no dropout; balanced routing",
+        "last stage: final norm, head and fp32 logits of the loss; MTP depths with their own logits and a copy "
+        "of the embedding where it is not already on the rank",
+        "micro-batches in flight from the schedule; full recomputation keeps each layer's input plus one "
+        "layer's activations while it is recomputed",
+        "buffers, fragmentation, CUDA context and communicator memory not included (allocated tensors only)",
+    },
+};
+
 }  // namespace
 
 const Profile& paper_profile() { return kPaper; }
+const Profile& megatron_profile() { return kMegatron; }
 
-std::vector<std::string_view> profile_names() { return {"paper"}; }
+std::vector<std::string_view> profile_names() { return {"megatron", "paper"}; }
+
+std::int64_t padded_vocab(std::int64_t vocab, std::int64_t multiple, std::int64_t tp) {
+  if (multiple <= 0) return vocab;
+  const std::int64_t unit = multiple * tp;
+  return (vocab + unit - 1) / unit * unit;
+}
 
 const Profile& get_profile(std::string_view name) {
   if (name == "paper") return kPaper;
+  if (name == "megatron") return kMegatron;
   throw InputError("--profile", std::string(name), fmt::format("one of: {}", fmt::join(profile_names(), ", ")));
 }
 

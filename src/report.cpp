@@ -1,5 +1,7 @@
 #include "moemem/report.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "moemem/errors.hpp"
@@ -11,23 +13,29 @@ namespace {
 
 std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
 
-}  // namespace
-
-std::int64_t stage_of(const Tensor& t, const Layout& layout, const std::vector<std::int64_t>& stage_of_layer) {
-  const auto last = static_cast<std::int64_t>(layout.stages.size()) - 1;
+// The chunk (model order) a tensor belongs to.
+std::int64_t chunk_of(const Tensor& t, const Layout& layout, std::int64_t num_layers) {
   switch (t.placement) {
-    case Placement::embedding: return 0;
-    case Placement::decoder: return stage_of_layer[idx(t.layer)];
-    case Placement::head:
-    case Placement::mtp: return last;
+    case Placement::embedding: return layout.chunk_with_embedding();
+    case Placement::decoder: return layout.chunk_of_layer(t.layer);
+    case Placement::head: return layout.chunk_with_loss();
+    case Placement::mtp: return layout.chunk_of_mtp(t.layer - num_layers);
   }
   return 0;
 }
 
+Bytes times(Bytes b, std::int64_t n, const char* what) {
+  return Bytes(checked_mul(b.value(), static_cast<std::uint64_t>(n), what));
+}
+
+}  // namespace
+
 std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const ModelSpec& m, const Layout& layout,
                                                    const TrainingConfig& t, LayerKind kind) {
   std::vector<ActivationTerm> terms;
-  profile.layer_activations(ActivationContext{m, layout, t}, kind, terms);
+  const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
+  profile.layer_activations(ActivationContext{m, layout, t, t.attention.value_or(profile.default_attention), vocab},
+                            kind, terms);
   return terms;
 }
 
@@ -35,66 +43,126 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
                      const TrainingConfig& t) {
   validate_training(t, layout);
   const auto& p = layout.config;
-  const auto num_stages = static_cast<std::int64_t>(layout.stages.size());
+  const AttentionKernel attention = t.attention.value_or(profile.default_attention);
+  if (attention == AttentionKernel::flash && !profile.supports_flash) {
+    throw InputError("--attention", "flash", fmt::format("eager for the {} profile (it models materialised scores)", profile.name));
+  }
+  const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), p.tp);
 
   MemoryReport r;
   r.model_name = m.name;
   r.profile = std::string(profile.name);
   r.layout = layout;
   r.training = t;
+  r.attention = attention;
+  r.microbatches = microbatches_per_step(t, layout);
+  r.padded_vocab = vocab;
   r.overhead = profile.overhead;
   for (const auto a : profile.assumptions) r.assumptions.emplace_back(a);
 
-  std::vector<std::int64_t> stage_of_layer(idx(m.num_layers), 0);
-  r.stages.resize(idx(num_stages));
-  for (std::int64_t s = 0; s < num_stages; ++s) {
+  const auto num_ranks = static_cast<std::int64_t>(layout.rank_chunks.size());
+  r.stages.resize(idx(num_ranks));
+  for (std::int64_t s = 0; s < num_ranks; ++s) {
     auto& st = r.stages[idx(s)];
     st.stage = s;
     st.layers = layout.stages[idx(s)];
-    for (std::int64_t l = 0; l < st.layers.num_layers; ++l) stage_of_layer[idx(st.layers.first_layer + l)] = s;
+    st.chunks = layout.rank_chunks[idx(s)];
+    st.model_chunks = static_cast<std::int64_t>(st.chunks.size());
+    for (const auto c : st.chunks) {
+      const auto& ch = layout.chunks[idx(c)];
+      st.has_embedding = st.has_embedding || ch.embedding;
+      st.has_head = st.has_head || ch.loss;
+      st.mtp_depths += ch.mtp_depths;
+      if (ch.num_layers > 0) st.last_layer = std::max(st.last_layer, ch.first_layer + ch.num_layers - 1);
+    }
   }
-  r.stages.front().has_embedding = true;
-  r.stages.back().has_head = true;
-  r.stages.back().mtp_depths = m.mtp_layers;
 
-  // Parameters: one pass over the inventory.
+  // Parameters: one pass over the inventory; a chunk held by two ranks (DualPipe) counts on both.
+  std::vector<std::vector<std::int64_t>> holders(layout.chunks.size());
+  for (std::int64_t s = 0; s < num_ranks; ++s) {
+    for (const auto c : layout.rank_chunks[idx(s)]) holders[idx(c)].push_back(s);
+  }
+  const std::int64_t embedding_chunk = layout.chunk_with_embedding(), loss_chunk = layout.chunk_with_loss();
   for (const auto& tensor : inv.tensors) {
     if (!profile.accounts(tensor)) continue;
     r.total_params += tensor.params();
-    const std::int64_t s = stage_of(tensor, layout, stage_of_layer);
-    // MTP's embedding/head copies are the main model's own tensors when both sit on one stage.
-    if (tensor.shared_in_training) {
-      const std::int64_t main_stage = tensor.role == Role::mtp_embedding ? 0 : num_stages - 1;
-      if (main_stage == s) continue;
+    const Count c = device_params(tensor, profile, p, vocab);
+    for (const auto s : holders[idx(chunk_of(tensor, layout, m.num_layers))]) {
+      // MTP's embedding/head copies are the main model's own tensors on a rank that holds those.
+      if (tensor.shared_in_training &&
+          layout.rank_holds(s, tensor.role == Role::mtp_embedding ? embedding_chunk : loss_chunk)) {
+        continue;
+      }
+      auto& st = r.stages[idx(s)];
+      (profile.zero_group(tensor.role) == ZeroGroup::expert ? st.params.expert : st.params.non_expert) += c;
+      st.params_by_module[static_cast<std::size_t>(tensor.module)] += c;
     }
-    auto& st = r.stages[idx(s)];
-    const Count c = device_params(tensor, profile, p);
-    (profile.zero_group(tensor.role) == ZeroGroup::expert ? st.params.expert : st.params.non_expert) += c;
-    st.params_by_module[static_cast<std::size_t>(tensor.module)] += c;
   }
 
-  // Activations: the terms of one layer of each kind, once.
-  Bytes dense_layer, moe_layer;
+  // Activations: the terms of one layer of each kind, once; then each chunk's extras.
+  Bytes dense_layer, moe_layer, dense_full, moe_full;
+  std::vector<Bytes> chunk_bytes(layout.chunks.size());
   try {
-    dense_layer = kept_bytes(layer_activation_terms(profile, m, layout, t, LayerKind::dense), t.recompute);
-    if (m.is_moe()) moe_layer = kept_bytes(layer_activation_terms(profile, m, layout, t, LayerKind::moe), t.recompute);
+    const auto dense_terms = layer_activation_terms(profile, m, layout, t, LayerKind::dense);
+    dense_layer = kept_bytes(dense_terms, t.recompute);
+    dense_full = kept_bytes(dense_terms, Recompute::none);
+    if (m.is_moe()) {
+      const auto moe_terms = layer_activation_terms(profile, m, layout, t, LayerKind::moe);
+      moe_layer = kept_bytes(moe_terms, t.recompute);
+      moe_full = kept_bytes(moe_terms, Recompute::none);
+    }
+    const Bytes mtp_layer = m.is_moe() ? moe_layer : dense_layer;
+    const ActivationContext ctx{m, layout, t, attention, vocab};
+    for (std::size_t c = 0; c < layout.chunks.size(); ++c) {
+      const auto& ch = layout.chunks[c];
+      Bytes b;
+      for (std::int64_t l = 0; l < ch.num_layers; ++l) {
+        b += m.layer_kinds[idx(ch.first_layer + l)] == LayerKind::moe ? moe_layer : dense_layer;
+      }
+      for (std::int64_t k = 0; k < ch.mtp_depths; ++k) b += mtp_layer;
+      std::vector<ActivationTerm> extra;
+      profile.chunk_activations(ctx, ch, extra);
+      b += kept_bytes(extra, t.recompute);
+      chunk_bytes[c] = b;
+    }
   } catch (const OverflowError&) {
     throw InputError("--micro-batch/--seq-len", fmt::format("{} x {}", t.micro_batch, t.seq_len),
                      "a batch and sequence whose activation sizes fit in 64 bits");
   }
-  const Bytes mtp_layer = m.is_moe() ? moe_layer : dense_layer;
 
   const auto dense_group = p.dp * p.cp;
   for (auto& st : r.stages) {
-    Bytes per_mb;
-    for (std::int64_t l = 0; l < st.layers.num_layers; ++l) {
-      per_mb += m.layer_kinds[idx(st.layers.first_layer + l)] == LayerKind::moe ? moe_layer : dense_layer;
+    for (const auto c : st.chunks) {
+      st.chunk_activations.push_back(chunk_bytes[idx(c)]);
+      st.activations_per_microbatch += chunk_bytes[idx(c)];
     }
-    for (std::int64_t k = 0; k < st.mtp_depths; ++k) per_mb += mtp_layer;
-    st.activations_per_microbatch = per_mb;
-    st.in_flight_microbatches = profile.in_flight_microbatches(st.stage, layout, t);
-    st.bytes.activations = Bytes(checked_mul(per_mb.value(), static_cast<std::uint64_t>(st.in_flight_microbatches),
-                                             "activation bytes"));
+    if (profile.single_microbatch) {
+      st.in_flight_microbatches = 1;
+      st.bytes.activations = st.activations_per_microbatch;
+    } else {
+      const InFlight f = in_flight(p.schedule, st.stage, p.pp, st.model_chunks, r.microbatches);
+      st.in_flight_microbatches = f.total;
+      if (p.schedule == Schedule::dualpipe || p.schedule == Schedule::dualpipev) {
+        // The published count is per device; charge it against the larger of the two chunks.
+        const Bytes larger = *std::max_element(st.chunk_activations.begin(), st.chunk_activations.end());
+        st.bytes.activations = times(larger, f.total, "activation bytes");
+      } else {
+        for (std::size_t i = 0; i < st.chunks.size(); ++i) {
+          st.bytes.activations += times(st.chunk_activations[i], f.per_chunk[i], "activation bytes");
+        }
+      }
+    }
+    if (profile.recompute_transient && t.recompute == Recompute::full && st.layers.num_layers > 0) {
+      bool has_moe = false, has_dense = false;
+      for (const auto c : st.chunks) {
+        const auto& ch = layout.chunks[idx(c)];
+        for (std::int64_t l = 0; l < ch.num_layers; ++l) {
+          (m.layer_kinds[idx(ch.first_layer + l)] == LayerKind::moe ? has_moe : has_dense) = true;
+        }
+      }
+      st.recompute_transient = std::max(has_moe ? moe_full : Bytes{}, has_dense ? dense_full : Bytes{});
+      st.bytes.activations += st.recompute_transient;
+    }
     const StateBytes sb = state_bytes(st.params, dense_group, layout.edp, t.zero, t.precision);
     st.bytes.weights = sb.weights;
     st.bytes.gradients = sb.gradients;
@@ -118,6 +186,23 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
     if (st.bytes.total() > r.stages[idx(r.peak_stage)].bytes.total()) r.peak_stage = st.stage;
   }
   return r;
+}
+
+std::vector<StageFit> fit(const MemoryReport& r, Bytes capacity) {
+  std::vector<StageFit> out;
+  for (const auto& st : r.stages) {
+    const std::uint64_t total = st.bytes.total().value(), cap = capacity.value();
+    StageFit f;
+    f.stage = st.stage;
+    f.fits = total <= cap;
+    // Both are far below 2^63 for any real report; saturate rather than wrap otherwise.
+    const auto diff = [](std::uint64_t a, std::uint64_t b) {
+      return static_cast<std::int64_t>(std::min<std::uint64_t>(a - b, static_cast<std::uint64_t>(INT64_MAX)));
+    };
+    f.headroom_bytes = f.fits ? diff(cap, total) : -diff(total, cap);
+    out.push_back(f);
+  }
+  return out;
 }
 
 }  // namespace moemem

@@ -14,7 +14,7 @@ std::uint64_t share(std::uint64_t n, std::int64_t k, std::int64_t r) {
 
 }  // namespace
 
-Count shard_params(const Tensor& t, TpSplit split, const ParallelConfig& p, ShardCoord at) {
+Count shard_params(const Tensor& t, TpSplit split, const ParallelConfig& p, ShardCoord at, std::int64_t vocab_rows) {
   if (t.is_routed_expert) {
     // Whole experts over ep; each expert's FFN dimension over etp.
     const std::uint64_t experts = share(u(t.copies), p.ep, at.ep_rank);
@@ -26,8 +26,13 @@ Count shard_params(const Tensor& t, TpSplit split, const ParallelConfig& p, Shar
   const std::uint64_t copies = u(t.copies);
   switch (split) {
     case TpSplit::replicated: return t.params();
-    case TpSplit::column:
     case TpSplit::vocab:
+      if (vocab_rows > t.rows) {
+        return Count(checked_mul(checked_mul(share(u(vocab_rows), p.tp, at.tp_rank), u(t.cols), "shard size"), copies,
+                                 "shard size"));
+      }
+      [[fallthrough]];
+    case TpSplit::column:
       return Count(checked_mul(checked_mul(share(u(t.rows), p.tp, at.tp_rank), u(t.cols), "shard size"), copies, "shard size"));
     case TpSplit::row:
       return Count(checked_mul(checked_mul(u(t.rows), share(u(t.cols), p.tp, at.tp_rank), "shard size"), copies, "shard size"));
@@ -35,8 +40,8 @@ Count shard_params(const Tensor& t, TpSplit split, const ParallelConfig& p, Shar
   return t.params();
 }
 
-Count device_params(const Tensor& t, const Profile& profile, const ParallelConfig& p) {
-  return shard_params(t, profile.tp_split(t.role), p, ShardCoord{});
+Count device_params(const Tensor& t, const Profile& profile, const ParallelConfig& p, std::int64_t vocab_rows) {
+  return shard_params(t, profile.tp_split(t.role), p, ShardCoord{}, vocab_rows);
 }
 
 }  // namespace moemem

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -16,6 +17,9 @@
 namespace moemem {
 
 enum class Recompute : std::uint8_t { none, full };
+
+// Attention kernel: eager keeps the score and softmax matrices, flash only output and log-sum-exp.
+enum class AttentionKernel : std::uint8_t { eager, flash };
 
 // Which point of a profile's buffer/fragmentation range enters the totals.
 enum class OverheadPoint : std::uint8_t { none, low, high };
@@ -32,7 +36,14 @@ struct TrainingConfig {
   PrecisionRecipe precision;
   DType activation_dtype = DType::bf16;
   OverheadPoint overhead = OverheadPoint::low;
+  std::optional<std::int64_t> global_batch;  // sequences per step; nullopt: enough to fill the pipeline
+  std::optional<AttentionKernel> attention;  // nullopt: the profile's default
+  DType logits_dtype = DType::fp32;          // dtype in which the loss keeps the logits
+  std::optional<std::int64_t> vocab_multiple;  // pad the vocabulary to a multiple of this x tp
 };
+
+// Micro-batches per step and pipeline: global_batch / (micro_batch * dp), or nullopt.
+[[nodiscard]] std::optional<std::int64_t> microbatches_per_step(const TrainingConfig& t, const Layout& layout);
 
 // Checks batch, sequence and ZeRO settings against the layout (e.g. the sequence must split
 // evenly over cp, and over tp when sequence parallelism is on). Throws InputError.
@@ -52,12 +63,15 @@ struct ActivationContext {
   const ModelSpec& model;
   const Layout& layout;
   const TrainingConfig& training;
+  AttentionKernel attention = AttentionKernel::eager;
+  std::int64_t padded_vocab = 0;  // vocabulary rows after the profile's padding
 };
 
 // Sum of the terms a layer keeps under `r`.
 [[nodiscard]] Bytes kept_bytes(const std::vector<ActivationTerm>& terms, Recompute r);
 
 [[nodiscard]] std::string_view name_of(Recompute r);
+[[nodiscard]] std::string_view name_of(AttentionKernel a);
 [[nodiscard]] std::string_view name_of(OverheadPoint p);
 
 }  // namespace moemem

@@ -10,7 +10,7 @@
 
 namespace moemem {
 
-enum class DType : std::uint8_t { fp32, bf16, fp16, fp8, int8 };
+enum class DType : std::uint8_t { fp32, bf16, fp16, fp8, int8, int64 };
 
 [[nodiscard]] unsigned bits_of(DType t);
 [[nodiscard]] std::string_view name_of(DType t);

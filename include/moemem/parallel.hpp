@@ -1,13 +1,17 @@
 // The parallel layout: tensor (tp), pipeline (pp), data (dp), context (cp), expert (ep) and
-// expert-tensor (etp) parallel degrees, sequence parallelism, and the assignment of decoder
-// layers to pipeline stages. resolve_layout() checks every rule against the model and derives
-// the expert data-parallel degree edp = tp*cp*dp / (ep*etp) and the world size.
+// expert-tensor (etp) parallel degrees, sequence parallelism, virtual pipeline stages and the
+// schedule, and the cut of the model into pipeline chunks held by each rank (pipeline.hpp).
+// resolve_layout() checks every rule against the model and derives the expert data-parallel
+// degree edp = tp*cp*dp / (ep*etp), the world size and the chunks.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "moemem/model.hpp"
+#include "moemem/pipeline.hpp"
 
 namespace moemem {
 
@@ -18,7 +22,14 @@ inline constexpr std::int64_t kMaxWorld = std::int64_t{1} << 24;
 struct ParallelConfig {
   std::int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 1;
   bool sp = false;  // sequence parallelism (splits the sequence of non-attention parts over tp)
-  std::vector<std::int64_t> layers_per_stage;  // empty: default split
+  std::int64_t vpp = 1;  // virtual pipeline stages (model chunks) per rank, interleaved schedule
+  Schedule schedule = Schedule::one_f_one_b;
+  // How decoder layers are cut into chunks; at most one of these is used, in this order:
+  std::string pipeline_layout;                 // Megatron layout string, e.g. "Et|(tt|)*30mL"
+  std::vector<std::int64_t> layers_per_stage;  // decoder layers of each chunk, model order
+  std::optional<std::int64_t> first_stage_layers, last_stage_layers;  // Megatron's uneven split
+  bool account_for_embedding = false, account_for_loss = false;      // count E / L as a layer
+  // otherwise the default split: ceil(L/chunks) per chunk, the last taking the rest.
 };
 
 struct StageRange {
@@ -28,10 +39,18 @@ struct StageRange {
 };
 
 struct Layout {
-  ParallelConfig config;
+  ParallelConfig config;        // as given, with the schedule resolved (vpp > 1: interleaved)
   std::int64_t edp = 1;         // expert data-parallel degree
   std::int64_t world_size = 1;  // tp * pp * cp * dp
-  std::vector<StageRange> stages;
+  std::vector<StageRange> stages;                      // per rank: first decoder layer, layer count
+  std::vector<Chunk> chunks;                           // the model cut into chunks, model order
+  std::vector<std::vector<std::int64_t>> rank_chunks;  // chunk indices each rank holds
+
+  [[nodiscard]] std::int64_t chunk_of_layer(std::int64_t layer) const;
+  [[nodiscard]] std::int64_t chunk_with_embedding() const;
+  [[nodiscard]] std::int64_t chunk_with_loss() const;
+  [[nodiscard]] std::int64_t chunk_of_mtp(std::int64_t depth) const;
+  [[nodiscard]] bool rank_holds(std::int64_t rank, std::int64_t chunk) const;
 };
 
 // Default pipeline split: ceil(L/pp) layers per stage, the last stage taking what remains.

@@ -41,11 +41,17 @@ struct Profile {
   bool (*accounts)(const Tensor&);
   // Appends the terms one decoder layer of `kind` saves for one micro-batch on one device.
   void (*layer_activations)(const ActivationContext&, LayerKind kind, std::vector<ActivationTerm>& out);
-  // Micro-batches whose activations pipeline stage `stage` holds at its peak.
-  std::int64_t (*in_flight_microbatches)(std::int64_t stage, const Layout&, const TrainingConfig&);
+  // Appends what a chunk saves besides its decoder layers: embedding, loss (logits), and per MTP
+  // depth its own projections, norms and logits (the MTP's decoder layer is a layer_activations).
+  void (*chunk_activations)(const ActivationContext&, const Chunk& chunk, std::vector<ActivationTerm>& out);
   PrecisionRecipe default_precision;
   OverheadModel overhead;
   bool include_mtp_by_default;
+  bool single_microbatch;       // true: one micro-batch in flight whatever the schedule (the report)
+  bool recompute_transient;     // full recomputation also holds one layer's activations while recomputing
+  std::int64_t vocab_multiple;  // pad the vocabulary to a multiple of this x tp (0: no padding)
+  AttentionKernel default_attention;
+  bool supports_flash;
   std::vector<std::string_view> assumptions;  // printed with every report
 };
 
@@ -54,5 +60,10 @@ struct Profile {
 
 // The reference analysis's conventions (paper-method.md).
 [[nodiscard]] const Profile& paper_profile();
+// Megatron-Core's conventions (the default profile).
+[[nodiscard]] const Profile& megatron_profile();
+
+// Vocabulary rows after padding to a multiple of `multiple` x tp (0: unpadded).
+[[nodiscard]] std::int64_t padded_vocab(std::int64_t vocab, std::int64_t multiple, std::int64_t tp);
 
 }  // namespace moemem

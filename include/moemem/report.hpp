@@ -1,11 +1,13 @@
-// The memory report: for every pipeline stage, the parameters one device of that stage holds
+// The memory report: for every pipeline rank ("stage"), the parameters one device holds
 // (non-expert and expert, and by module), and the bytes of weights, gradients, optimizer
-// states, activations, buffers and fragmentation. analyze() builds it as a fold over the tensor
-// inventory under one profile, layout and training configuration.
+// states, activations (per micro-batch times those in flight under the schedule), buffers and
+// fragmentation. analyze() builds it as a fold over the tensor inventory under one profile,
+// layout and training configuration.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,13 +25,17 @@ struct StageBytes {
 };
 
 struct StageReport {
-  std::int64_t stage = 0;
-  StageRange layers;
+  std::int64_t stage = 0;  // pipeline rank
+  StageRange layers;       // first decoder layer held and the number held
+  std::int64_t last_layer = -1;  // last decoder layer held (-1: none)
   bool has_embedding = false, has_head = false;
   std::int64_t mtp_depths = 0;
+  std::vector<std::int64_t> chunks;                   // model chunks held, as Layout::chunks indices
   ParamSplit params;                                  // on one device of the stage
   std::array<Count, kModuleCount> params_by_module{};  // on one device of the stage
-  Bytes activations_per_microbatch;
+  std::vector<Bytes> chunk_activations;               // one micro-batch through each held chunk
+  Bytes activations_per_microbatch;                   // sum of chunk_activations
+  Bytes recompute_transient;                          // one layer recomputed during backward
   std::int64_t in_flight_microbatches = 1;
   std::int64_t model_chunks = 1;
   StageBytes bytes;
@@ -37,18 +43,18 @@ struct StageReport {
 
 struct MemoryReport {
   std::string model_name;
-  Count total_params;  // every tensor the profile accounts for, unsharded
+  Count total_params;  // every tensor the profile accounts for, unsharded, as in the checkpoint
   std::string profile;
   Layout layout;
   TrainingConfig training;
+  AttentionKernel attention = AttentionKernel::eager;
+  std::optional<std::int64_t> microbatches;  // per step and pipeline, if the global batch is known
+  std::int64_t padded_vocab = 0;
   std::vector<StageReport> stages;
   std::int64_t peak_stage = 0;
   OverheadModel overhead;
   std::vector<std::string> assumptions;
 };
-
-// Pipeline stage holding tensor `t` (embedding on the first, head and MTP on the last).
-[[nodiscard]] std::int64_t stage_of(const Tensor& t, const Layout& layout, const std::vector<std::int64_t>& stage_of_layer);
 
 // Activation terms of one decoder layer of `kind` for one micro-batch on one device.
 [[nodiscard]] std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const ModelSpec& m,
@@ -59,5 +65,13 @@ struct MemoryReport {
 // training settings; the layout must come from resolve_layout(m, ...).
 [[nodiscard]] MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& profile,
                                    const Layout& layout, const TrainingConfig& t);
+
+// Whether every stage fits in `capacity` bytes, and by how much (negative: short by).
+struct StageFit {
+  std::int64_t stage = 0;
+  bool fits = false;
+  std::int64_t headroom_bytes = 0;
+};
+[[nodiscard]] std::vector<StageFit> fit(const MemoryReport& r, Bytes capacity);
 
 }  // namespace moemem

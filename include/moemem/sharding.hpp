@@ -18,10 +18,13 @@ struct ShardCoord {
   std::int64_t etp_rank = 0;
 };
 
-// Elements of `t` on the device at `at`.
-[[nodiscard]] Count shard_params(const Tensor& t, TpSplit split, const ParallelConfig& p, ShardCoord at);
+// Elements of `t` on the device at `at`. Vocabulary-split tensors use `vocab_rows` rows when it
+// is larger than the tensor's (the padded vocabulary of frameworks that pad).
+[[nodiscard]] Count shard_params(const Tensor& t, TpSplit split, const ParallelConfig& p, ShardCoord at,
+                                 std::int64_t vocab_rows = 0);
 
 // Elements of `t` on the most loaded device (rank 0 of each group holds the largest shard).
-[[nodiscard]] Count device_params(const Tensor& t, const Profile& profile, const ParallelConfig& p);
+[[nodiscard]] Count device_params(const Tensor& t, const Profile& profile, const ParallelConfig& p,
+                                  std::int64_t vocab_rows = 0);
 
 }  // namespace moemem

@@ -2,24 +2,39 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include <algorithm>
+#include <cmath>
+
 #include "moemem/report.hpp"
 
 namespace moemem::cli {
 
 namespace {
 
-nlohmann::json report_json(const MemoryReport& r) {
+nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>& gpu) {
   const auto& p = r.layout.config;
   nlohmann::json stages = nlohmann::json::array();
+  const auto fits = gpu ? fit(r, gpu->capacity) : std::vector<StageFit>{};
   for (const auto& s : r.stages) {
+    nlohmann::json chunks = nlohmann::json::array();
+    for (std::size_t i = 0; i < s.chunks.size(); ++i) {
+      const auto& ch = r.layout.chunks[static_cast<std::size_t>(s.chunks[i])];
+      chunks.push_back({{"chunk", s.chunks[i]},
+                        {"first_layer", ch.first_layer},
+                        {"num_layers", ch.num_layers},
+                        {"embedding", ch.embedding},
+                        {"loss", ch.loss},
+                        {"mtp_depths", ch.mtp_depths},
+                        {"activations_per_microbatch", s.chunk_activations[i].value()}});
+    }
     nlohmann::json by_module = nlohmann::json::object();
     for (std::size_t i = 0; i < kModuleCount; ++i) {
       if (s.params_by_module[i].value() > 0) by_module[std::string(name_of(static_cast<Module>(i)))] = s.params_by_module[i].value();
     }
     stages.push_back({
         {"stage", s.stage},
-        {"first_layer", s.layers.first_layer},
-        {"last_layer", s.layers.last_layer()},
+        {"first_layer", s.layers.num_layers > 0 ? s.layers.first_layer : -1},
+        {"last_layer", s.last_layer},
         {"num_layers", s.layers.num_layers},
         {"has_embedding", s.has_embedding},
         {"has_head", s.has_head},
@@ -36,9 +51,15 @@ nlohmann::json report_json(const MemoryReport& r) {
                    {"fragmentation", s.bytes.fragmentation.value()},
                    {"total", s.bytes.total().value()}}},
         {"activations_per_microbatch", s.activations_per_microbatch.value()},
+        {"recompute_transient", s.recompute_transient.value()},
         {"in_flight_microbatches", s.in_flight_microbatches},
         {"model_chunks", s.model_chunks},
+        {"chunks", chunks},
     });
+    if (gpu) {
+      stages.back()["fits"] = fits[static_cast<std::size_t>(s.stage)].fits;
+      stages.back()["headroom_bytes"] = fits[static_cast<std::size_t>(s.stage)].headroom_bytes;
+    }
   }
   const auto& pr = r.training.precision;
   return {
@@ -46,8 +67,13 @@ nlohmann::json report_json(const MemoryReport& r) {
       {"model", {{"name", r.model_name}, {"total_params", r.total_params.value()}}},
       {"profile", r.profile},
       {"parallel", {{"world_size", r.layout.world_size}, {"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp},
-                    {"ep", p.ep}, {"etp", p.etp}, {"edp", r.layout.edp}, {"sp", p.sp}}},
+                    {"ep", p.ep}, {"etp", p.etp}, {"edp", r.layout.edp}, {"sp", p.sp}, {"vpp", p.vpp},
+                    {"schedule", name_of(p.schedule)}, {"num_chunks", r.layout.chunks.size()}}},
       {"training", {{"micro_batch", r.training.micro_batch}, {"seq_len", r.training.seq_len},
+                    {"global_batch", r.training.global_batch ? nlohmann::json(*r.training.global_batch) : nlohmann::json()},
+                    {"microbatches_per_step", r.microbatches ? nlohmann::json(*r.microbatches) : nlohmann::json()},
+                    {"attention", name_of(r.attention)}, {"padded_vocab", r.padded_vocab},
+                    {"logits_dtype", name_of(r.training.logits_dtype)},
                     {"recompute", name_of(r.training.recompute)}, {"zero", r.training.zero},
                     {"dtypes", {{"weights", name_of(pr.weights)}, {"gradients", name_of(pr.gradients)},
                                 {"master", name_of(pr.master)}, {"exp_avg", name_of(pr.exp_avg)},
@@ -59,27 +85,32 @@ nlohmann::json report_json(const MemoryReport& r) {
       {"stages", stages},
       {"peak", {{"stage", r.peak_stage}, {"total_bytes", r.stages[static_cast<std::size_t>(r.peak_stage)].bytes.total().value()}}},
       {"assumptions", r.assumptions},
+      {"gpu", gpu ? nlohmann::json{{"name", gpu->name}, {"capacity_bytes", gpu->capacity.value()},
+                                   {"all_fit", std::all_of(fits.begin(), fits.end(), [](const StageFit& f) { return f.fits; })}}
+                  : nlohmann::json()},
   };
 }
 
 std::string layer_span(const StageReport& s) {
   std::string text = s.layers.num_layers == 0 ? "-"
                      : s.layers.num_layers == 1 ? std::to_string(s.layers.first_layer)
-                                                : fmt::format("{}-{}", s.layers.first_layer, s.layers.last_layer());
+                                                : fmt::format("{}-{}", s.layers.first_layer, s.last_layer);
+  if (s.model_chunks > 1) text = fmt::format("{} layers in {} chunks", s.layers.num_layers, s.model_chunks);
   if (s.has_embedding) text = "E+" + text;
   if (s.has_head) text += "+H";
   if (s.mtp_depths > 0) text += fmt::format("+MTP{}", s.mtp_depths);
   return text;
 }
 
-Table stage_table(const MemoryReport& r, bool exact) {
+Table stage_table(const MemoryReport& r, bool exact, const std::optional<GpuChoice>& gpu) {
+  const auto fits = gpu ? fit(r, gpu->capacity) : std::vector<StageFit>{};
   Table t;
   if (exact) {
     t.columns = {"stage", "first_layer", "last_layer", "non_expert_params", "expert_params", "weights_bytes",
                  "gradients_bytes", "optimizer_bytes", "activations_bytes", "in_flight_microbatches", "buffers_bytes",
                  "fragmentation_bytes", "total_bytes"};
     for (const auto& s : r.stages) {
-      t.rows.push_back({s.stage, s.layers.first_layer, s.layers.last_layer(), s.params.non_expert.value(),
+      t.rows.push_back({s.stage, s.layers.num_layers > 0 ? s.layers.first_layer : -1, s.last_layer, s.params.non_expert.value(),
                         s.params.expert.value(), s.bytes.weights.value(), s.bytes.gradients.value(),
                         s.bytes.optimizer.value(), s.bytes.activations.value(), s.in_flight_microbatches,
                         s.bytes.buffers.value(), s.bytes.fragmentation.value(), s.bytes.total().value()});
@@ -87,12 +118,25 @@ Table stage_table(const MemoryReport& r, bool exact) {
     return t;
   }
   t.title = "Memory per device of each pipeline stage (GiB = 2^30 bytes)";
-  t.columns = {"stage", "layers", "params/device", "weights", "grads", "optimizer", "activations", "buffers", "frag", "total GiB"};
+  t.columns = {"stage", "layers", "params/device", "weights", "grads", "optimizer", "activations", "in flight",
+               "buffers", "frag", "total GiB"};
+  if (gpu) t.columns.push_back(fmt::format("fits {}", gpu->name));
   for (const auto& s : r.stages) {
-    t.rows.push_back({std::to_string(s.stage), layer_span(s), (s.params.non_expert + s.params.expert).value(),
-                      GibBytes{s.bytes.weights.value()}, GibBytes{s.bytes.gradients.value()}, GibBytes{s.bytes.optimizer.value()},
-                      GibBytes{s.bytes.activations.value()}, GibBytes{s.bytes.buffers.value()}, GibBytes{s.bytes.fragmentation.value()},
-                      GibBytes{s.bytes.total().value()}});
+    std::vector<Cell> row;
+    row.emplace_back(std::to_string(s.stage));
+    row.emplace_back(layer_span(s));
+    row.emplace_back((s.params.non_expert + s.params.expert).value());
+    for (const Bytes b : {s.bytes.weights, s.bytes.gradients, s.bytes.optimizer, s.bytes.activations}) {
+      row.emplace_back(GibBytes{b.value()});
+    }
+    row.emplace_back(s.in_flight_microbatches);
+    for (const Bytes b : {s.bytes.buffers, s.bytes.fragmentation, s.bytes.total()}) row.emplace_back(GibBytes{b.value()});
+    if (gpu) {
+      const auto& f = fits[static_cast<std::size_t>(s.stage)];
+      const double gib = static_cast<double>(f.headroom_bytes) / 1073741824.0;
+      row.emplace_back(f.fits ? fmt::format("yes, {:.2f} GiB free", gib) : fmt::format("NO, {:.2f} GiB short", -gib));
+    }
+    t.rows.push_back(std::move(row));
   }
   return t;
 }
@@ -110,14 +154,15 @@ void AnalyzeCommand::setup(CLI::App& root) {
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = parse_format(format);
   const Evaluation e = resolve(model, layout, training);
+  const auto gpu = gpu_choice(training);
   report_unrecognised_keys(e.model, err);
   const MemoryReport r = analyze(e.model, e.inventory, *e.profile, e.layout, e.training);
   if (f == Format::json) {
-    out << report_json(r).dump(2) << "\n";
+    out << report_json(r, gpu).dump(2) << "\n";
     return;
   }
   if (f == Format::csv) {
-    render(stage_table(r, true), f, out);
+    render(stage_table(r, true, gpu), f, out);
     return;
   }
   const auto& p = r.layout.config;
@@ -134,12 +179,23 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
                      r.training.micro_batch, r.training.seq_len, name_of(r.training.recompute), r.training.zero,
                      name_of(pr.weights), name_of(pr.gradients), name_of(pr.master), name_of(pr.exp_avg),
                      name_of(pr.exp_avg_sq));
+  out << fmt::format("pipeline: schedule {}, {} chunks over {} ranks (vpp {}), micro-batches per step {}; attention {}\n",
+                     name_of(p.schedule), r.layout.chunks.size(), p.pp, p.vpp,
+                     r.microbatches ? std::to_string(*r.microbatches) : std::string("enough to fill the pipeline"),
+                     name_of(r.attention));
   out << fmt::format("overhead: buffers {:.2f}-{:.2f} GiB, fragmentation {}-{}% of allocated; totals use '{}'\n\n",
                      r.overhead.buffers_low.gib(), r.overhead.buffers_high.gib(), r.overhead.fragmentation_pct_low,
                      r.overhead.fragmentation_pct_high, name_of(r.training.overhead));
-  render(stage_table(r, false), f, out);
+  render(stage_table(r, false, gpu), f, out);
   out << fmt::format("peak: stage {}, {} ({} bytes)\n", r.peak_stage, format_gib(peak.bytes.total()),
                      group_thousands(peak.bytes.total().value()));
+  if (gpu) {
+    const auto fits = fit(r, gpu->capacity);
+    const auto& pf = fits[static_cast<std::size_t>(r.peak_stage)];
+    out << fmt::format("{}: {} ({}); peak stage {} by {:.2f} GiB\n", gpu->name, format_gib(gpu->capacity),
+                       pf.fits ? "every stage fits" : "DOES NOT FIT", pf.fits ? "fits" : "exceeds",
+                       std::abs(static_cast<double>(pf.headroom_bytes)) / 1073741824.0);
+  }
   out << (md ? "\n" : "") << "assumptions:\n";
   for (const auto& a : r.assumptions) out << "- " << a << "\n";
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "moemem/errors.hpp"
+#include "moemem/gpu.hpp"
 
 namespace moemem::cli {
 
@@ -25,6 +26,11 @@ void add_int(CLI::App& app, const char* flag, std::int64_t& target, const char* 
       ->type_name("INT");
 }
 
+void add_optional_int(CLI::App& app, const char* flag, std::optional<std::int64_t>& target, const char* help) {
+  app.add_option_function<std::string>(flag, [&target, flag](const std::string& s) { target = parse_int(s, flag); }, help)
+      ->type_name("INT");
+}
+
 void add_model_options(CLI::App& app, ModelOptions& o) {
   app.add_option("--model", o.model, "Preset name (deepseek-v3, deepseek-v2, deepseek-v2-lite) or path to a config.json")
       ->capture_default_str();
@@ -41,13 +47,25 @@ void add_layout_options(CLI::App& app, LayoutOptions& o) {
   add_int(app, "--cp", o.cp, "Context-parallel degree");
   add_int(app, "--ep", o.ep, "Expert-parallel degree");
   add_int(app, "--etp", o.etp, "Expert-tensor-parallel degree");
-  app.add_flag("--sp", o.sp, "Sequence parallelism (split non-attention activations over tp)");
+  add_int(app, "--vpp", o.vpp, "Virtual pipeline stages (model chunks) per rank: interleaved 1F1B");
+  app.add_flag("--sp,--sequence-parallel", o.sp, "Sequence parallelism (split non-attention activations over tp)");
   app.add_option("--layers-per-stage", o.layers_per_stage,
-                 "Decoder layers on each pipeline stage, e.g. 4,4,...,1 (default: ceil(L/pp), the last stage the rest)");
+                 "Decoder layers of each pipeline chunk in model order, e.g. 4,4,...,1 (default: ceil(L/chunks), "
+                 "the last the rest)");
+  app.add_option("--schedule", o.schedule, "Pipeline schedule: 1f1b|interleaved|dualpipe|dualpipev|gpipe|zb-h1")
+      ->capture_default_str();
+  app.add_option("--pipeline-model-parallel-layout", o.pipeline_layout,
+                 "Megatron layout string, e.g. 'Et|(tt|)*30mL' (E embedding, t layer, m MTP, L loss, | stage)");
+  add_optional_int(app, "--decoder-first-pipeline-num-layers", o.first_stage_layers, "Decoder layers on the first stage");
+  add_optional_int(app, "--decoder-last-pipeline-num-layers", o.last_stage_layers, "Decoder layers on the last stage");
+  app.add_flag("--account-for-embedding-in-pipeline-split", o.account_for_embedding,
+               "Count the embedding as one layer when splitting evenly");
+  app.add_flag("--account-for-loss-in-pipeline-split", o.account_for_loss,
+               "Count the loss (head) as one layer when splitting evenly");
 }
 
 void add_training_options(CLI::App& app, TrainingOptions& o) {
-  app.add_option("--profile", o.profile, "Accounting profile: paper")->capture_default_str();
+  app.add_option("--profile", o.profile, "Accounting profile: megatron|paper")->capture_default_str();
   add_int(app, "--micro-batch", o.micro_batch, "Micro-batch size b");
   add_int(app, "--seq-len", o.seq_len, "Sequence length s");
   add_int(app, "--zero", o.zero, "ZeRO stage 0-3");
@@ -60,6 +78,15 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--main-params-dtype", o.main_params_dtype, "Master-weight dtype (profile default: fp32)");
   app.add_option("--exp-avg-dtype", o.exp_avg_dtype, "Adam first-moment dtype (profile default: bf16)");
   app.add_option("--exp-avg-sq-dtype", o.exp_avg_sq_dtype, "Adam second-moment dtype (profile default: bf16)");
+  app.add_flag("--distributed-optimizer,--use-distributed-optimizer", o.distributed_optimizer,
+               "Megatron's distributed optimizer: shard master weights and moments (= --zero 1)");
+  add_optional_int(app, "--global-batch", o.global_batch, "Sequences per optimizer step (gives the micro-batches per step)");
+  app.add_option("--attention", o.attention, "Attention kernel: flash|eager (profile default)");
+  app.add_option("--logits-dtype", o.logits_dtype, "Dtype in which the loss keeps the logits")->capture_default_str();
+  add_optional_int(app, "--make-vocab-size-divisible-by", o.vocab_multiple,
+                   "Pad the vocabulary to a multiple of this x tp (megatron default 128)");
+  app.add_option("--gpu", o.gpu, "GPU whose memory to check against: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");
+  app.add_option("--gpu-memory", o.gpu_memory, "GPU memory to check against, e.g. 80GiB");
 }
 
 void add_format_option(CLI::App& app, std::string& format) {
@@ -99,7 +126,22 @@ ParallelConfig to_parallel(const LayoutOptions& o) {
   p.ep = o.ep;
   p.etp = o.etp;
   p.sp = o.sp;
+  p.vpp = o.vpp;
+  p.schedule = parse_schedule(o.schedule);
+  p.pipeline_layout = o.pipeline_layout;
+  p.first_stage_layers = o.first_stage_layers;
+  p.last_stage_layers = o.last_stage_layers;
+  p.account_for_embedding = o.account_for_embedding;
+  p.account_for_loss = o.account_for_loss;
   if (!o.layers_per_stage.empty()) p.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
+  const int ways = (p.pipeline_layout.empty() ? 0 : 1) + (p.layers_per_stage.empty() ? 0 : 1) +
+                   (p.first_stage_layers || p.last_stage_layers ? 1 : 0) +
+                   (p.account_for_embedding || p.account_for_loss ? 1 : 0);
+  if (ways > 1) {
+    throw InputError("pipeline split", "several ways given",
+                     "one of --pipeline-model-parallel-layout, --layers-per-stage, --decoder-first/last-pipeline-num-layers, "
+                     "--account-for-embedding/loss-in-pipeline-split");
+  }
   return p;
 }
 
@@ -109,6 +151,20 @@ TrainingConfig to_training(const TrainingOptions& o, const Profile& profile) {
   t.seq_len = o.seq_len;
   if (o.zero < 0 || o.zero > 3) throw InputError("--zero", std::to_string(o.zero), "0, 1, 2 or 3");
   t.zero = static_cast<int>(o.zero);
+  if (o.distributed_optimizer) {
+    if (o.zero > 1) {
+      throw InputError("--distributed-optimizer", "with --zero " + std::to_string(o.zero), "--zero 0 or 1 (it is ZeRO-1)");
+    }
+    t.zero = 1;
+  }
+  t.global_batch = o.global_batch;
+  t.vocab_multiple = o.vocab_multiple;
+  if (!o.attention.empty()) {
+    if (o.attention == "flash") t.attention = AttentionKernel::flash;
+    else if (o.attention == "eager") t.attention = AttentionKernel::eager;
+    else throw InputError("--attention", o.attention, "flash or eager");
+  }
+  t.logits_dtype = parse_dtype(o.logits_dtype, "--logits-dtype");
   if (o.recompute == "none") t.recompute = Recompute::none;
   else if (o.recompute == "full") t.recompute = Recompute::full;
   else throw InputError("--recompute", o.recompute, "none or full");
@@ -134,6 +190,18 @@ Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const Traini
   e.training = to_training(to, *e.profile);
   validate_training(e.training, e.layout);
   return e;
+}
+
+std::optional<GpuChoice> gpu_choice(const TrainingOptions& to) {
+  if (!to.gpu.empty() && !to.gpu_memory.empty()) {
+    throw InputError("--gpu/--gpu-memory", to.gpu + " and " + to.gpu_memory, "one of the two");
+  }
+  if (!to.gpu.empty()) {
+    const Gpu g = lookup_gpu(to.gpu);
+    return GpuChoice{g.name, g.capacity};
+  }
+  if (!to.gpu_memory.empty()) return GpuChoice{to.gpu_memory, parse_memory_size(to.gpu_memory, "--gpu-memory")};
+  return std::nullopt;
 }
 
 }  // namespace moemem::cli

@@ -24,9 +24,13 @@ struct ModelOptions {
 };
 
 struct LayoutOptions {
-  std::int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 1;
+  std::int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 1, vpp = 1;
   bool sp = false;
   std::string layers_per_stage;
+  std::string schedule = "1f1b";
+  std::string pipeline_layout;
+  std::optional<std::int64_t> first_stage_layers, last_stage_layers;
+  bool account_for_embedding = false, account_for_loss = false;
 };
 
 struct TrainingOptions {
@@ -34,8 +38,13 @@ struct TrainingOptions {
   std::int64_t zero = 0;
   std::string recompute = "none";
   std::string overhead = "low";
-  std::string profile = "paper";
+  std::string profile = "megatron";
   std::string params_dtype, main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
+  bool distributed_optimizer = false;
+  std::optional<std::int64_t> global_batch, vocab_multiple;
+  std::string attention;  // empty: the profile's default
+  std::string logits_dtype = "fp32";
+  std::string gpu, gpu_memory;
 };
 
 void add_model_options(CLI::App& app, ModelOptions& o);
@@ -64,5 +73,12 @@ struct Evaluation {
   TrainingConfig training;
 };
 Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to);
+
+// The GPU capacity the user asked about (--gpu or --gpu-memory), if any.
+struct GpuChoice {
+  std::string name;
+  Bytes capacity;
+};
+std::optional<GpuChoice> gpu_choice(const TrainingOptions& to);
 
 }  // namespace moemem::cli

@@ -90,15 +90,17 @@ Table stages_table(const ModelSpec& m, const Inventory& inv, const Profile& prof
   t.title = fmt::format("Pipeline stages, PP = {} (reference §3): parameters held by each stage, and their BF16 bytes",
                         layout.config.pp);
   t.columns = {"stage", "layers", "params", "bf16 GiB"};
-  std::vector<std::int64_t> stage_of_layer(idx(m.num_layers));
-  for (std::size_t s = 0; s < layout.stages.size(); ++s) {
-    for (std::int64_t l = 0; l < layout.stages[s].num_layers; ++l) {
-      stage_of_layer[idx(layout.stages[s].first_layer + l)] = static_cast<std::int64_t>(s);
-    }
-  }
+  // Unsharded parameters of the chunks each rank holds.
   std::vector<Count> per(layout.stages.size());
   for (const auto& x : inv.tensors) {
-    if (profile.accounts(x)) per[idx(stage_of(x, layout, stage_of_layer))] += x.params();
+    if (!profile.accounts(x)) continue;
+    const std::int64_t chunk = x.placement == Placement::embedding ? layout.chunk_with_embedding()
+                               : x.placement == Placement::decoder ? layout.chunk_of_layer(x.layer)
+                               : x.placement == Placement::head    ? layout.chunk_with_loss()
+                                                                   : layout.chunk_of_mtp(x.layer - m.num_layers);
+    for (std::size_t r = 0; r < per.size(); ++r) {
+      if (layout.rank_holds(static_cast<std::int64_t>(r), chunk)) per[r] += x.params();
+    }
   }
   for (std::size_t s = 0; s < per.size(); ++s) {
     const auto& r = layout.stages[s];
@@ -132,6 +134,7 @@ void PaperCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = parse_format(format);
   TrainingOptions to = training;
   to.profile = "paper";
+  to.recompute = "none";
   const Evaluation e = resolve(model, layout, to);
   report_unrecognised_keys(e.model, err);
   if (stage < 0 || stage >= e.layout.config.pp) {

@@ -1,0 +1,24 @@
+// GPU memory capacities: named devices and user-given sizes ("80GiB", "141GB", "81559MiB").
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moemem/units.hpp"
+
+namespace moemem {
+
+struct Gpu {
+  std::string name;
+  Bytes capacity;  // total device memory as the driver reports it
+};
+
+// h100-80g, h800-80g, h200-141g, a100-80g, b200-192g. Throws InputError naming `--gpu`.
+[[nodiscard]] Gpu lookup_gpu(std::string_view name);
+[[nodiscard]] std::vector<std::string> gpu_names();
+
+// "80GiB", "80 GiB", "141GB", "81559MiB", "85899345920" (bytes). Throws InputError naming `field`.
+[[nodiscard]] Bytes parse_memory_size(std::string_view text, std::string_view field);
+
+}  // namespace moemem

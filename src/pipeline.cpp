@@ -1,0 +1,172 @@
+#include "moemem/pipeline.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include <fmt/format.h>
+
+#include "moemem/errors.hpp"
+
+namespace moemem {
+
+std::string_view name_of(Schedule s) {
+  switch (s) {
+    case Schedule::one_f_one_b: return "1f1b";
+    case Schedule::interleaved: return "interleaved";
+    case Schedule::dualpipe: return "dualpipe";
+    case Schedule::dualpipev: return "dualpipev";
+    case Schedule::gpipe: return "gpipe";
+    case Schedule::zb_h1: return "zb-h1";
+  }
+  return "?";
+}
+
+Schedule parse_schedule(std::string_view text) {
+  for (const auto s : {Schedule::one_f_one_b, Schedule::interleaved, Schedule::dualpipe, Schedule::dualpipev,
+                       Schedule::gpipe, Schedule::zb_h1}) {
+    if (text == name_of(s)) return s;
+  }
+  throw InputError("--schedule", std::string(text), "one of 1f1b, interleaved, dualpipe, dualpipev, gpipe, zb-h1");
+}
+
+namespace {
+
+// Expanded layouts longer than this are refused (a guard against "(t)*999999999").
+constexpr std::size_t kMaxExpanded = 1 << 20;
+
+class LayoutParser {
+ public:
+  explicit LayoutParser(std::string_view text) : text_(text) {}
+
+  std::string parse() {
+    std::string out = sequence(0);
+    if (pos_ < text_.size()) fail("an item (E, t, m, L, |, '(') — unmatched ')'");
+    return out;
+  }
+
+ private:
+  std::string_view text_;
+  std::size_t pos_ = 0;
+
+  [[noreturn]] void fail(const std::string& expected) const {
+    const std::string shown = fmt::format("{} (at position {}: '{}')", text_, pos_,
+                                          pos_ < text_.size() ? std::string(1, text_[pos_]) : std::string("end"));
+    throw InputError("--pipeline-model-parallel-layout", shown, expected);
+  }
+
+  void skip_cosmetic() {
+    while (pos_ < text_.size() && (text_[pos_] == ',' || text_[pos_] == ' ')) ++pos_;
+  }
+
+  std::string sequence(int depth) {
+    std::string out;
+    for (;;) {
+      skip_cosmetic();
+      if (pos_ >= text_.size() || text_[pos_] == ')') {
+        if (pos_ < text_.size() && depth == 0) fail("an item (E, t, m, L, |, '('), not ')'");
+        return out;
+      }
+      std::string item = atom(depth);
+      skip_cosmetic();
+      if (pos_ < text_.size() && text_[pos_] == '*') {
+        ++pos_;
+        const std::size_t start = pos_;
+        std::uint64_t n = 0;
+        while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+          n = n * 10 + static_cast<std::uint64_t>(text_[pos_] - '0');
+          if (n > kMaxExpanded) fail(fmt::format("a repetition count of at most {}", kMaxExpanded));
+          ++pos_;
+        }
+        if (pos_ == start) fail("a number after '*'");
+        if (item.size() * n > kMaxExpanded) fail(fmt::format("a layout of at most {} items once expanded", kMaxExpanded));
+        std::string rep;
+        for (std::uint64_t i = 0; i < n; ++i) rep += item;
+        item = std::move(rep);
+      }
+      out += item;
+      if (out.size() > kMaxExpanded) fail(fmt::format("a layout of at most {} items once expanded", kMaxExpanded));
+    }
+  }
+
+  std::string atom(int depth) {
+    const char c = text_[pos_];
+    if (c == 'E' || c == 't' || c == 'm' || c == 'L' || c == '|') {
+      ++pos_;
+      return std::string(1, c);
+    }
+    if (c == '(') {
+      if (depth > 16) fail("groups nested at most 16 deep");
+      ++pos_;
+      std::string inner = sequence(depth + 1);
+      if (pos_ >= text_.size() || text_[pos_] != ')') fail("')' closing the group");
+      ++pos_;
+      return inner;
+    }
+    fail("E (embedding), t (decoder layer), m (MTP), L (loss), | (stage boundary), '(', ')' or '*N'");
+  }
+};
+
+}  // namespace
+
+std::vector<LayoutStage> parse_pipeline_layout(std::string_view text) {
+  if (text.empty()) throw InputError("--pipeline-model-parallel-layout", "", "a non-empty layout such as Et|(tt|)*30mL");
+  const std::string flat = LayoutParser(text).parse();
+  std::vector<LayoutStage> stages(1);
+  for (const char c : flat) {
+    switch (c) {
+      case '|': stages.emplace_back(); break;
+      case 'E': ++stages.back().embedding; break;
+      case 't': ++stages.back().decoder; break;
+      case 'm': ++stages.back().mtp; break;
+      case 'L': ++stages.back().loss; break;
+      default: break;
+    }
+  }
+  return stages;
+}
+
+InFlight in_flight(Schedule s, std::int64_t rank, std::int64_t pp, std::int64_t chunks_of_rank,
+                   std::optional<std::int64_t> m) {
+  InFlight f;
+  f.per_chunk.assign(static_cast<std::size_t>(chunks_of_rank), 0);
+  // Without a global batch, assume enough micro-batches to fill the pipeline.
+  const std::int64_t mb = m.value_or(std::int64_t{1} << 40);
+  switch (s) {
+    case Schedule::one_f_one_b:
+    case Schedule::zb_h1:  // ZB-H1 keeps 1F1B's activation memory
+      f.per_chunk[0] = std::min(pp - rank, mb);
+      break;
+    case Schedule::gpipe:
+      f.per_chunk[0] = mb;
+      break;
+    case Schedule::interleaved: {
+      // Megatron-Core's interleaved schedule (get_num_warmup_microbatches, microbatch group size
+      // = pp): warm-up (pp - rank - 1) * 2 + (v - 1) * pp forward chunks, all of them when
+      // m == pp, capped at m * v; the steady state runs one more forward before its first
+      // backward. Forward k runs model chunk (k / pp) % v.
+      const std::int64_t v = chunks_of_rank;
+      const std::int64_t total = mb > (std::int64_t{1} << 40) / v ? (std::int64_t{1} << 40) : mb * v;
+      std::int64_t warmup = (mb == pp) ? total : (pp - rank - 1) * 2 + (v - 1) * pp;
+      warmup = std::min(warmup, total);
+      const std::int64_t held = std::min(warmup + 1, total);
+      for (std::int64_t k = 0; k < held; ++k) ++f.per_chunk[static_cast<std::size_t>((k / pp) % v)];
+      break;
+    }
+    case Schedule::dualpipe: {
+      // DeepSeek-V3 report, Table 2, and deepseek-ai/DualPipe's README: PP + 1 micro-batches of
+      // activations per device, over its two chunks (counted against the larger chunk).
+      f.per_chunk[0] = std::min(pp + 1, mb);
+      break;
+    }
+    case Schedule::dualpipev: {
+      // deepseek-ai/DualPipe's README: DualPipeV on PP/2 devices holds PP + 1 chunk
+      // micro-batches per device; with pp devices (2pp chunks) that is 2pp + 1.
+      f.per_chunk[0] = std::min(2 * pp + 1, 2 * mb);
+      break;
+    }
+  }
+  for (const auto c : f.per_chunk) f.total += c;
+  return f;
+}
+
+}  // namespace moemem
