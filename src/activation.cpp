@@ -1,5 +1,7 @@
 #include "moemem/activation.hpp"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "moemem/errors.hpp"
@@ -14,6 +16,10 @@ void validate_training(const TrainingConfig& t, const Layout& layout) {
     throw InputError("--seq-len", std::to_string(t.seq_len), fmt::format("an integer from 1 to {}", kMaxSeqLen));
   }
   if (t.zero < 0 || t.zero > 3) throw InputError("--zero", std::to_string(t.zero), "0, 1, 2 or 3");
+  if (t.recompute_num_layers < 1 || t.recompute_num_layers > kMaxDegree) {
+    throw InputError("--recompute-num-layers", std::to_string(t.recompute_num_layers),
+                     fmt::format("an integer from 1 to {}", kMaxDegree));
+  }
   const auto& p = layout.config;
   if (t.global_batch) {
     const std::int64_t per_step = t.micro_batch * p.dp;
@@ -33,15 +39,74 @@ void validate_training(const TrainingConfig& t, const Layout& layout) {
   }
 }
 
-Bytes kept_bytes(const std::vector<ActivationTerm>& terms, Recompute r) {
+bool is_kept(const ActivationTerm& t, Recompute r, std::uint16_t modules) {
+  switch (r) {
+    case Recompute::none: return true;
+    case Recompute::selective: return (t.dropped_by & modules) == 0;
+    case Recompute::full: return t.kept_under_full;
+  }
+  return true;
+}
+
+Bytes kept_bytes(const std::vector<ActivationTerm>& terms, Recompute r, std::uint16_t modules) {
   Bytes b;
   for (const auto& t : terms) {
-    if (r == Recompute::none || t.kept_under_full) b += t.bytes();
+    if (is_kept(t, r, modules)) b += t.bytes();
   }
   return b;
 }
 
-std::string_view name_of(Recompute r) { return r == Recompute::none ? "none" : "full"; }
+namespace {
+constexpr std::pair<const char*, std::uint16_t> kModules[] = {
+    {"core_attn", kRecomputeCoreAttn}, {"mla_up_proj", kRecomputeMlaUpProj}, {"layernorm", kRecomputeLayernorm},
+    {"moe_act", kRecomputeMoeAct},     {"mlp", kRecomputeMlp},               {"moe", kRecomputeMoe},
+    {"shared_experts", kRecomputeSharedExperts}};
+}  // namespace
+
+std::uint16_t parse_recompute_modules(std::string_view text, std::string_view field) {
+  std::uint16_t mask = 0;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find_first_of(", ", start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(start, end - start);
+    if (!item.empty()) {
+      bool found = false;
+      for (const auto& [name, bit] : kModules) {
+        if (item == name) {
+          mask = static_cast<std::uint16_t>(mask | bit);
+          found = true;
+        }
+      }
+      if (!found) {
+        throw InputError(std::string(field), std::string(item),
+                         "a list of core_attn, mla_up_proj, layernorm, moe_act, mlp, moe, shared_experts");
+      }
+    }
+    start = end + 1;
+  }
+  if (mask == 0) throw InputError(std::string(field), std::string(text), "at least one recompute module");
+  return mask;
+}
+
+std::string recompute_modules_text(std::uint16_t mask) {
+  std::string out;
+  for (const auto& [name, bit] : kModules) {
+    if ((mask & bit) == 0) continue;
+    if (!out.empty()) out += ',';
+    out.append(name);
+  }
+  return out;
+}
+
+std::string_view name_of(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
 
 std::string_view name_of(AttentionKernel a) { return a == AttentionKernel::eager ? "eager" : "flash"; }
 

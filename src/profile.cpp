@@ -78,7 +78,7 @@ void paper_attention(const ActivationContext& c, std::vector<ActivationTerm>& ou
   const auto d = paper_dims(c);
   const std::int64_t s_local = d.s / c.layout.config.cp;
   out.push_back({"attn.input", Module::attention, elems({d.tokens_sp, m.hidden}), a, true});
-  out.push_back({"attn.norm_output", Module::attention, elems({d.tokens_sp, m.hidden}), a, false});
+  out.push_back({"attn.norm_output", Module::attention, elems({d.tokens_sp, m.hidden}), a, false, static_cast<std::uint16_t>(kRecomputeLayernorm)});
   if (m.attention == AttentionKind::mla) {
     const auto& l = m.mla;
     if (l.q_lora_rank > 0) {
@@ -122,7 +122,7 @@ void paper_layer_activations(const ActivationContext& c, LayerKind kind, std::ve
   paper_attention(c, out);
   const Module block = kind == LayerKind::moe ? Module::router : Module::dense_mlp;
   out.push_back({"mlp.input", block, elems({d.tokens_sp, m.hidden}), a, true});
-  out.push_back({"mlp.norm_output", block, elems({d.tokens_sp, m.hidden}), a, false});
+  out.push_back({"mlp.norm_output", block, elems({d.tokens_sp, m.hidden}), a, false, static_cast<std::uint16_t>(kRecomputeLayernorm)});
   if (kind == LayerKind::dense) {
     paper_swiglu(d.tokens, m.hidden, m.dense_ffn, Module::dense_mlp, a, out);
     return;
@@ -238,7 +238,7 @@ void megatron_attention(const ActivationContext& c, std::vector<ActivationTerm>&
   const DType a = c.training.activation_dtype;
   const auto d = megatron_dims(c);
   out.push_back({"attn.input (layer input)", Module::attention, elems({d.tokens_sp, m.hidden}), a, true});
-  out.push_back({"attn.norm_output", Module::attention, elems({d.tokens_sp, m.hidden}), a, false});
+  out.push_back({"attn.norm_output", Module::attention, elems({d.tokens_sp, m.hidden}), a, false, static_cast<std::uint16_t>(kRecomputeLayernorm)});
   std::int64_t qk_dim = 0, v_dim = 0, kv_heads = d.heads;
   if (m.attention == AttentionKind::mla) {
     const auto& l = m.mla;
@@ -246,10 +246,10 @@ void megatron_attention(const ActivationContext& c, std::vector<ActivationTerm>&
     // feed the q/kv norms, whose outputs the column-parallel up-projections keep.
     if (l.q_lora_rank > 0) {
       out.push_back({"attn.q_compressed", Module::attention, elems({d.tokens_sp, l.q_lora_rank}), a, false});
-      out.push_back({"attn.q_compressed_norm", Module::attention, elems({d.tokens_sp, l.q_lora_rank}), a, false});
+      out.push_back({"attn.q_compressed_norm", Module::attention, elems({d.tokens_sp, l.q_lora_rank}), a, false, static_cast<std::uint16_t>(kRecomputeMlaUpProj)});
     }
     out.push_back({"attn.kv_compressed", Module::attention, elems({d.tokens_sp, l.kv_lora_rank}), a, false});
-    out.push_back({"attn.kv_compressed_norm", Module::attention, elems({d.tokens_sp, l.kv_lora_rank}), a, false});
+    out.push_back({"attn.kv_compressed_norm", Module::attention, elems({d.tokens_sp, l.kv_lora_rank}), a, false, static_cast<std::uint16_t>(kRecomputeMlaUpProj)});
     qk_dim = l.qk_nope_head_dim + l.qk_rope_head_dim;
     v_dim = l.v_head_dim;
   } else {
@@ -260,27 +260,27 @@ void megatron_attention(const ActivationContext& c, std::vector<ActivationTerm>&
     }
   }
   // Inputs of the core attention (after RoPE), kept by both kernels.
-  out.push_back({"attn.q", Module::attention, elems({d.tokens, d.heads, qk_dim}), a, false});
-  out.push_back({"attn.k", Module::attention, elems({d.tokens, kv_heads, qk_dim}), a, false});
-  out.push_back({"attn.v", Module::attention, elems({d.tokens, kv_heads, v_dim}), a, false});
+  out.push_back({"attn.q", Module::attention, elems({d.tokens, d.heads, qk_dim}), a, false, static_cast<std::uint16_t>((m.attention == AttentionKind::mla ? kRecomputeMlaUpProj : 0))});
+  out.push_back({"attn.k", Module::attention, elems({d.tokens, kv_heads, qk_dim}), a, false, static_cast<std::uint16_t>((m.attention == AttentionKind::mla ? kRecomputeMlaUpProj : 0))});
+  out.push_back({"attn.v", Module::attention, elems({d.tokens, kv_heads, v_dim}), a, false, static_cast<std::uint16_t>((m.attention == AttentionKind::mla ? kRecomputeMlaUpProj : 0))});
   if (c.attention == AttentionKernel::eager) {
-    out.push_back({"attn.scores", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), a, false});
-    out.push_back({"attn.softmax", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), a, false});
+    out.push_back({"attn.scores", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), a, false, static_cast<std::uint16_t>(kRecomputeCoreAttn)});
+    out.push_back({"attn.softmax", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), a, false, static_cast<std::uint16_t>(kRecomputeCoreAttn)});
   } else {
-    out.push_back({"attn.softmax_lse", Module::attention, elems({d.b, d.heads, d.s_local}), DType::fp32, false});
+    out.push_back({"attn.softmax_lse", Module::attention, elems({d.b, d.heads, d.s_local}), DType::fp32, false, static_cast<std::uint16_t>(kRecomputeCoreAttn)});
   }
   // The attention output is kept once: by the kernel and as the input of the row-parallel o_proj.
   out.push_back({"attn.context", Module::attention, elems({d.tokens, d.heads, v_dim}), a, false});
 }
 
 void megatron_mlp(const ActivationContext& c, std::int64_t ffn, Module mod, const char* fc1, const char* act,
-                  std::vector<ActivationTerm>& out) {
+                  std::uint16_t dropped_by, std::vector<ActivationTerm>& out) {
   const DType a = c.training.activation_dtype;
   const auto d = megatron_dims(c);
   // Column-parallel fc1 keeps its (sequence-parallel) input, already counted as the norm output;
   // SwiGLU keeps fc1's output (gate and up), fc2 keeps the activation's output.
-  out.push_back({fc1, mod, elems({d.tokens, 2 * ffn}, d.tp), a, false});
-  out.push_back({act, mod, elems({d.tokens, ffn}, d.tp), a, false});
+  out.push_back({fc1, mod, elems({d.tokens, 2 * ffn}, d.tp), a, false, dropped_by});
+  out.push_back({act, mod, elems({d.tokens, ffn}, d.tp), a, false, dropped_by});
 }
 
 void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
@@ -290,27 +290,28 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
   megatron_attention(c, out);
   const Module block = kind == LayerKind::moe ? Module::router : Module::dense_mlp;
   out.push_back({"mlp.input", block, elems({d.tokens_sp, m.hidden}), a, false});
-  out.push_back({"mlp.norm_output", block, elems({d.tokens_sp, m.hidden}), a, false});
+  out.push_back({"mlp.norm_output", block, elems({d.tokens_sp, m.hidden}), a, false, static_cast<std::uint16_t>(kRecomputeLayernorm)});
   if (kind == LayerKind::dense) {
-    megatron_mlp(c, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output", out);
+    megatron_mlp(c, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output", kRecomputeMlp, out);
     return;
   }
   const auto& e = m.moe;
   const auto& p = c.layout.config;
   // Router: fp32 scores for the score function's backward and a boolean routing map.
-  out.push_back({"router.scores", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::fp32, false});
-  out.push_back({"router.routing_map", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::int8, false});
+  out.push_back({"router.scores", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::fp32, false, static_cast<std::uint16_t>(kRecomputeMoe)});
+  out.push_back({"router.routing_map", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::int8, false, static_cast<std::uint16_t>(kRecomputeMoe)});
   // Balanced routing: the expert-parallel group's tokens, top-k copies each, spread evenly over
   // its ep ranks, every expert-tensor-parallel rank of an expert seeing all of its tokens.
   const std::int64_t routed =
       static_cast<std::int64_t>(elems({d.tokens_sp, e.top_k, p.etp}).value());
-  out.push_back({"experts.fc1_input (permuted tokens)", Module::routed_experts, elems({routed, m.hidden}), a, false});
-  out.push_back({"experts.fc1_output", Module::routed_experts, elems({routed, 2 * e.expert_ffn}, p.etp), a, false});
-  out.push_back({"experts.act_output", Module::routed_experts, elems({routed, e.expert_ffn}, p.etp), a, false});
-  out.push_back({"experts.fc2_output (unpermute input)", Module::routed_experts, elems({routed, m.hidden}), a, false});
-  out.push_back({"experts.probs", Module::routed_experts, elems({routed}), DType::fp32, false});
+  out.push_back({"experts.fc1_input (permuted tokens)", Module::routed_experts, elems({routed, m.hidden}), a, false, static_cast<std::uint16_t>(kRecomputeMoe)});
+  out.push_back({"experts.fc1_output", Module::routed_experts, elems({routed, 2 * e.expert_ffn}, p.etp), a, false, static_cast<std::uint16_t>(kRecomputeMoe)});
+  out.push_back({"experts.act_output", Module::routed_experts, elems({routed, e.expert_ffn}, p.etp), a, false, static_cast<std::uint16_t>(kRecomputeMoe | kRecomputeMoeAct)});
+  out.push_back({"experts.fc2_output (unpermute input)", Module::routed_experts, elems({routed, m.hidden}), a, false, static_cast<std::uint16_t>(kRecomputeMoe)});
+  out.push_back({"experts.probs", Module::routed_experts, elems({routed}), DType::fp32, false, static_cast<std::uint16_t>(kRecomputeMoe)});
   if (e.shared_ffn > 0) {
-    megatron_mlp(c, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output", out);
+    megatron_mlp(c, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output",
+                 kRecomputeMoe | kRecomputeSharedExperts, out);
   }
 }
 

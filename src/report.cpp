@@ -1,6 +1,7 @@
 #include "moemem/report.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include <fmt/format.h>
 
@@ -99,31 +100,64 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
     }
   }
 
-  // Activations: the terms of one layer of each kind, once; then each chunk's extras.
-  Bytes dense_layer, moe_layer, dense_full, moe_full;
-  std::vector<Bytes> chunk_bytes(layout.chunks.size());
+  // Activations: the terms of one layer of each kind, once; then each chunk's layers (decoder and
+  // MTP) under the recomputation mode, plus the chunk's extras (embedding, loss), always kept.
+  struct KindBytes {
+    Bytes all, kept, input;  // nothing recomputed; kept under the mode; kept under full recompute
+  };
+  std::array<KindBytes, 2> kinds{};
+  std::vector<Bytes> chunk_bytes(layout.chunks.size()), chunk_transient(layout.chunks.size());
   try {
-    const auto dense_terms = layer_activation_terms(profile, m, layout, t, LayerKind::dense);
-    dense_layer = kept_bytes(dense_terms, t.recompute);
-    dense_full = kept_bytes(dense_terms, Recompute::none);
-    if (m.is_moe()) {
-      const auto moe_terms = layer_activation_terms(profile, m, layout, t, LayerKind::moe);
-      moe_layer = kept_bytes(moe_terms, t.recompute);
-      moe_full = kept_bytes(moe_terms, Recompute::none);
+    for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
+      if (kind == LayerKind::moe && !m.is_moe()) continue;
+      const auto terms = layer_activation_terms(profile, m, layout, t, kind);
+      auto& k = kinds[static_cast<std::size_t>(kind)];
+      k.all = kept_bytes(terms, Recompute::none);
+      k.kept = kept_bytes(terms, t.recompute, t.recompute_modules);
+      k.input = kept_bytes(terms, Recompute::full);
     }
-    const Bytes mtp_layer = m.is_moe() ? moe_layer : dense_layer;
     const ActivationContext ctx{m, layout, t, attention, vocab};
+    const LayerKind mtp_kind = m.is_moe() ? LayerKind::moe : LayerKind::dense;
     for (std::size_t c = 0; c < layout.chunks.size(); ++c) {
       const auto& ch = layout.chunks[c];
-      Bytes b;
-      for (std::int64_t l = 0; l < ch.num_layers; ++l) {
-        b += m.layer_kinds[idx(ch.first_layer + l)] == LayerKind::moe ? moe_layer : dense_layer;
+      std::vector<LayerKind> layers;
+      for (std::int64_t l = 0; l < ch.num_layers; ++l) layers.push_back(m.layer_kinds[idx(ch.first_layer + l)]);
+      for (std::int64_t k = 0; k < ch.mtp_depths; ++k) layers.push_back(mtp_kind);
+      const auto kb = [&](LayerKind k) -> const KindBytes& { return kinds[static_cast<std::size_t>(k)]; };
+      Bytes b, transient;
+      const auto n = static_cast<std::int64_t>(layers.size());
+      if (t.recompute != Recompute::full) {
+        for (const auto k : layers) {
+          b += kb(k).kept;
+          // Output-discarding modules are recomputed one layer at a time during backward.
+          transient = std::max(transient, Bytes(kb(k).all.value() - kb(k).kept.value()));
+        }
+      } else if (t.recompute_method == RecomputeMethod::uniform) {
+        // Groups of N layers are checkpointed together: one input kept per group, and a whole
+        // group's activations live while it is recomputed.
+        for (std::int64_t g = 0; g < n; g += t.recompute_num_layers) {
+          b += kb(layers[idx(g)]).input;
+          Bytes group;
+          for (std::int64_t l = g; l < std::min(n, g + t.recompute_num_layers); ++l) group += kb(layers[idx(l)]).all;
+          transient = std::max(transient, group);
+        }
+      } else {
+        // block: the first N layers of the chunk are checkpointed one by one, the rest kept whole.
+        for (std::int64_t l = 0; l < n; ++l) {
+          const auto& k = kb(layers[idx(l)]);
+          if (l < t.recompute_num_layers) {
+            b += k.input;
+            transient = std::max(transient, k.all);
+          } else {
+            b += k.all;
+          }
+        }
       }
-      for (std::int64_t k = 0; k < ch.mtp_depths; ++k) b += mtp_layer;
       std::vector<ActivationTerm> extra;
       profile.chunk_activations(ctx, ch, extra);
-      b += kept_bytes(extra, t.recompute);
+      b += kept_bytes(extra, Recompute::none);
       chunk_bytes[c] = b;
+      chunk_transient[c] = transient;
     }
   } catch (const OverflowError&) {
     throw InputError("--micro-batch/--seq-len", fmt::format("{} x {}", t.micro_batch, t.seq_len),
@@ -152,15 +186,8 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
         }
       }
     }
-    if (profile.recompute_transient && t.recompute == Recompute::full && st.layers.num_layers > 0) {
-      bool has_moe = false, has_dense = false;
-      for (const auto c : st.chunks) {
-        const auto& ch = layout.chunks[idx(c)];
-        for (std::int64_t l = 0; l < ch.num_layers; ++l) {
-          (m.layer_kinds[idx(ch.first_layer + l)] == LayerKind::moe ? has_moe : has_dense) = true;
-        }
-      }
-      st.recompute_transient = std::max(has_moe ? moe_full : Bytes{}, has_dense ? dense_full : Bytes{});
+    if (profile.recompute_transient && t.recompute != Recompute::none) {
+      for (const auto c : st.chunks) st.recompute_transient = std::max(st.recompute_transient, chunk_transient[idx(c)]);
       st.bytes.activations += st.recompute_transient;
     }
     const StateBytes sb = state_bytes(st.params, dense_group, layout.edp, t.zero, t.precision);

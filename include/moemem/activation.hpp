@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -16,7 +17,27 @@
 
 namespace moemem {
 
-enum class Recompute : std::uint8_t { none, full };
+enum class Recompute : std::uint8_t { none, selective, full };
+
+// Megatron-Core's recompute_modules. Output-discarding (the output is freed and recomputed in
+// backward): layernorm, mla_up_proj, moe_act. Checkpointed blocks (only the input is kept):
+// core_attn, mlp, moe, shared_experts.
+enum RecomputeModule : std::uint16_t {
+  kRecomputeCoreAttn = 1 << 0,
+  kRecomputeMlaUpProj = 1 << 1,
+  kRecomputeLayernorm = 1 << 2,
+  kRecomputeMoeAct = 1 << 3,
+  kRecomputeMlp = 1 << 4,
+  kRecomputeMoe = 1 << 5,
+  kRecomputeSharedExperts = 1 << 6,
+};
+// Parses "core_attn,mla_up_proj,..." into a RecomputeModule mask; throws InputError naming `field`.
+[[nodiscard]] std::uint16_t parse_recompute_modules(std::string_view text, std::string_view field);
+[[nodiscard]] std::string recompute_modules_text(std::uint16_t mask);
+
+// Full recomputation: uniform checkpoints groups of N layers (keeping one input per group),
+// block checkpoints the first N layers of each chunk and keeps the others whole.
+enum class RecomputeMethod : std::uint8_t { uniform, block };
 
 // Attention kernel: eager keeps the score and softmax matrices, flash only output and log-sum-exp.
 enum class AttentionKernel : std::uint8_t { eager, flash };
@@ -32,6 +53,9 @@ struct TrainingConfig {
   std::int64_t micro_batch = 1;
   std::int64_t seq_len = 4096;
   Recompute recompute = Recompute::none;
+  std::uint16_t recompute_modules = kRecomputeCoreAttn;  // selective: Megatron's default
+  RecomputeMethod recompute_method = RecomputeMethod::uniform;
+  std::int64_t recompute_num_layers = 1;
   int zero = 0;  // ZeRO stage 0..3
   PrecisionRecipe precision;
   DType activation_dtype = DType::bf16;
@@ -54,7 +78,8 @@ struct ActivationTerm {
   Module module{};
   Count elements;          // on one device, for one micro-batch
   DType dtype{};
-  bool kept_under_full{};  // kept when the layer is fully recomputed
+  bool kept_under_full{};      // kept when the layer is fully recomputed
+  std::uint16_t dropped_by{};  // RecomputeModule mask of selective modules that free it
 
   [[nodiscard]] Bytes bytes() const { return bytes_of(elements, dtype); }
 };
@@ -67,8 +92,9 @@ struct ActivationContext {
   std::int64_t padded_vocab = 0;  // vocabulary rows after the profile's padding
 };
 
-// Sum of the terms a layer keeps under `r`.
-[[nodiscard]] Bytes kept_bytes(const std::vector<ActivationTerm>& terms, Recompute r);
+// Sum of the terms a layer keeps under `r` (`modules`: the selective set).
+[[nodiscard]] Bytes kept_bytes(const std::vector<ActivationTerm>& terms, Recompute r, std::uint16_t modules = 0);
+[[nodiscard]] bool is_kept(const ActivationTerm& t, Recompute r, std::uint16_t modules);
 
 [[nodiscard]] std::string_view name_of(Recompute r);
 [[nodiscard]] std::string_view name_of(AttentionKernel a);

@@ -74,7 +74,13 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
                     {"microbatches_per_step", r.microbatches ? nlohmann::json(*r.microbatches) : nlohmann::json()},
                     {"attention", name_of(r.attention)}, {"padded_vocab", r.padded_vocab},
                     {"logits_dtype", name_of(r.training.logits_dtype)},
-                    {"recompute", name_of(r.training.recompute)}, {"zero", r.training.zero},
+                    {"recompute", name_of(r.training.recompute)},
+                    {"recompute_modules", r.training.recompute == Recompute::selective
+                                              ? nlohmann::json(recompute_modules_text(r.training.recompute_modules))
+                                              : nlohmann::json()},
+                    {"recompute_method", r.training.recompute_method == RecomputeMethod::uniform ? "uniform" : "block"},
+                    {"recompute_num_layers", r.training.recompute_num_layers},
+                    {"zero", r.training.zero},
                     {"dtypes", {{"weights", name_of(pr.weights)}, {"gradients", name_of(pr.gradients)},
                                 {"master", name_of(pr.master)}, {"exp_avg", name_of(pr.exp_avg)},
                                 {"exp_avg_sq", name_of(pr.exp_avg_sq)},
@@ -174,9 +180,17 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   out << (md ? "\n" : "")
       << fmt::format("layout: tp {} pp {} dp {} cp {} ep {} etp {} (edp {}), sp {}, world size {}\n", p.tp, p.pp, p.dp,
                      p.cp, p.ep, p.etp, r.layout.edp, p.sp ? "on" : "off", r.layout.world_size);
+  const std::string recompute =
+      r.training.recompute == Recompute::selective
+          ? fmt::format("selective ({})", recompute_modules_text(r.training.recompute_modules))
+      : r.training.recompute == Recompute::full && (r.training.recompute_method != RecomputeMethod::uniform ||
+                                                    r.training.recompute_num_layers != 1)
+          ? fmt::format("full ({} {})", r.training.recompute_method == RecomputeMethod::uniform ? "uniform" : "block",
+                        r.training.recompute_num_layers)
+          : std::string(name_of(r.training.recompute));
   out << fmt::format("training: micro-batch {}, seq-len {}, recompute {}, ZeRO {}; dtypes weights {}, grads {}, "
                      "master {}, moments {}/{}\n",
-                     r.training.micro_batch, r.training.seq_len, name_of(r.training.recompute), r.training.zero,
+                     r.training.micro_batch, r.training.seq_len, recompute, r.training.zero,
                      name_of(pr.weights), name_of(pr.gradients), name_of(pr.master), name_of(pr.exp_avg),
                      name_of(pr.exp_avg_sq));
   out << fmt::format("pipeline: schedule {}, {} chunks over {} ranks (vpp {}), micro-batches per step {}; attention {}\n",

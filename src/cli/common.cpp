@@ -69,7 +69,13 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   add_int(app, "--micro-batch", o.micro_batch, "Micro-batch size b");
   add_int(app, "--seq-len", o.seq_len, "Sequence length s");
   add_int(app, "--zero", o.zero, "ZeRO stage 0-3");
-  app.add_option("--recompute", o.recompute, "Activation recomputation: none|full")->capture_default_str();
+  app.add_option("--recompute,--recompute-granularity", o.recompute, "Activation recomputation: none|selective|full")
+      ->capture_default_str();
+  app.add_option("--recompute-modules", o.recompute_modules,
+                 "Selective recomputation modules: core_attn,mla_up_proj,layernorm,moe_act,mlp,moe,shared_experts "
+                 "(default core_attn)");
+  app.add_option("--recompute-method", o.recompute_method, "Full recomputation: uniform|block")->capture_default_str();
+  add_int(app, "--recompute-num-layers", o.recompute_num_layers, "Layers per checkpointed group (uniform) or per chunk (block)");
   app.add_option("--overhead", o.overhead,
                  "Which end of the profile's buffer/fragmentation range enters totals: none|low|high")
       ->capture_default_str();
@@ -167,7 +173,24 @@ TrainingConfig to_training(const TrainingOptions& o, const Profile& profile) {
   t.logits_dtype = parse_dtype(o.logits_dtype, "--logits-dtype");
   if (o.recompute == "none") t.recompute = Recompute::none;
   else if (o.recompute == "full") t.recompute = Recompute::full;
-  else throw InputError("--recompute", o.recompute, "none or full");
+  else if (o.recompute == "selective") t.recompute = Recompute::selective;
+  else throw InputError("--recompute", o.recompute, "none, selective or full");
+  if (!o.recompute_modules.empty()) {
+    if (t.recompute == Recompute::none) t.recompute = Recompute::selective;  // modules imply selective
+    if (t.recompute != Recompute::selective) {
+      throw InputError("--recompute-modules", o.recompute_modules, "to be used with --recompute selective");
+    }
+    t.recompute_modules = parse_recompute_modules(o.recompute_modules, "--recompute-modules");
+  }
+  if (o.recompute_method == "uniform") t.recompute_method = RecomputeMethod::uniform;
+  else if (o.recompute_method == "block") t.recompute_method = RecomputeMethod::block;
+  else throw InputError("--recompute-method", o.recompute_method, "uniform or block");
+  t.recompute_num_layers = o.recompute_num_layers;
+  if (profile.name == "paper" && (t.recompute == Recompute::selective || t.recompute_method != RecomputeMethod::uniform ||
+                                  t.recompute_num_layers != 1)) {
+    throw InputError("--recompute", o.recompute + " " + o.recompute_method,
+                     "none or full (uniform, one layer) in the paper profile, as the report analyses");
+  }
   if (o.overhead == "none") t.overhead = OverheadPoint::none;
   else if (o.overhead == "low") t.overhead = OverheadPoint::low;
   else if (o.overhead == "high") t.overhead = OverheadPoint::high;

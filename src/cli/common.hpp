@@ -37,6 +37,8 @@ struct TrainingOptions {
   std::int64_t micro_batch = 1, seq_len = 4096;
   std::int64_t zero = 0;
   std::string recompute = "none";
+  std::string recompute_modules, recompute_method = "uniform";
+  std::int64_t recompute_num_layers = 1;
   std::string overhead = "low";
   std::string profile = "megatron";
   std::string params_dtype, main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
