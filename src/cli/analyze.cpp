@@ -155,6 +155,9 @@ void AnalyzeCommand::setup(CLI::App& root) {
   add_layout_options(*app, layout);
   add_training_options(*app, training);
   add_format_option(*app, format);
+  app->add_option("--megatron-args", megatron_args,
+                  "A Megatron-LM launch script or argument file: its layout, batch, recompute, precision and "
+                  "architecture flags (flags given here as well take precedence)");
 }
 
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {

@@ -12,6 +12,7 @@ namespace moemem::cli {
 
 struct AnalyzeCommand {
   ModelOptions model;
+  std::string megatron_args;  // consumed before parsing (see cli.cpp); kept for --help
   LayoutOptions layout;
   TrainingOptions training;
   std::string format = "table";

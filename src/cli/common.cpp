@@ -117,7 +117,7 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const char* fi
 }
 
 ModelSpec load_model_for(const ModelOptions& o, const Profile& profile) {
-  ModelSpec m = load_model(o.model);
+  ModelSpec m = o.spec ? *o.spec : load_model(o.model);
   if (o.mtp) set_mtp_layers(m, o.mtp);
   else if (!profile.include_mtp_by_default) m.mtp_layers = 0;
   return m;

@@ -21,6 +21,7 @@ namespace moemem::cli {
 struct ModelOptions {
   std::string model = "deepseek-v3";
   std::optional<std::int64_t> mtp;
+  std::optional<ModelSpec> spec;  // a model described by --megatron-args architecture flags
 };
 
 struct LayoutOptions {

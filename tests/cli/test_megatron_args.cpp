@@ -1,0 +1,115 @@
+// `analyze --megatron-args FILE`: a Megatron-LM launch script gives the same report as moemem's
+// own flags for the same run (issue 5), lists what it does not model, and refuses what would
+// change memory unmodelled.
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/run_cli.hpp"
+
+namespace {
+
+using moemem::test::run_cli;
+using nlohmann::json;
+
+const std::string kDir = std::string(MOEMEM_TEST_DATA_DIR) + "/megatron/";
+
+json analyze_json(std::vector<std::string> args) {
+  args.insert(args.begin(), "analyze");
+  args.push_back("--format");
+  args.push_back("json");
+  const auto r = run_cli(args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return r.code == 0 ? json::parse(r.out) : json();
+}
+
+// NVIDIA's published DeepSeek-V3 recipe (TP2 PP8 VPP4 EP64 on 1,024 GPUs, layout Et|(tt|)*30mL,
+// MTP 1, recompute mla_up_proj and mlp) written as a launch script, against the same run in
+// moemem's flags.
+TEST(MegatronArgs, DeepSeekV3RecipeMatchesEquivalentFlags) {
+  const json script = analyze_json({"--megatron-args", kDir + "deepseek_v3_tp2_pp8_vpp4_ep64.sh"});
+  const json flags = analyze_json({"--model", "deepseek-v3", "--tp", "2", "--pp", "8", "--vpp", "4", "--ep", "64",
+                                   "--dp", "64", "--sp", "--pipeline-model-parallel-layout", "Et|(tt|)*30mL", "--mtp",
+                                   "1", "--recompute", "selective", "--recompute-modules", "mla_up_proj,mlp",
+                                   "--distributed-optimizer", "--micro-batch", "1", "--global-batch", "8192",
+                                   "--seq-len", "4096", "--main-grads-dtype", "bf16", "--exp-avg-dtype", "bf16",
+                                   "--exp-avg-sq-dtype", "bf16"});
+  ASSERT_FALSE(script.is_null());
+  ASSERT_FALSE(flags.is_null());
+  EXPECT_EQ(script.at("model").at("total_params"), flags.at("model").at("total_params"));
+  EXPECT_EQ(script.at("parallel"), flags.at("parallel"));
+  EXPECT_EQ(script.at("training"), flags.at("training"));
+  EXPECT_EQ(script.at("stages"), flags.at("stages"));
+  // The script's world size (torchrun 128 nodes x 8) gives dp = 1024 / (2 x 8) = 64.
+  EXPECT_EQ(script.at("parallel").at("dp"), 64);
+  EXPECT_EQ(script.at("parallel").at("num_chunks"), 32);
+  // DeepSeek-V3 with MTP and the router bias (paper-method.md §2): 684,489,845,504.
+  EXPECT_EQ(script.at("model").at("total_params").get<std::int64_t>(), 684489845504);
+}
+
+TEST(MegatronArgs, UnknownFlagsAreListedNotDropped) {
+  const auto r = run_cli({"analyze", "--megatron-args", kDir + "deepseek_v3_tp2_pp8_vpp4_ep64.sh"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* flag : {"--lr 3.9e-6", "--overlap-grad-reduce", "--moe-aux-loss-coeff 1e-4"}) {
+    EXPECT_NE(r.err.find(flag), std::string::npos) << r.err;
+  }
+}
+
+TEST(MegatronArgs, InlineFlagsOverrideTheScript) {
+  const json k = analyze_json({"--megatron-args", kDir + "deepseek_v3_tp2_pp8_vpp4_ep64.sh", "--global-batch", "1024"});
+  ASSERT_FALSE(k.is_null());
+  EXPECT_EQ(k.at("training").at("global_batch"), 1024);
+  EXPECT_EQ(k.at("training").at("microbatches_per_step"), 1024 / 64);
+}
+
+// Llama-3.1-70B in Megatron's flags describes the same tensors as its Hugging Face config
+// (70,553,706,496 parameters, paper-method.md §2), and full recomputation comes through.
+TEST(MegatronArgs, LlamaArgumentFileDescribesTheSameModel) {
+  const json script = analyze_json({"--megatron-args", kDir + "llama3_70b_tp8_pp4.args", "--dp", "4"});
+  ASSERT_FALSE(script.is_null());
+  EXPECT_EQ(script.at("model").at("total_params").get<std::int64_t>(), 70553706496);
+  EXPECT_EQ(script.at("training").at("recompute"), "full");
+  const json preset = analyze_json({"--megatron-args", kDir + "llama3_70b_tp8_pp4.args", "--dp", "4", "--model",
+                                    "llama-3.1-70b"});
+  ASSERT_FALSE(preset.is_null());
+  EXPECT_EQ(script.at("stages"), preset.at("stages"));
+}
+
+TEST(MegatronArgs, ScriptContradictingTheNamedModelIsRefused) {
+  const auto r = run_cli({"analyze", "--megatron-args", kDir + "llama3_70b_tp8_pp4.args", "--model", "mixtral-8x7b"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--num-layers"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("mixtral-8x7b"), std::string::npos) << r.err;
+}
+
+TEST(MegatronArgs, UnmodelledMemoryFlagsAreErrors) {
+  const std::string path = ::testing::TempDir() + "fp8.args";
+  {
+    std::ofstream f(path);
+    f << "--tensor-model-parallel-size 2 --fp8-format hybrid\n";
+  }
+  const auto r = run_cli({"analyze", "--megatron-args", path});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--fp8-format"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hybrid"), std::string::npos) << r.err;
+}
+
+TEST(MegatronArgs, MissingVocabularyIsNamed) {
+  const std::string path = ::testing::TempDir() + "novocab.args";
+  {
+    std::ofstream f(path);
+    f << "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --swiglu --disable-bias-linear\n";
+  }
+  const auto r = run_cli({"analyze", "--megatron-args", path});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--vocab-size"), std::string::npos) << r.err;
+}
+
+TEST(MegatronArgs, MissingFileIsNamed) {
+  const auto r = run_cli({"analyze", "--megatron-args", "/no/such/file.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/no/such/file.sh"), std::string::npos) << r.err;
+}
+
+}  // namespace
