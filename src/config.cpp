@@ -25,7 +25,7 @@ using nlohmann::json;
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 31;
 
 constexpr const char* kSupportedTypes =
-    "deepseek, deepseek_v2, deepseek_v3, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe";
+    "deepseek, deepseek_v2, deepseek_v3 (and kimi_k2), llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe";
 
 // Keys that describe the model but do not change how much memory training needs.
 const std::set<std::string, std::less<>> kNoMemoryEffect = {
@@ -323,7 +323,8 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& source)
   m.name = source;
   m.model_type = mt->get<std::string>();
   std::set<std::string, std::less<>> used;
-  if (m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3") {
+  if (m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3" || m.model_type == "kimi_k2") {
+    // Kimi-K2 ships the DeepSeek-V3 architecture under its own model_type.
     parse_deepseek(j, source, m, used);
   } else if (m.model_type == "deepseek") {
     parse_deepseek_v1(j, source, m, used);

@@ -1,0 +1,160 @@
+// Every supported Hugging Face model_type, read from a real published config.json shipped under
+// tests/data/configs (provenance: data/models/SOURCES.md), with the tensors that family has and
+// the exact total where a public figure exists (safetensors sizes; tests/golden/counts_models.json).
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "moemem/config.hpp"
+#include "moemem/errors.hpp"
+#include "moemem/inventory.hpp"
+
+namespace {
+
+using namespace moemem;
+
+std::string config_path(const std::string& name) {
+  return std::string(MOEMEM_TEST_DATA_DIR) + "/configs/" + name + ".config.json";
+}
+
+bool has_tensor(const Inventory& inv, const std::string& name) {
+  return std::any_of(inv.tensors.begin(), inv.tensors.end(), [&](const Tensor& t) { return t.name == name; });
+}
+
+const Tensor& tensor(const Inventory& inv, const std::string& name) {
+  const auto it = std::find_if(inv.tensors.begin(), inv.tensors.end(), [&](const Tensor& t) { return t.name == name; });
+  if (it == inv.tensors.end()) throw std::runtime_error("no tensor " + name);
+  return *it;
+}
+
+TEST(ModelTypes, Llama) {
+  const ModelSpec m = load_model(config_path("llama-3.1-8b"));
+  EXPECT_EQ(m.model_type, "llama");
+  const Inventory inv = build_inventory(m);
+  // 8 KV heads of 128: k_proj is 1024 x 4096; no biases.
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.k_proj.weight").rows, 1024);
+  EXPECT_FALSE(has_tensor(inv, "layers.0.self_attn.q_proj.bias"));
+  // meta-llama/Llama-3.1-8B: 8,030,261,248 parameters (bf16 safetensors, 16,060,522,496 bytes).
+  EXPECT_EQ(inv.total().value(), 8030261248u);
+}
+
+TEST(ModelTypes, Mistral) {
+  const ModelSpec m = load_model(config_path("mistral-7b"));
+  EXPECT_EQ(m.model_type, "mistral");
+  // Mistral-7B-v0.1: 7,241,732,096 parameters (bf16 safetensors, 14,483,464,192 bytes).
+  EXPECT_EQ(build_inventory(m).total().value(), 7241732096u);
+}
+
+TEST(ModelTypes, Mixtral) {
+  const ModelSpec m = load_model(config_path("mixtral-8x22b"));
+  EXPECT_EQ(m.model_type, "mixtral");
+  const Inventory inv = build_inventory(m);
+  EXPECT_TRUE(has_tensor(inv, "layers.0.block_sparse_moe.experts.*.w1.weight"));
+  EXPECT_EQ(tensor(inv, "layers.0.block_sparse_moe.experts.*.w2.weight").copies, 8);
+  // Mixtral-8x22B-v0.1: 140,620,634,112 parameters.
+  EXPECT_EQ(inv.total().value(), 140620634112u);
+}
+
+TEST(ModelTypes, Qwen2HasQkvBiases) {
+  const ModelSpec m = load_model(config_path("qwen2-7b"));
+  EXPECT_EQ(m.model_type, "qwen2");
+  const Inventory inv = build_inventory(m);
+  EXPECT_TRUE(has_tensor(inv, "layers.0.self_attn.q_proj.bias"));
+  EXPECT_TRUE(has_tensor(inv, "layers.0.self_attn.v_proj.bias"));
+  EXPECT_FALSE(has_tensor(inv, "layers.0.self_attn.o_proj.bias"));
+  // By hand from the config (h 3584, 28 heads, 4 KV heads of 128, ffn 18944, 28 layers,
+  // vocab 152064, untied): embedding and head 2 x 152064 x 3584; per layer q 3584^2 + 3584,
+  // k and v 512 x 3584 + 512 each, o 3584^2, MLP 3 x 3584 x 18944, two norms; final norm.
+  const std::uint64_t h = 3584, kv = 512, f = 18944, layers = 28, v = 152064;
+  const std::uint64_t layer = (h * h + h) + 2 * (kv * h + kv) + h * h + 3 * h * f + 2 * h;
+  EXPECT_EQ(inv.total().value(), 2 * v * h + layers * layer + h);
+}
+
+TEST(ModelTypes, Qwen2MoeHasGatedSharedExpert) {
+  const ModelSpec m = load_model(config_path("qwen2-57b-a14b"));
+  EXPECT_EQ(m.model_type, "qwen2_moe");
+  const Inventory inv = build_inventory(m);
+  EXPECT_TRUE(has_tensor(inv, "layers.0.mlp.shared_expert.gate_proj.weight"));
+  EXPECT_EQ(tensor(inv, "layers.0.mlp.shared_expert_gate.weight").rows, 1);
+  // Qwen2-57B-A14B: 57,408,658,944 parameters.
+  EXPECT_EQ(inv.total().value(), 57408658944u);
+}
+
+TEST(ModelTypes, Qwen3HasQkNorms) {
+  const ModelSpec m = load_model(config_path("qwen3-8b"));
+  EXPECT_EQ(m.model_type, "qwen3");
+  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.q_norm.weight").rows, 128);
+  EXPECT_FALSE(has_tensor(inv, "layers.0.self_attn.q_proj.bias"));
+  // Qwen3-8B: 8,190,735,360 parameters.
+  EXPECT_EQ(inv.total().value(), 8190735360u);
+}
+
+TEST(ModelTypes, Qwen3Moe) {
+  const ModelSpec m = load_model(config_path("qwen3-235b-a22b"));
+  EXPECT_EQ(m.model_type, "qwen3_moe");
+  EXPECT_EQ(m.num_moe_layers(), m.num_layers);
+  // Qwen3-235B-A22B: 235,093,634,560 parameters.
+  EXPECT_EQ(build_inventory(m).total().value(), 235093634560u);
+}
+
+TEST(ModelTypes, DeepSeekV1) {
+  const ModelSpec m = load_model(config_path("deepseek-moe-16b"));
+  EXPECT_EQ(m.model_type, "deepseek");
+  EXPECT_EQ(m.layer_kinds[0], LayerKind::dense);  // first_k_dense_replace 1
+  EXPECT_EQ(m.layer_kinds[1], LayerKind::moe);
+  // deepseek-moe-16b: 16,375,728,128 parameters.
+  EXPECT_EQ(build_inventory(m).total().value(), 16375728128u);
+}
+
+TEST(ModelTypes, DeepSeekV3FamilyMoonlight) {
+  const ModelSpec m = load_model(config_path("moonlight-16b"));
+  EXPECT_EQ(m.model_type, "deepseek_v3");
+  EXPECT_EQ(m.attention, AttentionKind::mla);
+  EXPECT_GT(m.num_moe_layers(), 0);
+}
+
+TEST(ModelTypes, DeepSeekV2FromSharedModels) {
+  const ModelSpec m = load_model(std::string(MOEMEM_SHARED_MODELS_DIR) + "/deepseek-v2-lite.json");
+  EXPECT_EQ(m.model_type, "deepseek_v2");
+  EXPECT_EQ(build_inventory(m).total().value(), 15706484224u);  // paper-method.md §2
+}
+
+TEST(ModelTypes, TextConfigNestingAndKimiAlias) {
+  std::ifstream in(config_path("qwen3-8b"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string wrapped = R"({"model_type": "qwen3", "text_config": )" + ss.str() + "}";
+  EXPECT_EQ(build_inventory(parse_hf_config(wrapped, "wrapped")).total().value(), 8190735360u);
+  std::ifstream v3(std::string(MOEMEM_SHARED_MODELS_DIR) + "/deepseek-v3.json");
+  std::stringstream s3;
+  s3 << v3.rdbuf();
+  std::string kimi = s3.str();
+  kimi.replace(kimi.find("\"deepseek_v3\""), 13, "\"kimi_k2\"");
+  EXPECT_EQ(build_inventory(parse_hf_config(kimi, "kimi")).total().value(), 684489845504u);
+}
+
+// Contradictory fields get named errors.
+void expect_error(const std::string& json_text, const std::string& field_word) {
+  try {
+    (void)parse_hf_config(json_text, "bad.json");
+    FAIL() << "accepted: " << json_text;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(field_word), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelTypes, ContradictoryFieldsAreNamed) {
+  const std::string base = R"("model_type": "llama", "vocab_size": 1000, "num_hidden_layers": 2, "intermediate_size": 128)";
+  expect_error("{" + base + R"(, "hidden_size": 100, "num_attention_heads": 3})", "num_attention_heads");
+  expect_error("{" + base + R"(, "hidden_size": -64, "num_attention_heads": 4})", "hidden_size");
+  expect_error("{" + base + R"(, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 3})",
+               "num_key_value_heads");
+  expect_error(R"({"model_type": "mixtral", "vocab_size": 1000, "num_hidden_layers": 2, "intermediate_size": 128,
+                   "hidden_size": 64, "num_attention_heads": 4, "num_local_experts": 4, "num_experts_per_tok": 8})",
+               "num_experts_per_tok");
+}
+
+}  // namespace
