@@ -39,6 +39,22 @@ void BM_AnalyzeDeepSeekV3_16Stages(benchmark::State& state) {
 }
 BENCHMARK(BM_AnalyzeDeepSeekV3_16Stages);
 
+// The default (megatron) profile on the same layout, 1F1B with 32 micro-batches per step.
+void BM_AnalyzeDeepSeekV3_16Stages_Megatron(benchmark::State& state) {
+  Fixture f;
+  f.model.mtp_layers = 1;
+  f.inventory = build_inventory(f.model);
+  f.training.precision = megatron_profile().default_precision;
+  f.training.global_batch = 1024;
+  f.training.zero = 1;
+  for (auto _ : state) {
+    auto r = analyze(f.model, f.inventory, megatron_profile(), f.layout, f.training);
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_AnalyzeDeepSeekV3_16Stages_Megatron);
+
 // Layout validation plus evaluation: what a search would pay per candidate layout.
 void BM_ResolveAndAnalyzeDeepSeekV3(benchmark::State& state) {
   const Fixture f;

@@ -14,16 +14,34 @@ namespace {
 
 std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
 
-// The chunk (model order) a tensor belongs to.
-std::int64_t chunk_of(const Tensor& t, const Layout& layout, std::int64_t num_layers) {
-  switch (t.placement) {
-    case Placement::embedding: return layout.chunk_with_embedding();
-    case Placement::decoder: return layout.chunk_of_layer(t.layer);
-    case Placement::head: return layout.chunk_with_loss();
-    case Placement::mtp: return layout.chunk_of_mtp(t.layer - num_layers);
+// The chunk (model order) of every tensor position: decoder layers and MTP depths by index.
+struct ChunkMap {
+  std::int64_t embedding = 0, loss = 0;
+  std::vector<std::int64_t> layer, mtp;
+
+  ChunkMap(const Layout& layout, const ModelSpec& m)
+      : embedding(layout.chunk_with_embedding()), loss(layout.chunk_with_loss()) {
+    layer.assign(static_cast<std::size_t>(m.num_layers), 0);
+    mtp.assign(static_cast<std::size_t>(m.mtp_layers), loss);
+    for (std::size_t c = 0; c < layout.chunks.size(); ++c) {
+      const auto& ch = layout.chunks[c];
+      for (std::int64_t l = 0; l < ch.num_layers; ++l) layer[static_cast<std::size_t>(ch.first_layer + l)] = static_cast<std::int64_t>(c);
+      for (std::int64_t k = 0; k < ch.mtp_depths; ++k) {
+        if (ch.first_mtp + k < m.mtp_layers) mtp[static_cast<std::size_t>(ch.first_mtp + k)] = static_cast<std::int64_t>(c);
+      }
+    }
   }
-  return 0;
-}
+
+  [[nodiscard]] std::int64_t of(const Tensor& t, std::int64_t num_layers) const {
+    switch (t.placement) {
+      case Placement::embedding: return embedding;
+      case Placement::decoder: return layer[static_cast<std::size_t>(t.layer)];
+      case Placement::head: return loss;
+      case Placement::mtp: return mtp[static_cast<std::size_t>(t.layer - num_layers)];
+    }
+    return 0;
+  }
+};
 
 Bytes times(Bytes b, std::int64_t n, const char* what) {
   return Bytes(checked_mul(b.value(), static_cast<std::uint64_t>(n), what));
@@ -83,12 +101,13 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
   for (std::int64_t s = 0; s < num_ranks; ++s) {
     for (const auto c : layout.rank_chunks[idx(s)]) holders[idx(c)].push_back(s);
   }
-  const std::int64_t embedding_chunk = layout.chunk_with_embedding(), loss_chunk = layout.chunk_with_loss();
+  const ChunkMap chunk_map(layout, m);
+  const std::int64_t embedding_chunk = chunk_map.embedding, loss_chunk = chunk_map.loss;
   for (const auto& tensor : inv.tensors) {
     if (!profile.accounts(tensor)) continue;
     r.total_params += tensor.params();
     const Count c = device_params(tensor, profile, p, vocab);
-    for (const auto s : holders[idx(chunk_of(tensor, layout, m.num_layers))]) {
+    for (const auto s : holders[idx(chunk_map.of(tensor, m.num_layers))]) {
       // MTP's embedding/head copies are the main model's own tensors on a rank that holds those.
       if (tensor.shared_in_training &&
           layout.rank_holds(s, tensor.role == Role::mtp_embedding ? embedding_chunk : loss_chunk)) {
