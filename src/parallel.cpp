@@ -34,13 +34,13 @@ std::vector<std::int64_t> first_last_split(const ModelSpec& m, const ParallelCon
     throw InputError("--decoder-first/last-pipeline-num-layers", "with virtual stages",
                      "no --vpp and no dualpipev (use --pipeline-model-parallel-layout for those)");
   }
-  const std::int64_t first = p.first_stage_layers.value_or(-1), last = p.last_stage_layers.value_or(-1);
-  for (const auto& [v, flag] : {std::pair{first, "--decoder-first-pipeline-num-layers"},
-                               std::pair{last, "--decoder-last-pipeline-num-layers"}}) {
-    if ((v < 0 && v != -1) || v > m.num_layers) {
-      throw InputError(flag, std::to_string(v), fmt::format("a layer count from 0 to {}", m.num_layers));
+  for (const auto& [v, flag] : {std::pair{p.first_stage_layers, "--decoder-first-pipeline-num-layers"},
+                               std::pair{p.last_stage_layers, "--decoder-last-pipeline-num-layers"}}) {
+    if (v && (*v < 0 || *v > m.num_layers)) {
+      throw InputError(flag, std::to_string(*v), fmt::format("a layer count from 0 to {}", m.num_layers));
     }
   }
+  const std::int64_t first = p.first_stage_layers.value_or(-1), last = p.last_stage_layers.value_or(-1);
   const std::int64_t fixed_stages = (first >= 0 ? 1 : 0) + (last >= 0 ? 1 : 0);
   const std::int64_t rest = m.num_layers - std::max<std::int64_t>(first, 0) - std::max<std::int64_t>(last, 0);
   const std::int64_t middle = n - fixed_stages;
@@ -70,6 +70,14 @@ std::vector<Chunk> chunks_from_layout_string(const ModelSpec& m, const ParallelC
     l += s.loss;
   }
   if (e != 1 || l != 1) throw InputError(flag, p.pipeline_layout, "exactly one E (embedding) and one L (loss)");
+  // Megatron's validate_layer_layout: E first, L last, every decoder layer before any MTP layer.
+  std::string all;
+  for (const auto& s : stages) all += s.items;
+  if (all.front() != 'E') throw InputError(flag, p.pipeline_layout, "a layout whose first item is E (the embedding)");
+  if (all.back() != 'L') throw InputError(flag, p.pipeline_layout, "a layout whose last item is L (the loss)");
+  if (mt > 0 && all.rfind('t') != std::string::npos && all.rfind('t') > all.find('m')) {
+    throw InputError(flag, p.pipeline_layout, "every decoder layer (t) placed before the MTP layers (m)");
+  }
   if (t != m.num_layers) {
     throw InputError(flag, fmt::format("{} ({} t)", p.pipeline_layout, t), fmt::format("{} t, one per decoder layer", m.num_layers));
   }

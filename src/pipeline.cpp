@@ -113,6 +113,7 @@ std::vector<LayoutStage> parse_pipeline_layout(std::string_view text) {
   const std::string flat = LayoutParser(text).parse();
   std::vector<LayoutStage> stages(1);
   for (const char c : flat) {
+    if (c != '|') stages.back().items += c;
     switch (c) {
       case '|': stages.emplace_back(); break;
       case 'E': ++stages.back().embedding; break;
@@ -137,6 +138,7 @@ InFlight in_flight(Schedule s, std::int64_t rank, std::int64_t pp, std::int64_t 
       f.per_chunk[0] = std::min(pp - rank, mb);
       break;
     case Schedule::gpipe:
+      if (!m) throw InputError("--global-batch", "missing", "the sequences per step: GPipe keeps every micro-batch of the step");
       f.per_chunk[0] = mb;
       break;
     case Schedule::interleaved: {
@@ -153,15 +155,19 @@ InFlight in_flight(Schedule s, std::int64_t rank, std::int64_t pp, std::int64_t 
       break;
     }
     case Schedule::dualpipe: {
-      // DeepSeek-V3 report, Table 2, and deepseek-ai/DualPipe's README: PP + 1 micro-batches of
-      // activations per device, over its two chunks (counted against the larger chunk).
-      f.per_chunk[0] = std::min(pp + 1, mb);
+      // deepseek-ai/DualPipe (dualpipe.py, warm-up steps 1-4): rank r holds pp - r micro-batches
+      // of stage r (its forward-direction chunk) and r + 1 of stage pp - 1 - r (the reverse
+      // direction): PP + 1 in all, the DeepSeek-V3 report's Table 2.
+      f.per_chunk[0] = std::min(pp - rank, mb);
+      f.per_chunk[1] = std::min(rank + 1, mb);
       break;
     }
     case Schedule::dualpipev: {
-      // deepseek-ai/DualPipe's README: DualPipeV on PP/2 devices holds PP + 1 chunk
-      // micro-batches per device; with pp devices (2pp chunks) that is 2pp + 1.
-      f.per_chunk[0] = std::min(2 * pp + 1, 2 * mb);
+      // deepseek-ai/DualPipe (dualpipev.py): the V over 2pp chunks holds 2pp - c micro-batches of
+      // chunk c, as 1F1B over 2pp stages: rank r holds chunks r and 2pp - 1 - r, 2pp + 1 in all
+      // (the README's PP + 1 for PP/2 devices).
+      f.per_chunk[0] = std::min(2 * pp - rank, mb);
+      f.per_chunk[1] = std::min(rank + 1, mb);
       break;
     }
   }

@@ -195,14 +195,8 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
     } else {
       const InFlight f = in_flight(p.schedule, st.stage, p.pp, st.model_chunks, r.microbatches);
       st.in_flight_microbatches = f.total;
-      if (p.schedule == Schedule::dualpipe || p.schedule == Schedule::dualpipev) {
-        // The published count is per device; charge it against the larger of the two chunks.
-        const Bytes larger = *std::max_element(st.chunk_activations.begin(), st.chunk_activations.end());
-        st.bytes.activations = times(larger, f.total, "activation bytes");
-      } else {
-        for (std::size_t i = 0; i < st.chunks.size(); ++i) {
-          st.bytes.activations += times(st.chunk_activations[i], f.per_chunk[i], "activation bytes");
-        }
+      for (std::size_t i = 0; i < st.chunks.size(); ++i) {
+        st.bytes.activations += times(st.chunk_activations[i], f.per_chunk[i], "activation bytes");
       }
     }
     if (profile.recompute_transient && t.recompute != Recompute::none) {

@@ -32,6 +32,7 @@ struct Chunk {
 // order written (virtual-stage-major: stage i is virtual stage i / pp of rank i % pp).
 struct LayoutStage {
   std::int64_t embedding = 0, decoder = 0, mtp = 0, loss = 0;
+  std::string items;  // the stage's items in order, e.g. "Ett"
 };
 
 // Parses a layout string: E, t, m, L, '|' between stages, '(...)' groups, '*N' repetition of
