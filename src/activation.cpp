@@ -32,6 +32,15 @@ void validate_training(const TrainingConfig& t, const Layout& layout) {
     throw InputError("--make-vocab-size-divisible-by", std::to_string(*t.vocab_multiple),
                      fmt::format("an integer from 1 to {}", kMaxDegree));
   }
+  if (!(t.moe_imbalance >= 1.0) || t.moe_imbalance > 1e6) {
+    throw InputError("--moe-imbalance", fmt::format("{}", t.moe_imbalance), "a factor from 1 (balanced) upward");
+  }
+  if (t.moe_capacity_factor && (!(*t.moe_capacity_factor > 0.0) || *t.moe_capacity_factor > 1e6)) {
+    throw InputError("--moe-capacity-factor", fmt::format("{}", *t.moe_capacity_factor), "a positive factor");
+  }
+  if (t.fragmentation_pct && (!(*t.fragmentation_pct >= 0.0) || *t.fragmentation_pct > 100.0)) {
+    throw InputError("--fragmentation-pct", fmt::format("{}", *t.fragmentation_pct), "a percentage from 0 to 100");
+  }
   const std::int64_t split = p.cp * (p.sp ? p.tp : 1);
   if (t.seq_len % split != 0) {
     throw InputError("--seq-len", std::to_string(t.seq_len),
@@ -109,6 +118,37 @@ std::string_view name_of(Recompute r) {
 }
 
 std::string_view name_of(AttentionKernel a) { return a == AttentionKernel::eager ? "eager" : "flash"; }
+
+std::string_view name_of(Fp8Recipe f) {
+  switch (f) {
+    case Fp8Recipe::none: return "none";
+    case Fp8Recipe::tensorwise: return "tensorwise";
+    case Fp8Recipe::delayed: return "delayed";
+    case Fp8Recipe::blockwise: return "blockwise";
+    case Fp8Recipe::mxfp8: return "mxfp8";
+  }
+  return "?";
+}
+
+Fp8Recipe parse_fp8_recipe(std::string_view text) {
+  for (const auto f : {Fp8Recipe::none, Fp8Recipe::tensorwise, Fp8Recipe::delayed, Fp8Recipe::blockwise, Fp8Recipe::mxfp8}) {
+    if (text == name_of(f)) return f;
+  }
+  throw InputError("--fp8", std::string(text), "one of none, tensorwise, delayed, blockwise, mxfp8");
+}
+
+Count fp8_scale_elements(Count n, Fp8Recipe f) {
+  switch (f) {
+    case Fp8Recipe::none: return Count{};
+    case Fp8Recipe::tensorwise:
+    case Fp8Recipe::delayed: return Count(1);  // one scale per tensor
+    case Fp8Recipe::blockwise: return Count(ceil_div(n.value(), 128));  // 1x128 tiles
+    case Fp8Recipe::mxfp8: return Count(ceil_div(n.value(), 32));       // 1x32 blocks
+  }
+  return Count{};
+}
+
+DType fp8_scale_dtype(Fp8Recipe f) { return f == Fp8Recipe::mxfp8 ? DType::int8 : DType::fp32; }
 
 std::optional<std::int64_t> microbatches_per_step(const TrainingConfig& t, const Layout& layout) {
   if (!t.global_batch) return std::nullopt;

@@ -50,6 +50,7 @@ const std::map<std::string, std::string, std::less<>> kValueFlags = {
     {"--exp-avg-dtype", "--exp-avg-dtype"},
     {"--exp-avg-sq-dtype", "--exp-avg-sq-dtype"},
     {"--make-vocab-size-divisible-by", "--make-vocab-size-divisible-by"},
+    {"--moe-expert-capacity-factor", "--moe-capacity-factor"},
 };
 
 // Megatron switch -> moemem switch ("" : accepted, nothing to pass on).
@@ -70,6 +71,7 @@ const std::map<std::string, std::string, std::less<>> kSwitches = {
     {"--qk-layernorm", ""},
     {"--add-qkv-bias", ""},
     {"--moe-grouped-gemm", ""},
+    {"--moe-enable-deepep", ""},
 };
 
 // Architecture flags with one integer or text value.
@@ -78,14 +80,12 @@ const std::set<std::string, std::less<>> kArchValueFlags = {
     "--kv-channels", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
     "--qk-pos-emb-head-dim", "--v-head-dim", "--vocab-size", "--num-layers-per-virtual-pipeline-stage",
-    "--normalization", "--attention-backend", "--nnodes", "--nproc-per-node", "--nproc_per_node"};
+    "--normalization", "--attention-backend", "--nnodes", "--nproc-per-node", "--nproc_per_node", "--fp8-format",
+    "--fp8-recipe", "--moe-token-dispatcher-type"};
 
 // Flags that change memory in ways moemem does not model yet.
 const std::map<std::string, std::string, std::less<>> kUnsupported = {
-    {"--fp8-format", "FP8 training (activations, weight copies and scales)"},
-    {"--fp8-recipe", "FP8 training (activations, weight copies and scales)"},
     {"--fp4-format", "FP4 training"},
-    {"--moe-expert-capacity-factor", "token dropping by expert capacity"},
     {"--cpu-offloading", "activation offloading to CPU"},
     {"--use-torch-fsdp2", "FSDP2 sharding (a torchtitan-style profile)"},
     {"--use-megatron-fsdp", "Megatron FSDP sharding"},
@@ -303,6 +303,18 @@ MegatronArgs parse_megatron_args(std::string_view text, const std::string& sourc
     if (v == "unfused" || v == "local") out.flags.emplace_back("--attention", "eager");
     else if (v == "flash" || v == "fused" || v == "auto") out.flags.emplace_back("--attention", "flash");
     else throw InputError(field("--attention-backend"), v, "flash, fused, unfused, local or auto");
+  }
+  // FP8: --fp8-format (e4m3 or hybrid) turns it on, --fp8-recipe picks the scaling (Megatron's
+  // default: delayed).
+  if (arch.contains("--fp8-format")) {
+    const auto recipe = arch.find("--fp8-recipe");
+    out.flags.emplace_back("--fp8", recipe == arch.end() ? "delayed" : recipe->second);
+  }
+  if (const auto d = arch.find("--moe-token-dispatcher-type"); d != arch.end()) {
+    if (d->second == "flex" && switches.contains("--moe-enable-deepep")) out.flags.emplace_back("--moe-token-dispatcher", "deepep");
+    else if (d->second != "alltoall" && d->second != "allgather" && d->second != "flex") {
+      throw InputError(field("--moe-token-dispatcher-type"), d->second, "alltoall, allgather or flex");
+    }
   }
   const auto nproc = arch.contains("--nproc-per-node") ? arch.find("--nproc-per-node") : arch.find("--nproc_per_node");
   if (nproc != arch.end()) {

@@ -1,5 +1,8 @@
 #include "moemem/profile.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -160,6 +163,7 @@ const Profile kPaper{
     0,
     AttentionKernel::eager,
     false,
+    false,
     {
         "TP splits W_UQ, W_UK, W_UV, W_O; W_DQ, W_QR, W_DKV, W_KR, norms, router and shared experts are whole on every TP rank",
         "ZeRO shards MLA and norms over dp*cp, and the whole MoE block (experts, shared experts, router) over edp",
@@ -232,86 +236,139 @@ MegatronDims megatron_dims(const ActivationContext& c) {
   return {c.training.micro_batch, s_local, tokens, tokens / (p.sp ? p.tp : 1), c.model.num_heads / p.tp, p.tp};
 }
 
+// Appends terms; inputs of FP8 linear layers are cached in FP8 with their scales under an FP8
+// recipe (Transformer Engine keeps the quantized input for the weight-gradient GEMM).
+struct Terms {
+  const ActivationContext& c;
+  std::vector<ActivationTerm>& out;
+  DType a = c.training.activation_dtype;
+
+  void add(std::string_view name, Module mod, Count n, DType t, std::uint16_t dropped_by, std::string_view rule,
+           bool kept_under_full = false) {
+    out.push_back({name, mod, n, t, kept_under_full, dropped_by, rule});
+  }
+  void linear_input(std::string_view name, std::string_view scales, Module mod, Count n, std::uint16_t dropped_by,
+                    std::string_view rule) {
+    const Fp8Recipe f = c.training.fp8;
+    if (f == Fp8Recipe::none) {
+      add(name, mod, n, a, dropped_by, rule);
+      return;
+    }
+    add(name, mod, n, DType::fp8, dropped_by, rule);
+    add(scales, mod, fp8_scale_elements(n, f), fp8_scale_dtype(f), dropped_by, "FP8 scales of the tensor above");
+  }
+};
+
 // Attention block of one layer. The layer input is what full recomputation keeps.
-void megatron_attention(const ActivationContext& c, std::vector<ActivationTerm>& out) {
+void megatron_attention(const ActivationContext& c, Terms& t) {
   const auto& m = c.model;
-  const DType a = c.training.activation_dtype;
   const auto d = megatron_dims(c);
-  out.push_back({"attn.input (layer input)", Module::attention, elems({d.tokens_sp, m.hidden}), a, true});
-  out.push_back({"attn.norm_output", Module::attention, elems({d.tokens_sp, m.hidden}), a, false, static_cast<std::uint16_t>(kRecomputeLayernorm)});
+  const auto up = static_cast<std::uint16_t>(m.attention == AttentionKind::mla ? kRecomputeMlaUpProj : 0);
+  t.add("attn.input (layer input)", Module::attention, elems({d.tokens_sp, m.hidden}), t.a, 0, "b*s/cp/(tp if sp) x h", true);
+  t.linear_input("attn.norm_output (q/kv input)", "attn.norm_output.scales", Module::attention,
+                 elems({d.tokens_sp, m.hidden}), kRecomputeLayernorm, "b*s/cp/(tp if sp) x h");
   std::int64_t qk_dim = 0, v_dim = 0, kv_heads = d.heads;
   if (m.attention == AttentionKind::mla) {
     const auto& l = m.mla;
     // Down-projections are duplicated and run on the sequence-parallel tokens; their outputs
     // feed the q/kv norms, whose outputs the column-parallel up-projections keep.
     if (l.q_lora_rank > 0) {
-      out.push_back({"attn.q_compressed", Module::attention, elems({d.tokens_sp, l.q_lora_rank}), a, false});
-      out.push_back({"attn.q_compressed_norm", Module::attention, elems({d.tokens_sp, l.q_lora_rank}), a, false, static_cast<std::uint16_t>(kRecomputeMlaUpProj)});
+      t.add("attn.q_compressed", Module::attention, elems({d.tokens_sp, l.q_lora_rank}), t.a, 0, "tokens x q_lora_rank");
+      t.linear_input("attn.q_compressed_norm (q_up input)", "attn.q_compressed_norm.scales", Module::attention,
+                     elems({d.tokens_sp, l.q_lora_rank}), kRecomputeMlaUpProj, "tokens x q_lora_rank");
     }
-    out.push_back({"attn.kv_compressed", Module::attention, elems({d.tokens_sp, l.kv_lora_rank}), a, false});
-    out.push_back({"attn.kv_compressed_norm", Module::attention, elems({d.tokens_sp, l.kv_lora_rank}), a, false, static_cast<std::uint16_t>(kRecomputeMlaUpProj)});
+    t.add("attn.kv_compressed", Module::attention, elems({d.tokens_sp, l.kv_lora_rank}), t.a, 0, "tokens x kv_lora_rank");
+    t.linear_input("attn.kv_compressed_norm (kv_up input)", "attn.kv_compressed_norm.scales", Module::attention,
+                   elems({d.tokens_sp, l.kv_lora_rank}), kRecomputeMlaUpProj, "tokens x kv_lora_rank");
     qk_dim = l.qk_nope_head_dim + l.qk_rope_head_dim;
     v_dim = l.v_head_dim;
   } else {
     qk_dim = v_dim = m.head_dim;
     kv_heads = m.num_kv_heads / d.tp;
     if (m.qk_norm) {
-      out.push_back({"attn.qk_norm_inputs", Module::attention, elems({d.tokens, d.heads + kv_heads, m.head_dim}), a, false});
+      t.add("attn.qk_norm_inputs", Module::attention, elems({d.tokens, d.heads + kv_heads, m.head_dim}), t.a, 0,
+            "b*s/cp x (heads + kv heads)/tp x head_dim");
     }
   }
   // Inputs of the core attention (after RoPE), kept by both kernels.
-  out.push_back({"attn.q", Module::attention, elems({d.tokens, d.heads, qk_dim}), a, false, static_cast<std::uint16_t>((m.attention == AttentionKind::mla ? kRecomputeMlaUpProj : 0))});
-  out.push_back({"attn.k", Module::attention, elems({d.tokens, kv_heads, qk_dim}), a, false, static_cast<std::uint16_t>((m.attention == AttentionKind::mla ? kRecomputeMlaUpProj : 0))});
-  out.push_back({"attn.v", Module::attention, elems({d.tokens, kv_heads, v_dim}), a, false, static_cast<std::uint16_t>((m.attention == AttentionKind::mla ? kRecomputeMlaUpProj : 0))});
+  t.add("attn.q", Module::attention, elems({d.tokens, d.heads, qk_dim}), t.a, up, "b*s/cp x heads/tp x qk_dim");
+  t.add("attn.k", Module::attention, elems({d.tokens, kv_heads, qk_dim}), t.a, up, "b*s/cp x kv_heads/tp x qk_dim");
+  t.add("attn.v", Module::attention, elems({d.tokens, kv_heads, v_dim}), t.a, up, "b*s/cp x kv_heads/tp x v_dim");
   if (c.attention == AttentionKernel::eager) {
-    out.push_back({"attn.scores", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), a, false, static_cast<std::uint16_t>(kRecomputeCoreAttn)});
-    out.push_back({"attn.softmax", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), a, false, static_cast<std::uint16_t>(kRecomputeCoreAttn)});
+    t.add("attn.scores", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), t.a, kRecomputeCoreAttn,
+          "b x heads/tp x s/cp x s");
+    t.add("attn.softmax", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), t.a, kRecomputeCoreAttn,
+          "b x heads/tp x s/cp x s");
   } else {
-    out.push_back({"attn.softmax_lse", Module::attention, elems({d.b, d.heads, d.s_local}), DType::fp32, false, static_cast<std::uint16_t>(kRecomputeCoreAttn)});
+    t.add("attn.softmax_lse", Module::attention, elems({d.b, d.heads, d.s_local}), DType::fp32, kRecomputeCoreAttn,
+          "b x heads/tp x s/cp, fp32");
   }
-  // The attention output is kept once: by the kernel and as the input of the row-parallel o_proj.
-  out.push_back({"attn.context", Module::attention, elems({d.tokens, d.heads, v_dim}), a, false});
+  // The attention output: kept by the kernel, and as the input of the row-parallel o_proj (the
+  // same tensor, unless FP8 makes o_proj keep a quantized copy of its own).
+  t.add("attn.context", Module::attention, elems({d.tokens, d.heads, v_dim}), t.a, 0, "b*s/cp x heads/tp x v_dim");
+  if (c.training.fp8 != Fp8Recipe::none) {
+    t.linear_input("attn.context (o_proj input)", "attn.context.scales", Module::attention,
+                   elems({d.tokens, d.heads, v_dim}), 0, "b*s/cp x heads/tp x v_dim");
+  }
 }
 
-void megatron_mlp(const ActivationContext& c, std::int64_t ffn, Module mod, const char* fc1, const char* act,
-                  std::uint16_t dropped_by, std::vector<ActivationTerm>& out) {
-  const DType a = c.training.activation_dtype;
+void megatron_mlp(const ActivationContext& c, Terms& t, std::int64_t ffn, Module mod, const char* fc1, const char* act,
+                  const char* act_scales, std::uint16_t dropped_by) {
   const auto d = megatron_dims(c);
   // Column-parallel fc1 keeps its (sequence-parallel) input, already counted as the norm output;
   // SwiGLU keeps fc1's output (gate and up), fc2 keeps the activation's output.
-  out.push_back({fc1, mod, elems({d.tokens, 2 * ffn}, d.tp), a, false, dropped_by});
-  out.push_back({act, mod, elems({d.tokens, ffn}, d.tp), a, false, dropped_by});
+  t.add(fc1, mod, elems({d.tokens, 2 * ffn}, d.tp), t.a, dropped_by, "b*s/cp x 2 ffn/tp");
+  t.linear_input(act, act_scales, mod, elems({d.tokens, ffn}, d.tp), dropped_by, "b*s/cp x ffn/tp");
 }
 
 void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
   const auto& m = c.model;
-  const DType a = c.training.activation_dtype;
   const auto d = megatron_dims(c);
-  megatron_attention(c, out);
+  Terms t{c, out};
+  megatron_attention(c, t);
   const Module block = kind == LayerKind::moe ? Module::router : Module::dense_mlp;
-  out.push_back({"mlp.input", block, elems({d.tokens_sp, m.hidden}), a, false});
-  out.push_back({"mlp.norm_output", block, elems({d.tokens_sp, m.hidden}), a, false, static_cast<std::uint16_t>(kRecomputeLayernorm)});
+  t.add("mlp.input", block, elems({d.tokens_sp, m.hidden}), t.a, 0, "b*s/cp/(tp if sp) x h");
   if (kind == LayerKind::dense) {
-    megatron_mlp(c, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output", kRecomputeMlp, out);
+    t.linear_input("mlp.norm_output (fc1 input)", "mlp.norm_output.scales", block, elems({d.tokens_sp, m.hidden}),
+                   kRecomputeLayernorm, "b*s/cp/(tp if sp) x h");
+    megatron_mlp(c, t, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output (fc2 input)",
+                 "mlp.act_output.scales", kRecomputeMlp);
     return;
   }
+  // The MoE block's norm output feeds the router (bf16) and the dispatch.
+  t.add("mlp.norm_output (router input)", block, elems({d.tokens_sp, m.hidden}), t.a, kRecomputeLayernorm,
+        "b*s/cp/(tp if sp) x h");
   const auto& e = m.moe;
   const auto& p = c.layout.config;
   // Router: fp32 scores for the score function's backward and a boolean routing map.
-  out.push_back({"router.scores", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::fp32, false, static_cast<std::uint16_t>(kRecomputeMoe)});
-  out.push_back({"router.routing_map", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::int8, false, static_cast<std::uint16_t>(kRecomputeMoe)});
+  t.add("router.scores", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::fp32, kRecomputeMoe,
+        "tokens x experts, fp32");
+  t.add("router.routing_map", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::int8, kRecomputeMoe,
+        "tokens x experts, bool");
   // Balanced routing: the expert-parallel group's tokens, top-k copies each, spread evenly over
-  // its ep ranks, every expert-tensor-parallel rank of an expert seeing all of its tokens.
-  const std::int64_t routed =
-      static_cast<std::int64_t>(elems({d.tokens_sp, e.top_k, p.etp}).value());
-  out.push_back({"experts.fc1_input (permuted tokens)", Module::routed_experts, elems({routed, m.hidden}), a, false, static_cast<std::uint16_t>(kRecomputeMoe)});
-  out.push_back({"experts.fc1_output", Module::routed_experts, elems({routed, 2 * e.expert_ffn}, p.etp), a, false, static_cast<std::uint16_t>(kRecomputeMoe)});
-  out.push_back({"experts.act_output", Module::routed_experts, elems({routed, e.expert_ffn}, p.etp), a, false, static_cast<std::uint16_t>(kRecomputeMoe | kRecomputeMoeAct)});
-  out.push_back({"experts.fc2_output (unpermute input)", Module::routed_experts, elems({routed, m.hidden}), a, false, static_cast<std::uint16_t>(kRecomputeMoe)});
-  out.push_back({"experts.probs", Module::routed_experts, elems({routed}), DType::fp32, false, static_cast<std::uint16_t>(kRecomputeMoe)});
+  // its ep ranks, every expert-tensor-parallel rank of an expert seeing all of its tokens. The
+  // hottest rank receives --moe-imbalance times that, at most --moe-capacity-factor times.
+  double factor = c.training.moe_imbalance;
+  if (c.training.moe_capacity_factor) factor = std::min(factor, *c.training.moe_capacity_factor);
+  const auto base = static_cast<double>(elems({d.tokens_sp, e.top_k, p.etp}).value());
+  const auto routed = static_cast<std::int64_t>(std::ceil(base * factor));
+  const std::uint16_t moe = kRecomputeMoe;
+  t.linear_input("experts.fc1_input (dispatched tokens)", "experts.fc1_input.scales", Module::routed_experts,
+                 elems({routed, m.hidden}), moe, "R x h, R = tokens x top_k x etp x imbalance");
+  if (c.training.fp8_swiglu_input) {
+    t.linear_input("experts.fc1_output (SwiGLU input)", "experts.fc1_output.scales", Module::routed_experts,
+                   elems({routed, 2 * e.expert_ffn}, p.etp), moe, "R x 2 ffn/etp");
+  } else {
+    t.add("experts.fc1_output (SwiGLU input)", Module::routed_experts, elems({routed, 2 * e.expert_ffn}, p.etp), t.a, moe,
+          "R x 2 ffn/etp");
+  }
+  t.linear_input("experts.act_output (fc2 input)", "experts.act_output.scales", Module::routed_experts,
+                 elems({routed, e.expert_ffn}, p.etp), kRecomputeMoe | kRecomputeMoeAct, "R x ffn/etp");
+  t.add("experts.fc2_output (unpermute input)", Module::routed_experts, elems({routed, m.hidden}), t.a, moe, "R x h");
+  t.add("experts.probs", Module::routed_experts, elems({routed}), DType::fp32, moe, "R, fp32");
   if (e.shared_ffn > 0) {
-    megatron_mlp(c, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output",
-                 kRecomputeMoe | kRecomputeSharedExperts, out);
+    megatron_mlp(c, t, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output (fc2 input)",
+                 "shared.act_output.scales", kRecomputeMoe | kRecomputeSharedExperts);
   }
 }
 
@@ -320,24 +377,23 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
 // the concatenation fed to eh_proj, its head norm and its own logits.
 void megatron_chunk_activations(const ActivationContext& c, const Chunk& chunk, std::vector<ActivationTerm>& out) {
   const auto& m = c.model;
-  const DType a = c.training.activation_dtype;
   const auto d = megatron_dims(c);
+  Terms t{c, out};
   const Count logits = elems({d.tokens, c.padded_vocab}, d.tp);
-  if (chunk.embedding) {
-    out.push_back({"embedding.token_ids", Module::embedding, elems({d.tokens}), DType::int64, false});
-  }
+  if (chunk.embedding) t.add("embedding.token_ids", Module::embedding, elems({d.tokens}), DType::int64, 0, "b*s/cp, int64");
   if (chunk.loss) {
-    out.push_back({"head.final_norm_input", Module::output_head, elems({d.tokens_sp, m.hidden}), a, false});
-    out.push_back({"head.final_norm_output", Module::output_head, elems({d.tokens_sp, m.hidden}), a, false});
-    out.push_back({"loss.logits", Module::output_head, logits, c.training.logits_dtype, false});
+    t.add("head.final_norm_input", Module::output_head, elems({d.tokens_sp, m.hidden}), t.a, 0, "tokens x h");
+    t.add("head.final_norm_output", Module::output_head, elems({d.tokens_sp, m.hidden}), t.a, 0, "tokens x h");
+    t.add("loss.logits", Module::output_head, logits, c.training.logits_dtype, 0, "b*s/cp x padded_vocab/tp");
   }
   for (std::int64_t k = 0; k < chunk.mtp_depths; ++k) {
-    out.push_back({"mtp.enorm_input", Module::mtp, elems({d.tokens_sp, m.hidden}), a, false});
-    out.push_back({"mtp.hnorm_input", Module::mtp, elems({d.tokens_sp, m.hidden}), a, false});
-    out.push_back({"mtp.eh_proj_input", Module::mtp, elems({d.tokens_sp, 2 * m.hidden}), a, false});
-    out.push_back({"mtp.head_norm_input", Module::mtp, elems({d.tokens_sp, m.hidden}), a, false});
-    out.push_back({"mtp.head_norm_output", Module::mtp, elems({d.tokens_sp, m.hidden}), a, false});
-    out.push_back({"mtp.logits", Module::mtp, logits, c.training.logits_dtype, false});
+    t.add("mtp.enorm_input", Module::mtp, elems({d.tokens_sp, m.hidden}), t.a, 0, "tokens x h");
+    t.add("mtp.hnorm_input", Module::mtp, elems({d.tokens_sp, m.hidden}), t.a, 0, "tokens x h");
+    t.linear_input("mtp.eh_proj_input", "mtp.eh_proj_input.scales", Module::mtp, elems({d.tokens_sp, 2 * m.hidden}), 0,
+                   "tokens x 2h");
+    t.add("mtp.head_norm_input", Module::mtp, elems({d.tokens_sp, m.hidden}), t.a, 0, "tokens x h");
+    t.add("mtp.head_norm_output", Module::mtp, elems({d.tokens_sp, m.hidden}), t.a, 0, "tokens x h");
+    t.add("mtp.logits", Module::mtp, logits, c.training.logits_dtype, 0, "b*s/cp x padded_vocab/tp");
   }
 }
 
@@ -353,13 +409,19 @@ const Profile kMegatron{
     // Megatron's default mixed precision: bf16 weights, fp32 main grads, fp32 master and moments
     // (18 bytes per parameter, 6 + 12/d with the distributed optimizer).
     PrecisionRecipe{DType::bf16, DType::fp32, DType::fp32, DType::fp32, DType::fp32},
-    // Not modelled yet: no buffer allowance, fragmentation as the report's low end.
-    OverheadModel{Bytes{}, Bytes{}, 0, 0},
+    // Allocator fragmentation (reserved - allocated) 5% of allocated, the low end of the report's
+    // 5-30% (published Megatron runs: 0.2-8 GiB); outside the allocator, measured on an H100 MoE
+    // trainer (mlc-ai/pith-train tools/memory_estimator): CUDA context 0.52 GiB, world NCCL
+    // communicator 0.39 GiB, 0.4 GiB per further process-group dimension; DeepEP's buffer 3.1 GB
+    // (deepseek-ai/DeepEP issue 510). See docs/formulas.md.
+    OverheadModel{Bytes{}, Bytes{}, 5, 5, Bytes::from_gib(0.52), Bytes::from_gib(0.39), Bytes::from_gib(0.4),
+                  Bytes::from_gb(3.1)},
     true,
     false,
     true,
     128,
     AttentionKernel::flash,
+    true,
     true,
     {
         "MLA down-projections duplicated on every TP rank, up-projections column- and o_proj row-parallel; "
@@ -374,7 +436,10 @@ const Profile kMegatron{
         "of the embedding where it is not already on the rank",
         "micro-batches in flight from the schedule; full recomputation keeps each layer's input plus one "
         "layer's activations while it is recomputed",
-        "buffers, fragmentation, CUDA context and communicator memory not included (allocated tensors only)",
+        "FP8 recipes (--fp8) cache linear-layer inputs in FP8 with their scales and keep FP8 weight copies "
+        "(row- and column-wise); --moe-imbalance/--moe-capacity-factor size the hottest expert rank",
+        "device total = allocated + fragmentation (5% of allocated, --fragmentation-pct) + CUDA context 0.52 GiB "
+        "+ NCCL 0.39 GiB + 0.4 GiB per further process group; DeepEP buffer 3.1 GB with --moe-token-dispatcher deepep",
     },
 };
 
@@ -384,6 +449,33 @@ const Profile& paper_profile() { return kPaper; }
 const Profile& megatron_profile() { return kMegatron; }
 
 std::vector<std::string_view> profile_names() { return {"megatron", "paper"}; }
+
+bool fp8_gemm_weight(Role r) {
+  switch (r) {
+    case Role::q_down:
+    case Role::q_up:
+    case Role::q_rope:
+    case Role::kv_down:
+    case Role::k_rope:
+    case Role::k_up:
+    case Role::v_up:
+    case Role::o_proj:
+    case Role::q_proj:
+    case Role::k_proj:
+    case Role::v_proj:
+    case Role::mlp_gate:
+    case Role::mlp_up:
+    case Role::mlp_down:
+    case Role::expert_gate:
+    case Role::expert_up:
+    case Role::expert_down:
+    case Role::shared_gate:
+    case Role::shared_up:
+    case Role::shared_down:
+    case Role::mtp_eh_proj: return true;
+    default: return false;
+  }
+}
 
 std::int64_t padded_vocab(std::int64_t vocab, std::int64_t multiple, std::int64_t tp) {
   if (multiple <= 0) return vocab;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -62,6 +63,15 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
                      const TrainingConfig& t) {
   validate_training(t, layout);
   const auto& p = layout.config;
+  if (!profile.models_fp8_and_routing) {
+    if (t.fp8 != Fp8Recipe::none) {
+      throw InputError("--fp8", std::string(name_of(t.fp8)), fmt::format("none for the {} profile (BF16 only)", profile.name));
+    }
+    if (t.moe_imbalance != 1.0 || t.moe_capacity_factor || t.deepep) {
+      throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
+                       fmt::format("balanced routing with all-to-all dispatch for the {} profile", profile.name));
+    }
+  }
   const AttentionKernel attention = t.attention.value_or(profile.default_attention);
   if (attention == AttentionKernel::flash && !profile.supports_flash) {
     throw InputError("--attention", "flash", fmt::format("eager for the {} profile (it models materialised scores)", profile.name));
@@ -116,6 +126,7 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
       auto& st = r.stages[idx(s)];
       (profile.zero_group(tensor.role) == ZeroGroup::expert ? st.params.expert : st.params.non_expert) += c;
       st.params_by_module[static_cast<std::size_t>(tensor.module)] += c;
+      if (t.fp8 != Fp8Recipe::none && fp8_gemm_weight(tensor.role)) st.fp8_weight_params += c;
     }
   }
 
@@ -183,6 +194,26 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
                      "a batch and sequence whose activation sizes fit in 64 bits");
   }
 
+  // Outside the allocator: the CUDA context, the world communicator and one per further
+  // process-group dimension the layout creates (tp, pp, dp, cp, ep, etp, expert dp).
+  Bytes runtime = profile.overhead.cuda_context;
+  if (layout.world_size > 1) runtime += profile.overhead.nccl_world;
+  for (const std::int64_t g : {p.tp, p.pp, p.dp, p.cp, p.ep, p.etp, layout.edp}) {
+    if (g > 1 && layout.world_size > 1) runtime += profile.overhead.nccl_per_group;
+  }
+  // Context parallelism's ring: one layer's local K and V block.
+  Bytes cp_kv_block;
+  if (p.cp > 1) {
+    const std::int64_t tokens = t.micro_batch * (t.seq_len / p.cp);
+    const std::int64_t kv_heads = (m.attention == AttentionKind::mla ? m.num_heads : m.num_kv_heads) / p.tp;
+    const std::int64_t dims = m.attention == AttentionKind::mla
+                                  ? m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim
+                                  : 2 * m.head_dim;
+    cp_kv_block = bytes_of(Count(checked_mul(checked_mul(static_cast<std::uint64_t>(tokens), static_cast<std::uint64_t>(kv_heads),
+                                                         "cp ring"), static_cast<std::uint64_t>(dims), "cp ring")),
+                           t.activation_dtype);
+  }
+
   const auto dense_group = p.dp * p.cp;
   for (auto& st : r.stages) {
     for (const auto c : st.chunks) {
@@ -203,23 +234,42 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
       for (const auto c : st.chunks) st.recompute_transient = std::max(st.recompute_transient, chunk_transient[idx(c)]);
       st.bytes.activations += st.recompute_transient;
     }
+    if (profile.models_fp8_and_routing && p.cp > 1 && st.layers.num_layers > 0) {
+      // Ring attention (context parallelism over p2p): the K and V block being sent and the one
+      // being received for the layer in flight.
+      st.cp_ring_buffers = Bytes(checked_mul(cp_kv_block.value(), 2, "cp ring buffers"));
+      st.bytes.activations += st.cp_ring_buffers;
+    }
     const StateBytes sb = state_bytes(st.params, dense_group, layout.edp, t.zero, t.precision);
     st.bytes.weights = sb.weights;
+    if (t.fp8 != Fp8Recipe::none) {
+      // Row- and column-wise FP8 copies of every FP8-GEMM weight, and their scales.
+      const Count copies(checked_mul(st.fp8_weight_params.value(), 2, "fp8 weights"));
+      const Count scales = t.fp8 == Fp8Recipe::blockwise ? Count(ceil_div(copies.value(), 128 * 128))
+                           : t.fp8 == Fp8Recipe::mxfp8   ? fp8_scale_elements(copies, t.fp8)
+                                                         : Count(2);
+      st.fp8_weight_copies = bytes_of(copies, DType::fp8) + bytes_of(scales, fp8_scale_dtype(t.fp8));
+      st.bytes.weights += st.fp8_weight_copies;
+    }
     st.bytes.gradients = sb.gradients;
     st.bytes.optimizer = sb.optimizer;
-    unsigned pct = 0;
+    std::uint64_t milli_pct = 0;  // thousandths of a percent, so integral percentages stay exact
     switch (t.overhead) {
       case OverheadPoint::none: break;
       case OverheadPoint::low:
         st.bytes.buffers = profile.overhead.buffers_low;
-        pct = profile.overhead.fragmentation_pct_low;
+        milli_pct = 1000ull * profile.overhead.fragmentation_pct_low;
         break;
       case OverheadPoint::high:
         st.bytes.buffers = profile.overhead.buffers_high;
-        pct = profile.overhead.fragmentation_pct_high;
+        milli_pct = 1000ull * profile.overhead.fragmentation_pct_high;
         break;
     }
-    st.bytes.fragmentation = Bytes(ceil_div(checked_mul(st.bytes.allocated().value(), pct, "fragmentation"), 100));
+    if (t.fragmentation_pct) milli_pct = static_cast<std::uint64_t>(std::llround(*t.fragmentation_pct * 1000.0));
+    if (t.deepep) st.bytes.buffers += profile.overhead.deepep_buffer;
+    st.bytes.fragmentation =
+        Bytes(ceil_div(checked_mul(st.bytes.allocated().value(), milli_pct, "fragmentation"), 100000));
+    st.bytes.runtime = runtime;
   }
 
   for (const auto& st : r.stages) {

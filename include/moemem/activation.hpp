@@ -42,6 +42,16 @@ enum class RecomputeMethod : std::uint8_t { uniform, block };
 // Attention kernel: eager keeps the score and softmax matrices, flash only output and log-sum-exp.
 enum class AttentionKernel : std::uint8_t { eager, flash };
 
+// FP8 training recipes (Transformer Engine's names): per-tensor scaling (current or delayed),
+// DeepSeek-V3's blockwise scaling (1x128 activation tiles, 128x128 weight blocks, fp32 scales),
+// and MXFP8 (1x32 blocks, one e8m0 byte each).
+enum class Fp8Recipe : std::uint8_t { none, tensorwise, delayed, blockwise, mxfp8 };
+[[nodiscard]] std::string_view name_of(Fp8Recipe f);
+[[nodiscard]] Fp8Recipe parse_fp8_recipe(std::string_view text);
+// Scale-tensor elements for `n` FP8 values, and their dtype.
+[[nodiscard]] Count fp8_scale_elements(Count n, Fp8Recipe f);
+[[nodiscard]] DType fp8_scale_dtype(Fp8Recipe f);
+
 // Which point of a profile's buffer/fragmentation range enters the totals.
 enum class OverheadPoint : std::uint8_t { none, low, high };
 
@@ -64,6 +74,12 @@ struct TrainingConfig {
   std::optional<AttentionKernel> attention;  // nullopt: the profile's default
   DType logits_dtype = DType::fp32;          // dtype in which the loss keeps the logits
   std::optional<std::int64_t> vocab_multiple;  // pad the vocabulary to a multiple of this x tp
+  Fp8Recipe fp8 = Fp8Recipe::none;
+  bool fp8_swiglu_input = false;  // DeepSeek-V3: the SwiGLU input of the experts cached in FP8 too
+  double moe_imbalance = 1.0;     // the hottest expert rank receives this many times the average tokens
+  std::optional<double> moe_capacity_factor;  // tokens beyond capacity x average are dropped
+  bool deepep = false;            // DeepEP dispatcher (its communication buffer is resident)
+  std::optional<double> fragmentation_pct;    // reserved - allocated, % of allocated (profile default)
 };
 
 // Micro-batches per step and pipeline: global_batch / (micro_batch * dp), or nullopt.
@@ -80,6 +96,7 @@ struct ActivationTerm {
   DType dtype{};
   bool kept_under_full{};      // kept when the layer is fully recomputed
   std::uint16_t dropped_by{};  // RecomputeModule mask of selective modules that free it
+  std::string_view rule{};     // how the size follows from the model (for explain)
 
   [[nodiscard]] Bytes bytes() const { return bytes_of(elements, dtype); }
 };

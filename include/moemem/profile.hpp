@@ -30,6 +30,11 @@ struct OverheadModel {
   Bytes buffers_low, buffers_high;           // communication/temporary buffers per device
   unsigned fragmentation_pct_low = 0;        // allocator fragmentation, % of what is allocated
   unsigned fragmentation_pct_high = 0;
+  // Device memory outside PyTorch's allocator (counted in the device total, not in allocated).
+  Bytes cuda_context{};                      // CUDA context and library handles
+  Bytes nccl_world{};                        // the first (world) NCCL communicator
+  Bytes nccl_per_group{};                    // each further process-group dimension
+  Bytes deepep_buffer{};                     // DeepEP's communication buffer, when that dispatcher is used
 };
 
 struct Profile {
@@ -52,6 +57,7 @@ struct Profile {
   std::int64_t vocab_multiple;  // pad the vocabulary to a multiple of this x tp (0: no padding)
   AttentionKernel default_attention;
   bool supports_flash;
+  bool models_fp8_and_routing;  // FP8 recipes, routing imbalance, CP ring buffers apply
   std::vector<std::string_view> assumptions;  // printed with every report
 };
 
@@ -62,6 +68,10 @@ struct Profile {
 [[nodiscard]] const Profile& paper_profile();
 // Megatron-Core's conventions (the default profile).
 [[nodiscard]] const Profile& megatron_profile();
+
+// Whether an FP8 recipe runs this tensor's GEMMs in FP8 (and so keeps FP8 copies of it): the
+// linear layers of the decoder and MTP; not embedding, head, router, norms or biases.
+[[nodiscard]] bool fp8_gemm_weight(Role r);
 
 // Vocabulary rows after padding to a multiple of `multiple` x tp (0: unpadded).
 [[nodiscard]] std::int64_t padded_vocab(std::int64_t vocab, std::int64_t multiple, std::int64_t tp);

@@ -20,8 +20,13 @@ namespace moemem {
 
 struct StageBytes {
   Bytes weights, gradients, optimizer, activations, buffers, fragmentation;
+  Bytes runtime;  // outside PyTorch's allocator: CUDA context, NCCL communicators
+  // Allocated by PyTorch's caching allocator.
   [[nodiscard]] Bytes allocated() const { return weights + gradients + optimizer + activations + buffers; }
-  [[nodiscard]] Bytes total() const { return allocated() + fragmentation; }
+  // Reserved by the allocator (allocated plus its cache and fragmentation).
+  [[nodiscard]] Bytes reserved() const { return allocated() + fragmentation; }
+  // What the device must hold (as nvidia-smi shows it).
+  [[nodiscard]] Bytes total() const { return reserved() + runtime; }
 };
 
 struct StageReport {
@@ -36,6 +41,9 @@ struct StageReport {
   std::vector<Bytes> chunk_activations;               // one micro-batch through each held chunk
   Bytes activations_per_microbatch;                   // sum of chunk_activations
   Bytes recompute_transient;                          // one layer recomputed during backward
+  Bytes cp_ring_buffers;                              // ring attention's K/V in flight, one layer
+  Bytes fp8_weight_copies;                            // part of bytes.weights
+  Count fp8_weight_params;                            // parameters whose GEMMs run in FP8
   std::int64_t in_flight_microbatches = 1;
   std::int64_t model_chunks = 1;
   StageBytes bytes;

@@ -49,7 +49,12 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
                    {"activations", s.bytes.activations.value()},
                    {"buffers", s.bytes.buffers.value()},
                    {"fragmentation", s.bytes.fragmentation.value()},
+                   {"runtime", s.bytes.runtime.value()},
+                   {"allocated", s.bytes.allocated().value()},
+                   {"reserved", s.bytes.reserved().value()},
                    {"total", s.bytes.total().value()}}},
+        {"fp8_weight_copies", s.fp8_weight_copies.value()},
+        {"cp_ring_buffers", s.cp_ring_buffers.value()},
         {"activations_per_microbatch", s.activations_per_microbatch.value()},
         {"recompute_transient", s.recompute_transient.value()},
         {"in_flight_microbatches", s.in_flight_microbatches},
@@ -74,6 +79,11 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
                     {"microbatches_per_step", r.microbatches ? nlohmann::json(*r.microbatches) : nlohmann::json()},
                     {"attention", name_of(r.attention)}, {"padded_vocab", r.padded_vocab},
                     {"logits_dtype", name_of(r.training.logits_dtype)},
+                    {"fp8", name_of(r.training.fp8)},
+                    {"moe_imbalance", r.training.moe_imbalance},
+                    {"moe_capacity_factor", r.training.moe_capacity_factor ? nlohmann::json(*r.training.moe_capacity_factor)
+                                                                           : nlohmann::json()},
+                    {"moe_token_dispatcher", r.training.deepep ? "deepep" : "alltoall"},
                     {"recompute", name_of(r.training.recompute)},
                     {"recompute_modules", r.training.recompute == Recompute::selective
                                               ? nlohmann::json(recompute_modules_text(r.training.recompute_modules))
@@ -114,18 +124,19 @@ Table stage_table(const MemoryReport& r, bool exact, const std::optional<GpuChoi
   if (exact) {
     t.columns = {"stage", "first_layer", "last_layer", "non_expert_params", "expert_params", "weights_bytes",
                  "gradients_bytes", "optimizer_bytes", "activations_bytes", "in_flight_microbatches", "buffers_bytes",
-                 "fragmentation_bytes", "total_bytes"};
+                 "fragmentation_bytes", "total_bytes", "runtime_bytes"};
     for (const auto& s : r.stages) {
       t.rows.push_back({s.stage, s.layers.num_layers > 0 ? s.layers.first_layer : -1, s.last_layer, s.params.non_expert.value(),
                         s.params.expert.value(), s.bytes.weights.value(), s.bytes.gradients.value(),
                         s.bytes.optimizer.value(), s.bytes.activations.value(), s.in_flight_microbatches,
-                        s.bytes.buffers.value(), s.bytes.fragmentation.value(), s.bytes.total().value()});
+                        s.bytes.buffers.value(), s.bytes.fragmentation.value(), s.bytes.total().value(),
+                        s.bytes.runtime.value()});
     }
     return t;
   }
   t.title = "Memory per device of each pipeline stage (GiB = 2^30 bytes)";
   t.columns = {"stage", "layers", "params/device", "weights", "grads", "optimizer", "activations", "in flight",
-               "buffers", "frag", "total GiB"};
+               "buffers", "frag", "runtime", "total GiB"};
   if (gpu) t.columns.push_back(fmt::format("fits {}", gpu->name));
   for (const auto& s : r.stages) {
     std::vector<Cell> row;
@@ -136,7 +147,9 @@ Table stage_table(const MemoryReport& r, bool exact, const std::optional<GpuChoi
       row.emplace_back(GibBytes{b.value()});
     }
     row.emplace_back(s.in_flight_microbatches);
-    for (const Bytes b : {s.bytes.buffers, s.bytes.fragmentation, s.bytes.total()}) row.emplace_back(GibBytes{b.value()});
+    for (const Bytes b : {s.bytes.buffers, s.bytes.fragmentation, s.bytes.runtime, s.bytes.total()}) {
+      row.emplace_back(GibBytes{b.value()});
+    }
     if (gpu) {
       const auto& f = fits[static_cast<std::size_t>(s.stage)];
       const double gib = static_cast<double>(f.headroom_bytes) / 1073741824.0;
@@ -196,6 +209,12 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
                      r.training.micro_batch, r.training.seq_len, recompute, r.training.zero,
                      name_of(pr.weights), name_of(pr.gradients), name_of(pr.master), name_of(pr.exp_avg),
                      name_of(pr.exp_avg_sq));
+  if (r.training.fp8 != Fp8Recipe::none || r.training.moe_imbalance != 1.0 || r.training.moe_capacity_factor ||
+      r.training.deepep) {
+    out << fmt::format("fp8 {}; moe: hottest rank x{}{}, dispatcher {}\n", name_of(r.training.fp8), r.training.moe_imbalance,
+                       r.training.moe_capacity_factor ? fmt::format(", capacity factor {}", *r.training.moe_capacity_factor) : "",
+                       r.training.deepep ? "deepep" : "alltoall");
+  }
   out << fmt::format("pipeline: schedule {}, {} chunks over {} ranks (vpp {}), micro-batches per step {}; attention {}\n",
                      name_of(p.schedule), r.layout.chunks.size(), p.pp, p.vpp,
                      r.microbatches ? std::to_string(*r.microbatches) : std::string("enough to fill the pipeline"),

@@ -1,6 +1,7 @@
 #include "cli/common.hpp"
 
 #include <charconv>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -69,8 +70,8 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   add_int(app, "--micro-batch", o.micro_batch, "Micro-batch size b");
   add_int(app, "--seq-len", o.seq_len, "Sequence length s");
   add_int(app, "--zero", o.zero, "ZeRO stage 0-3");
-  app.add_option("--recompute,--recompute-granularity", o.recompute, "Activation recomputation: none|selective|full")
-      ->capture_default_str();
+  app.add_option("--recompute,--recompute-granularity", o.recompute,
+                 "Activation recomputation: none|selective|full (default none)");
   app.add_option("--recompute-modules", o.recompute_modules,
                  "Selective recomputation modules: core_attn,mla_up_proj,layernorm,moe_act,mlp,moe,shared_experts "
                  "(default core_attn)");
@@ -91,6 +92,17 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--logits-dtype", o.logits_dtype, "Dtype in which the loss keeps the logits")->capture_default_str();
   add_optional_int(app, "--make-vocab-size-divisible-by", o.vocab_multiple,
                    "Pad the vocabulary to a multiple of this x tp (megatron default 128)");
+  app.add_option("--fp8", o.fp8, "FP8 recipe: none|tensorwise|delayed|blockwise|mxfp8");
+  app.add_option("--recipe", o.recipe,
+                 "A published training recipe: deepseek-v3 (FP8 blockwise with FP8-cached SwiGLU inputs, bf16 moments, "
+                 "fp32 master and gradients, recompute of norms, MLA up-projections and the expert activation, ZeRO-1); "
+                 "flags given as well take precedence");
+  app.add_option("--moe-imbalance", o.moe_imbalance, "Tokens the hottest expert rank receives, times the average (>= 1)");
+  app.add_option("--moe-capacity-factor", o.moe_capacity_factor, "Expert capacity, times the average tokens (excess dropped)");
+  app.add_option("--moe-token-dispatcher", o.dispatcher, "alltoall|deepep (DeepEP keeps a communication buffer)")
+      ->capture_default_str();
+  app.add_option("--fragmentation-pct", o.fragmentation_pct,
+                 "Allocator cache and fragmentation, % of allocated (profile default)");
   app.add_option("--gpu", o.gpu, "GPU whose memory to check against: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");
   app.add_option("--gpu-memory", o.gpu_memory, "GPU memory to check against, e.g. 80GiB");
 }
@@ -151,7 +163,41 @@ ParallelConfig to_parallel(const LayoutOptions& o) {
   return p;
 }
 
-TrainingConfig to_training(const TrainingOptions& o, const Profile& profile) {
+double parse_double(const std::string& text, const char* field) {
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v)) {
+    throw InputError(field, text, "a number");
+  }
+  return v;
+}
+
+// A recipe fills in what the user did not say.
+TrainingOptions with_recipe(TrainingOptions o) {
+  if (o.recipe.empty()) return o;
+  if (o.recipe != "deepseek-v3") throw InputError("--recipe", o.recipe, "deepseek-v3");
+  // DeepSeek-V3 technical report (arXiv 2412.19437) §3.2-3.3: FP8 GEMMs with 1x128 / 128x128
+  // scaling and FP8-cached activations (SwiGLU inputs included, its output recomputed), BF16
+  // AdamW moments, FP32 master weights and gradient accumulation, recomputation of all RMSNorm
+  // and MLA up-projections, ZeRO-1 data parallelism; the EMA lives in CPU memory.
+  auto fill = [](std::string& field, const char* value) {
+    if (field.empty()) field = value;
+  };
+  fill(o.fp8, "blockwise");
+  fill(o.main_grads_dtype, "fp32");
+  fill(o.main_params_dtype, "fp32");
+  fill(o.exp_avg_dtype, "bf16");
+  fill(o.exp_avg_sq_dtype, "bf16");
+  if (o.recompute.empty() && o.recompute_modules.empty()) {
+    o.recompute = "selective";
+    o.recompute_modules = "layernorm,mla_up_proj,moe_act";
+  }
+  if (o.zero == 0) o.distributed_optimizer = true;
+  return o;
+}
+
+TrainingConfig to_training(const TrainingOptions& opts, const Profile& profile) {
+  const TrainingOptions o = with_recipe(opts);
   TrainingConfig t;
   t.micro_batch = o.micro_batch;
   t.seq_len = o.seq_len;
@@ -171,7 +217,14 @@ TrainingConfig to_training(const TrainingOptions& o, const Profile& profile) {
     else throw InputError("--attention", o.attention, "flash or eager");
   }
   t.logits_dtype = parse_dtype(o.logits_dtype, "--logits-dtype");
-  if (o.recompute == "none") t.recompute = Recompute::none;
+  if (!o.fp8.empty()) t.fp8 = parse_fp8_recipe(o.fp8);
+  t.fp8_swiglu_input = o.recipe == "deepseek-v3" && t.fp8 != Fp8Recipe::none;
+  if (!o.moe_imbalance.empty()) t.moe_imbalance = parse_double(o.moe_imbalance, "--moe-imbalance");
+  if (!o.moe_capacity_factor.empty()) t.moe_capacity_factor = parse_double(o.moe_capacity_factor, "--moe-capacity-factor");
+  if (o.dispatcher == "deepep") t.deepep = true;
+  else if (o.dispatcher != "alltoall") throw InputError("--moe-token-dispatcher", o.dispatcher, "alltoall or deepep");
+  if (!o.fragmentation_pct.empty()) t.fragmentation_pct = parse_double(o.fragmentation_pct, "--fragmentation-pct");
+  if (o.recompute.empty() || o.recompute == "none") t.recompute = Recompute::none;
   else if (o.recompute == "full") t.recompute = Recompute::full;
   else if (o.recompute == "selective") t.recompute = Recompute::selective;
   else throw InputError("--recompute", o.recompute, "none, selective or full");

@@ -37,7 +37,7 @@ struct LayoutOptions {
 struct TrainingOptions {
   std::int64_t micro_batch = 1, seq_len = 4096;
   std::int64_t zero = 0;
-  std::string recompute = "none";
+  std::string recompute;  // empty: none (or the recipe's)
   std::string recompute_modules, recompute_method = "uniform";
   std::int64_t recompute_num_layers = 1;
   std::string overhead = "low";
@@ -48,6 +48,7 @@ struct TrainingOptions {
   std::string attention;  // empty: the profile's default
   std::string logits_dtype = "fp32";
   std::string gpu, gpu_memory;
+  std::string fp8, recipe, moe_imbalance, moe_capacity_factor, dispatcher = "alltoall", fragmentation_pct;
 };
 
 void add_model_options(CLI::App& app, ModelOptions& o);

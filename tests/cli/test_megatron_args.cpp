@@ -87,12 +87,23 @@ TEST(MegatronArgs, UnmodelledMemoryFlagsAreErrors) {
   const std::string path = ::testing::TempDir() + "fp8.args";
   {
     std::ofstream f(path);
-    f << "--tensor-model-parallel-size 2 --fp8-format hybrid\n";
+    f << "--tensor-model-parallel-size 2 --use-torch-fsdp2 --fp4-format e2m1\n";
   }
   const auto r = run_cli({"analyze", "--megatron-args", path});
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--fp8-format"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("hybrid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--use-torch-fsdp2"), std::string::npos) << r.err;
+}
+
+TEST(MegatronArgs, Fp8FlagsMapToTheRecipe) {
+  const std::string path = ::testing::TempDir() + "fp8.args";
+  {
+    std::ofstream f(path);
+    f << "--fp8-format hybrid --fp8-recipe blockwise --moe-expert-capacity-factor 1.5\n";
+  }
+  const json j = analyze_json({"--megatron-args", path, "--ep", "8", "--dp", "8"});
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j.at("training").at("fp8"), "blockwise");
+  EXPECT_EQ(j.at("training").at("moe_capacity_factor"), 1.5);
 }
 
 TEST(MegatronArgs, MissingVocabularyIsNamed) {

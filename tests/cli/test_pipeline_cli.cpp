@@ -118,7 +118,8 @@ TEST(PipelineCli, OneFOneBDeepSeekV3StagePHoldsSixteenMinusP) {
     const auto& b = s.at("bytes");
     const std::uint64_t total = u64(b.at("total"));
     EXPECT_EQ(total, u64(b.at("weights")) + u64(b.at("gradients")) + u64(b.at("optimizer")) +
-                         u64(b.at("activations")) + u64(b.at("buffers")) + u64(b.at("fragmentation")));
+                         u64(b.at("activations")) + u64(b.at("buffers")) + u64(b.at("fragmentation")) +
+                  u64(b.at("runtime")));
     if (total > peak_total) {
       peak_total = total;
       peak = p;
