@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "moemem/explain.hpp"
 #include "moemem/report.hpp"
 
 namespace moemem::cli {
@@ -162,8 +163,14 @@ Table stage_table(const MemoryReport& r, bool exact, const std::optional<GpuChoi
 
 }  // namespace
 
-void AnalyzeCommand::setup(CLI::App& root) {
-  app = root.add_subcommand("analyze", "Memory of every pipeline stage for one configuration");
+void AnalyzeCommand::setup(CLI::App& root, const char* name) {
+  const bool is_explain = std::string(name) == "explain";
+  app = root.add_subcommand(name, is_explain ? "Every byte of one stage at its peak, itemised"
+                                             : "Memory of every pipeline stage for one configuration");
+  auto* stage_opt = app->add_option_function<std::string>(
+      is_explain ? "--stage" : "--explain", [this](const std::string& v) { explain = parse_int(v, "--stage"); },
+      "Pipeline stage to itemise: every byte by category, module and tensor");
+  if (is_explain) stage_opt->required();
   add_model_options(*app, model);
   add_layout_options(*app, layout);
   add_training_options(*app, training);
@@ -173,11 +180,53 @@ void AnalyzeCommand::setup(CLI::App& root) {
                   "architecture flags (flags given here as well take precedence)");
 }
 
+void explain_output(const Evaluation& e, std::int64_t stage, Format f, std::ostream& out) {
+  const auto items = explain_stage(e.model, e.inventory, *e.profile, e.layout, e.training, stage);
+  Bytes total;
+  for (const auto& i : items) total += i.bytes;
+  if (f == Format::json) {
+    nlohmann::json j = {{"schema", "moemem.explain/1"}, {"model", e.model.name}, {"profile", e.profile->name},
+                        {"stage", stage}, {"total_bytes", total.value()}};
+    j["items"] = nlohmann::json::array();
+    for (const auto& i : items) {
+      j["items"].push_back({{"category", i.category}, {"module", i.module}, {"item", i.item}, {"detail", i.detail},
+                            {"bytes", i.bytes.value()}});
+    }
+    out << j.dump(2) << "\n";
+    return;
+  }
+  Table t;
+  t.title = fmt::format("Every byte of stage {} at its peak ({}, profile {}); GiB = 2^30 bytes", stage, e.model.name,
+                        e.profile->name);
+  t.columns = {"category", "module", "item", "how", "GiB", "bytes"};
+  for (const auto& i : items) {
+    std::vector<Cell> row;
+    row.emplace_back(i.category);
+    row.emplace_back(i.module);
+    row.emplace_back(i.item);
+    row.emplace_back(i.detail);
+    row.emplace_back(GibBytes{i.bytes.value()});
+    row.emplace_back(i.bytes.value());
+    t.rows.push_back(std::move(row));
+  }
+  std::vector<Cell> total_row;
+  total_row.emplace_back(std::string("total"));
+  for (int k = 0; k < 3; ++k) total_row.emplace_back(std::string(""));
+  total_row.emplace_back(GibBytes{total.value()});
+  total_row.emplace_back(total.value());
+  t.rows.push_back(std::move(total_row));
+  render(t, f, out);
+}
+
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = parse_format(format);
   const Evaluation e = resolve(model, layout, training);
   const auto gpu = gpu_choice(training);
   report_unrecognised_keys(e.model, err);
+  if (explain) {
+    explain_output(e, *explain, f, out);
+    return;
+  }
   const MemoryReport r = analyze(e.model, e.inventory, *e.profile, e.layout, e.training);
   if (f == Format::json) {
     out << report_json(r, gpu).dump(2) << "\n";

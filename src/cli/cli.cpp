@@ -57,7 +57,7 @@ void check_same_model(const ModelSpec& script, const ModelSpec& named) {
 // Rewrites `analyze --megatron-args FILE ...` into `analyze <translated flags> ...`; flags the
 // user gives inline win over the script's. Returns the script's model, if it describes one.
 std::optional<ModelSpec> expand_megatron_args(std::vector<std::string>& args, std::ostream& err) {
-  if (args.size() < 2 || args[1] != "analyze") return std::nullopt;
+  if (args.size() < 2 || (args[1] != "analyze" && args[1] != "explain")) return std::nullopt;
   std::string path;
   std::vector<std::string> user;
   for (std::size_t i = 2; i < args.size(); ++i) {
@@ -134,17 +134,20 @@ int run_expanded(int argc, const char* const* argv, const std::optional<ModelSpe
   app.require_subcommand(1, 1);
   app.set_help_all_flag("--help-all", "Help for every subcommand");
   AnalyzeCommand analyze;
+  AnalyzeCommand explain;
   CountCommand count;
   PaperCommand paper;
   analyze.setup(app);
+  explain.setup(app, "explain");
   count.setup(app);
   paper.setup(app);
 
   // A first word that is neither a flag nor a command is most likely a misspelt command.
   if (argc > 1 && argv[1][0] != '-') {
     const std::string first = argv[1];
-    if (first != "analyze" && first != "count" && first != "paper") {
-      err << fmt::format("moemem: error: command: '{}' is not accepted; expected one of analyze, count, paper\n", first);
+    if (first != "analyze" && first != "explain" && first != "count" && first != "paper") {
+      err << fmt::format("moemem: error: command: '{}' is not accepted; expected one of analyze, explain, count, paper\n",
+                         first);
       return kExitBadInput;
     }
   }
@@ -165,10 +168,14 @@ int run_expanded(int argc, const char* const* argv, const std::optional<ModelSpe
 
   try {
     if (script_model) {
-      if (analyze.app->count("--model") > 0) check_same_model(*script_model, load_model(analyze.model.model));
-      else analyze.model.spec = script_model;
+      for (AnalyzeCommand* c : {&analyze, &explain}) {
+        if (!c->app->parsed()) continue;
+        if (c->app->count("--model") > 0) check_same_model(*script_model, load_model(c->model.model));
+        else c->model.spec = script_model;
+      }
     }
     if (analyze.app->parsed()) analyze.run(out, err);
+    else if (explain.app->parsed()) explain.run(out, err);
     else if (count.app->parsed()) count.run(out, err);
     else if (paper.app->parsed()) paper.run(out, err);
   } catch (const InputError& e) {

@@ -16,8 +16,10 @@ struct AnalyzeCommand {
   LayoutOptions layout;
   TrainingOptions training;
   std::string format = "table";
+  std::optional<std::int64_t> explain;  // a stage to itemise (analyze --explain N, explain --stage N)
   CLI::App* app = nullptr;
-  void setup(CLI::App& root);
+  // `name` is "analyze" or "explain" (the same options; explain requires --stage).
+  void setup(CLI::App& root, const char* name = "analyze");
   void run(std::ostream& out, std::ostream& err) const;
 };
 

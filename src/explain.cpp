@@ -1,0 +1,164 @@
+#include "moemem/explain.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "moemem/errors.hpp"
+#include "moemem/sharding.hpp"
+
+namespace moemem {
+
+namespace {
+
+std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
+
+Bytes times(Bytes b, std::int64_t n) { return Bytes(checked_mul(b.value(), static_cast<std::uint64_t>(n), "explain")); }
+
+std::string layers_text(std::int64_t n) { return n == 1 ? "1 layer" : fmt::format("{} layers", n); }
+
+}  // namespace
+
+std::vector<ExplainItem> explain_stage(const ModelSpec& m, const Inventory& inv, const Profile& profile,
+                                       const Layout& layout, const TrainingConfig& t, std::int64_t stage) {
+  const MemoryReport r = analyze(m, inv, profile, layout, t);
+  if (stage < 0 || stage >= static_cast<std::int64_t>(r.stages.size())) {
+    throw InputError("--stage", std::to_string(stage), fmt::format("a stage from 0 to {}", r.stages.size() - 1));
+  }
+  const auto& st = r.stages[idx(stage)];
+  const auto& p = layout.config;
+  std::vector<ExplainItem> out;
+
+  // Weights: the tensors this rank holds, grouped by role across layers (ZeRO-3 shards them, so
+  // then one line per ZeRO group instead).
+  if (t.zero < 3) {
+    std::map<std::pair<std::string, std::string>, Count> by_role;
+    std::vector<std::pair<std::string, std::string>> order;
+    const std::int64_t vocab = r.padded_vocab;
+    const std::int64_t emb = layout.chunk_with_embedding(), loss = layout.chunk_with_loss();
+    for (const auto& tensor : inv.tensors) {
+      if (!profile.accounts(tensor)) continue;
+      std::int64_t chunk = 0;
+      switch (tensor.placement) {
+        case Placement::embedding: chunk = emb; break;
+        case Placement::decoder: chunk = layout.chunk_of_layer(tensor.layer); break;
+        case Placement::head: chunk = loss; break;
+        case Placement::mtp: chunk = layout.chunk_of_mtp(tensor.layer - m.num_layers); break;
+      }
+      if (!layout.rank_holds(stage, chunk)) continue;
+      if (tensor.shared_in_training && layout.rank_holds(stage, tensor.role == Role::mtp_embedding ? emb : loss)) continue;
+      const auto key = std::make_pair(std::string(name_of(tensor.module)),
+                                      std::string(name_of(tensor.role)) + (tensor.part.empty() ? "" : fmt::format(" [{}]", tensor.part)));
+      if (!by_role.contains(key)) order.push_back(key);
+      by_role[key] += device_params(tensor, profile, p, vocab);
+    }
+    for (const auto& key : order) {
+      const Count c = by_role[key];
+      out.push_back({"weights", key.first, key.second,
+                     fmt::format("{} parameters on this device x {}", c.value(), name_of(t.precision.weights)),
+                     bytes_of(c, t.precision.weights)});
+    }
+  } else {
+    const Count dense(ceil_div(st.params.non_expert.value(), static_cast<std::uint64_t>(p.dp * p.cp)));
+    const Count expert(ceil_div(st.params.expert.value(), static_cast<std::uint64_t>(layout.edp)));
+    out.push_back({"weights", "non-expert", "ZeRO-3 shard", fmt::format("ceil({} / dp*cp {}) x {}", st.params.non_expert.value(), p.dp * p.cp, name_of(t.precision.weights)), bytes_of(dense, t.precision.weights)});
+    out.push_back({"weights", "expert", "ZeRO-3 shard", fmt::format("ceil({} / edp {}) x {}", st.params.expert.value(), layout.edp, name_of(t.precision.weights)), bytes_of(expert, t.precision.weights)});
+  }
+  if (st.fp8_weight_copies.value() > 0) {
+    out.push_back({"weights", "fp8", "FP8 weight copies", fmt::format("2 x {} FP8-GEMM parameters (row- and column-wise) + scales, {}", st.fp8_weight_params.value(), name_of(t.fp8)), st.fp8_weight_copies});
+  }
+
+  // Gradients and optimizer states, by ZeRO group.
+  const std::int64_t groups[2] = {p.dp * p.cp, layout.edp};
+  const Count parts[2] = {st.params.non_expert, st.params.expert};
+  const char* group_names[2] = {"non-expert (dp*cp)", "expert (edp)"};
+  for (int g = 0; g < 2; ++g) {
+    const Count shard(ceil_div(parts[g].value(), static_cast<std::uint64_t>(groups[g])));
+    const bool grads_sharded = t.zero >= 2, opt_sharded = t.zero >= 1;
+    const Count gc = grads_sharded ? shard : parts[g];
+    const Count oc = opt_sharded ? shard : parts[g];
+    const std::string gtext = grads_sharded ? fmt::format("ceil({} / {})", parts[g].value(), groups[g]) : std::to_string(parts[g].value());
+    const std::string otext = opt_sharded ? fmt::format("ceil({} / {})", parts[g].value(), groups[g]) : std::to_string(parts[g].value());
+    out.push_back({"gradients", group_names[g], "main gradients", fmt::format("{} x {}", gtext, name_of(t.precision.gradients)), bytes_of(gc, t.precision.gradients)});
+    out.push_back({"optimizer", group_names[g], "master weights", fmt::format("{} x {}", otext, name_of(t.precision.master)), bytes_of(oc, t.precision.master)});
+    out.push_back({"optimizer", group_names[g], "exp_avg", fmt::format("{} x {}", otext, name_of(t.precision.exp_avg)), bytes_of(oc, t.precision.exp_avg)});
+    out.push_back({"optimizer", group_names[g], "exp_avg_sq", fmt::format("{} x {}", otext, name_of(t.precision.exp_avg_sq)), bytes_of(oc, t.precision.exp_avg_sq)});
+  }
+
+  // Activations: per held chunk, per saved tensor, times layers and in-flight micro-batches.
+  const InFlight f = profile.single_microbatch ? InFlight{std::vector<std::int64_t>(st.chunks.size(), 1),
+                                                           static_cast<std::int64_t>(st.chunks.size())}
+                                                : in_flight(p.schedule, stage, p.pp, st.model_chunks, r.microbatches);
+  const LayerKind mtp_kind = m.is_moe() ? LayerKind::moe : LayerKind::dense;
+  const ActivationContext ctx{m, layout, t, r.attention, r.padded_vocab};
+  for (std::size_t i = 0; i < st.chunks.size(); ++i) {
+    const auto& ch = layout.chunks[idx(st.chunks[i])];
+    const std::int64_t mb = f.per_chunk[i];
+    if (mb == 0) continue;
+    std::vector<LayerKind> layers;
+    for (std::int64_t l = 0; l < ch.num_layers; ++l) layers.push_back(m.layer_kinds[idx(ch.first_layer + l)]);
+    for (std::int64_t k = 0; k < ch.mtp_depths; ++k) layers.push_back(mtp_kind);
+    const auto n = static_cast<std::int64_t>(layers.size());
+    // How many layers of each kind keep all terms of the mode, and how many keep only the input.
+    std::int64_t kept_count[2] = {0, 0}, input_count[2] = {0, 0};
+    if (t.recompute != Recompute::full) {
+      for (const auto k : layers) ++kept_count[static_cast<int>(k)];
+    } else if (t.recompute_method == RecomputeMethod::uniform) {
+      for (std::int64_t g = 0; g < n; g += t.recompute_num_layers) ++input_count[static_cast<int>(layers[idx(g)])];
+    } else {
+      for (std::int64_t l = 0; l < n; ++l) {
+        ++(l < t.recompute_num_layers ? input_count : kept_count)[static_cast<int>(layers[idx(l)])];
+      }
+    }
+    const std::string where = fmt::format("chunk {}", st.chunks[i]);
+    for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
+      const int ki = static_cast<int>(kind);
+      if (kept_count[ki] == 0 && input_count[ki] == 0) continue;
+      const auto terms = layer_activation_terms(profile, m, layout, t, kind);
+      const char* kind_name = kind == LayerKind::moe ? "moe" : "dense";
+      for (const auto& term : terms) {
+        // Full recomputation's kept layers keep everything; checkpointed ones their input.
+        const std::int64_t whole = t.recompute == Recompute::full ? kept_count[ki] : 0;
+        const std::int64_t mode = t.recompute == Recompute::full ? 0 : kept_count[ki];
+        std::int64_t count = whole + (mode > 0 && is_kept(term, t.recompute, t.recompute_modules) ? mode : 0);
+        if (term.kept_under_full) count += input_count[ki];
+        if (count == 0) continue;
+        out.push_back({"activations", std::string(name_of(term.module)), std::string(term.name),
+                       fmt::format("{} ({}, {}) x {} {} x {} micro-batches, {}", term.elements.value(), term.rule,
+                                   name_of(term.dtype), layers_text(count), kind_name, mb, where),
+                       times(times(term.bytes(), count), mb)});
+      }
+    }
+    std::vector<ActivationTerm> extra;
+    profile.chunk_activations(ctx, ch, extra);
+    for (const auto& term : extra) {
+      out.push_back({"activations", std::string(name_of(term.module)), std::string(term.name),
+                     fmt::format("{} ({}, {}) x {} micro-batches, {}", term.elements.value(), term.rule,
+                                 name_of(term.dtype), mb, where),
+                     times(term.bytes(), mb)});
+    }
+  }
+  if (st.recompute_transient.value() > 0) {
+    out.push_back({"activations", "recompute", "recomputation transient",
+                   "the largest layer or group recomputed at once during backward", st.recompute_transient});
+  }
+  if (st.cp_ring_buffers.value() > 0) {
+    out.push_back({"activations", "attention", "context-parallel ring buffers", "2 x one layer's local K and V block",
+                   st.cp_ring_buffers});
+  }
+  if (st.bytes.buffers.value() > 0) {
+    out.push_back({"buffers", "communication", "buffers", t.deepep ? "profile allowance + DeepEP buffer" : "profile allowance",
+                   st.bytes.buffers});
+  }
+  if (st.bytes.fragmentation.value() > 0) {
+    out.push_back({"fragmentation", "allocator", "reserved - allocated", "percentage of allocated bytes", st.bytes.fragmentation});
+  }
+  if (st.bytes.runtime.value() > 0) {
+    out.push_back({"runtime", "cuda/nccl", "CUDA context and NCCL communicators", "outside PyTorch's allocator",
+                   st.bytes.runtime});
+  }
+  return out;
+}
+
+}  // namespace moemem
