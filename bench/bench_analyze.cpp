@@ -28,7 +28,8 @@ struct Fixture {
   }
 };
 
-// The whole evaluation of every stage, from a parsed model and built inventory.
+// The whole evaluation of every stage, from a parsed model and built inventory (which this
+// overload folds into per-layer-kind tensor groups on every call).
 void BM_AnalyzeDeepSeekV3_16Stages(benchmark::State& state) {
   const Fixture f;
   for (auto _ : state) {
@@ -39,6 +40,18 @@ void BM_AnalyzeDeepSeekV3_16Stages(benchmark::State& state) {
 }
 BENCHMARK(BM_AnalyzeDeepSeekV3_16Stages);
 
+// The same from a model compiled once (what a search pays per layout).
+void BM_AnalyzeCompiledDeepSeekV3_16Stages(benchmark::State& state) {
+  const Fixture f;
+  const CompiledModel cm = compile_model(f.model, f.inventory, paper_profile());
+  for (auto _ : state) {
+    auto r = analyze(cm, f.layout, f.training);
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_AnalyzeCompiledDeepSeekV3_16Stages);
+
 // The default (megatron) profile on the same layout, 1F1B with 32 micro-batches per step.
 void BM_AnalyzeDeepSeekV3_16Stages_Megatron(benchmark::State& state) {
   Fixture f;
@@ -47,8 +60,9 @@ void BM_AnalyzeDeepSeekV3_16Stages_Megatron(benchmark::State& state) {
   f.training.precision = megatron_profile().default_precision;
   f.training.global_batch = 1024;
   f.training.zero = 1;
+  const CompiledModel cm = compile_model(f.model, f.inventory, megatron_profile());
   for (auto _ : state) {
-    auto r = analyze(f.model, f.inventory, megatron_profile(), f.layout, f.training);
+    auto r = analyze(cm, f.layout, f.training);
     benchmark::DoNotOptimize(r);
   }
   state.SetItemsProcessed(state.iterations());

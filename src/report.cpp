@@ -15,35 +15,6 @@ namespace {
 
 std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
 
-// The chunk (model order) of every tensor position: decoder layers and MTP depths by index.
-struct ChunkMap {
-  std::int64_t embedding = 0, loss = 0;
-  std::vector<std::int64_t> layer, mtp;
-
-  ChunkMap(const Layout& layout, const ModelSpec& m)
-      : embedding(layout.chunk_with_embedding()), loss(layout.chunk_with_loss()) {
-    layer.assign(static_cast<std::size_t>(m.num_layers), 0);
-    mtp.assign(static_cast<std::size_t>(m.mtp_layers), loss);
-    for (std::size_t c = 0; c < layout.chunks.size(); ++c) {
-      const auto& ch = layout.chunks[c];
-      for (std::int64_t l = 0; l < ch.num_layers; ++l) layer[static_cast<std::size_t>(ch.first_layer + l)] = static_cast<std::int64_t>(c);
-      for (std::int64_t k = 0; k < ch.mtp_depths; ++k) {
-        if (ch.first_mtp + k < m.mtp_layers) mtp[static_cast<std::size_t>(ch.first_mtp + k)] = static_cast<std::int64_t>(c);
-      }
-    }
-  }
-
-  [[nodiscard]] std::int64_t of(const Tensor& t, std::int64_t num_layers) const {
-    switch (t.placement) {
-      case Placement::embedding: return embedding;
-      case Placement::decoder: return layer[static_cast<std::size_t>(t.layer)];
-      case Placement::head: return loss;
-      case Placement::mtp: return mtp[static_cast<std::size_t>(t.layer - num_layers)];
-    }
-    return 0;
-  }
-};
-
 Bytes times(Bytes b, std::int64_t n, const char* what) {
   return Bytes(checked_mul(b.value(), static_cast<std::uint64_t>(n), what));
 }
@@ -59,8 +30,93 @@ std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const
   return terms;
 }
 
+CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile) {
+  CompiledModel cm;
+  cm.model = &m;
+  cm.profile = &profile;
+  std::int64_t first_of_kind[2] = {-1, -1};
+  for (std::int64_t l = 0; l < m.num_layers; ++l) {
+    auto& f = first_of_kind[static_cast<int>(m.layer_kinds[idx(l)])];
+    if (f < 0) f = l;
+  }
+  Count check;
+  for (const auto& tensor : inv.tensors) {
+    if (!profile.accounts(tensor)) continue;
+    cm.total_params += tensor.params();
+    switch (tensor.placement) {
+      case Placement::embedding: cm.embedding.push_back(tensor); break;
+      case Placement::head: cm.head.push_back(tensor); break;
+      case Placement::mtp:
+        if (tensor.layer == m.num_layers) cm.mtp_depth.push_back(tensor);
+        break;
+      case Placement::decoder: {
+        const LayerKind kind = m.layer_kinds[idx(tensor.layer)];
+        if (tensor.layer == first_of_kind[static_cast<int>(kind)]) {
+          (kind == LayerKind::moe ? cm.moe_layer : cm.dense_layer).push_back(tensor);
+        }
+        break;
+      }
+    }
+  }
+  // Every layer of a kind must have the same tensors: recount the model from the classes.
+  auto sum = [](const std::vector<Tensor>& ts) {
+    Count c;
+    for (const auto& x : ts) c += x.params();
+    return c;
+  };
+  const auto moe_layers = static_cast<std::uint64_t>(m.num_moe_layers());
+  const auto dense_layers = static_cast<std::uint64_t>(m.num_layers) - moe_layers;
+  check += Count(checked_mul(sum(cm.dense_layer).value(), dense_layers, "parameters"));
+  check += Count(checked_mul(sum(cm.moe_layer).value(), moe_layers, "parameters"));
+  check += sum(cm.embedding) + sum(cm.head);
+  check += Count(checked_mul(sum(cm.mtp_depth).value(), static_cast<std::uint64_t>(m.mtp_layers), "parameters"));
+  if (check != cm.total_params) throw std::logic_error("compile_model: layers of one kind differ in their tensors");
+  return cm;
+}
+
 MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& profile, const Layout& layout,
                      const TrainingConfig& t) {
+  return analyze(compile_model(m, inv, profile), layout, t);
+}
+
+namespace {
+
+// The parameters one device holds of a group of tensors.
+struct Share {
+  ParamSplit params;
+  std::array<Count, kModuleCount> by_module{};
+  Count fp8;
+
+  void add(const Share& o, std::int64_t times) {
+    const auto n = static_cast<std::uint64_t>(times);
+    auto mul = [n](Count c) { return Count(checked_mul(c.value(), n, "parameters")); };
+    params.non_expert += mul(o.params.non_expert);
+    params.expert += mul(o.params.expert);
+    for (std::size_t i = 0; i < kModuleCount; ++i) by_module[i] += mul(o.by_module[i]);
+    fp8 += mul(o.fp8);
+  }
+};
+
+Share share_of(const std::vector<Tensor>& ts, const Profile& profile, const ParallelConfig& p, std::int64_t vocab,
+               bool fp8, int shared_filter) {
+  // shared_filter: 0 = tensors not shared with the main model, 1 = MTP embedding copy, 2 = head copy.
+  Share s;
+  for (const auto& t : ts) {
+    const int kind = !t.shared_in_training ? 0 : t.role == Role::mtp_embedding ? 1 : 2;
+    if (kind != shared_filter) continue;
+    const Count c = device_params(t, profile, p, vocab);
+    (profile.zero_group(t.role) == ZeroGroup::expert ? s.params.expert : s.params.non_expert) += c;
+    s.by_module[static_cast<std::size_t>(t.module)] += c;
+    if (fp8 && fp8_gemm_weight(t.role)) s.fp8 += c;
+  }
+  return s;
+}
+
+}  // namespace
+
+MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t) {
+  const ModelSpec& m = *cm.model;
+  const Profile& profile = *cm.profile;
   validate_training(t, layout);
   const auto& p = layout.config;
   if (!profile.models_fp8_and_routing) {
@@ -106,27 +162,39 @@ MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& pr
     }
   }
 
-  // Parameters: one pass over the inventory; a chunk held by two ranks (DualPipe) counts on both.
-  std::vector<std::vector<std::int64_t>> holders(layout.chunks.size());
-  for (std::int64_t s = 0; s < num_ranks; ++s) {
-    for (const auto c : layout.rank_chunks[idx(s)]) holders[idx(c)].push_back(s);
-  }
-  const ChunkMap chunk_map(layout, m);
-  const std::int64_t embedding_chunk = chunk_map.embedding, loss_chunk = chunk_map.loss;
-  for (const auto& tensor : inv.tensors) {
-    if (!profile.accounts(tensor)) continue;
-    r.total_params += tensor.params();
-    const Count c = device_params(tensor, profile, p, vocab);
-    for (const auto s : holders[idx(chunk_map.of(tensor, m.num_layers))]) {
-      // MTP's embedding/head copies are the main model's own tensors on a rank that holds those.
-      if (tensor.shared_in_training &&
-          layout.rank_holds(s, tensor.role == Role::mtp_embedding ? embedding_chunk : loss_chunk)) {
-        continue;
+  // Parameters: each tensor group's share on one device, once; then per rank, the groups of the
+  // chunks it holds (a chunk held by two ranks, as in DualPipe, counts on both).
+  r.total_params = cm.total_params;
+  {
+    const bool fp8 = t.fp8 != Fp8Recipe::none;
+    const Share dense = share_of(cm.dense_layer, profile, p, vocab, fp8, 0);
+    const Share moe = share_of(cm.moe_layer, profile, p, vocab, fp8, 0);
+    const Share emb = share_of(cm.embedding, profile, p, vocab, fp8, 0);
+    const Share head = share_of(cm.head, profile, p, vocab, fp8, 0);
+    const Share mtp = share_of(cm.mtp_depth, profile, p, vocab, fp8, 0);
+    const Share mtp_emb = share_of(cm.mtp_depth, profile, p, vocab, fp8, 1);
+    const Share mtp_head = share_of(cm.mtp_depth, profile, p, vocab, fp8, 2);
+    const std::int64_t embedding_chunk = layout.chunk_with_embedding(), loss_chunk = layout.chunk_with_loss();
+    for (auto& st : r.stages) {
+      Share total;
+      const bool holds_embedding = layout.rank_holds(st.stage, embedding_chunk);
+      const bool holds_loss = layout.rank_holds(st.stage, loss_chunk);
+      for (const auto c : st.chunks) {
+        const auto& ch = layout.chunks[idx(c)];
+        std::int64_t n_moe = 0;
+        for (std::int64_t l = 0; l < ch.num_layers; ++l) n_moe += m.layer_kinds[idx(ch.first_layer + l)] == LayerKind::moe;
+        total.add(dense, ch.num_layers - n_moe);
+        total.add(moe, n_moe);
+        if (ch.embedding) total.add(emb, 1);
+        if (ch.loss) total.add(head, 1);
+        total.add(mtp, ch.mtp_depths);
+        // MTP's embedding/head copies are the main model's own tensors on a rank holding those.
+        if (!holds_embedding) total.add(mtp_emb, ch.mtp_depths);
+        if (!holds_loss) total.add(mtp_head, ch.mtp_depths);
       }
-      auto& st = r.stages[idx(s)];
-      (profile.zero_group(tensor.role) == ZeroGroup::expert ? st.params.expert : st.params.non_expert) += c;
-      st.params_by_module[static_cast<std::size_t>(tensor.module)] += c;
-      if (t.fp8 != Fp8Recipe::none && fp8_gemm_weight(tensor.role)) st.fp8_weight_params += c;
+      st.params = total.params;
+      st.params_by_module = total.by_module;
+      st.fp8_weight_params = total.fp8;
     }
   }
 

@@ -64,6 +64,18 @@ struct MemoryReport {
   std::vector<std::string> assumptions;
 };
 
+// The inventory folded once per model and profile: the tensors of one decoder layer of each kind
+// (every layer of a kind has the same tensors), of the embedding, the head and one MTP depth.
+// analyze() then costs O(tensor kinds + stages) per layout instead of O(tensors).
+struct CompiledModel {
+  const ModelSpec* model = nullptr;
+  const Profile* profile = nullptr;
+  Count total_params;  // every accounted tensor, unsharded
+  std::vector<Tensor> dense_layer, moe_layer, embedding, head, mtp_depth;
+};
+// Throws std::logic_error if the inventory's layers of one kind differ (a bug, never user input).
+[[nodiscard]] CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile);
+
 // Activation terms of one decoder layer of `kind` for one micro-batch on one device.
 [[nodiscard]] std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const ModelSpec& m,
                                                                  const Layout& layout, const TrainingConfig& t,
@@ -73,6 +85,8 @@ struct MemoryReport {
 // training settings; the layout must come from resolve_layout(m, ...).
 [[nodiscard]] MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& profile,
                                    const Layout& layout, const TrainingConfig& t);
+// The same from a compiled model (the model and profile it was compiled from must outlive it).
+[[nodiscard]] MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t);
 
 // Whether every stage fits in `capacity` bytes, and by how much (negative: short by).
 struct StageFit {
