@@ -44,6 +44,20 @@ struct PaperCommand {
   void run(std::ostream& out, std::ostream& err) const;
 };
 
+struct SearchCommand {
+  ModelOptions model;
+  TrainingOptions training;
+  std::int64_t gpus = 0, gpus_per_node = 8, top = 10, threads = 0;
+  std::int64_t tp_max = 8, pp_max = 0, ep_max = 0, cp_max = 1, vpp_max = 4, micro_batch_max = 4;
+  std::optional<std::int64_t> tp, pp, cp, ep, etp, vpp, micro_batch;
+  std::string schedules, recomputes, zero_stages = "0,1", max_memory_fraction = "1.0";
+  std::string format = "table";
+  CLI::App* app = nullptr;
+  void setup(CLI::App& root);
+  // Returns the exit code: 0 when some layout fits, 1 when none does.
+  int run(std::ostream& out, std::ostream& err) const;
+};
+
 // Prints "note: ..." lines for config keys moemem did not recognise.
 void report_unrecognised_keys(const ModelSpec& m, std::ostream& err);
 

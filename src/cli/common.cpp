@@ -163,7 +163,7 @@ ParallelConfig to_parallel(const LayoutOptions& o) {
   return p;
 }
 
-double parse_double(const std::string& text, const char* field) {
+double parse_double_impl(const std::string& text, const char* field) {
   double v = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v)) {
@@ -219,11 +219,11 @@ TrainingConfig to_training(const TrainingOptions& opts, const Profile& profile) 
   t.logits_dtype = parse_dtype(o.logits_dtype, "--logits-dtype");
   if (!o.fp8.empty()) t.fp8 = parse_fp8_recipe(o.fp8);
   t.fp8_swiglu_input = o.recipe == "deepseek-v3" && t.fp8 != Fp8Recipe::none;
-  if (!o.moe_imbalance.empty()) t.moe_imbalance = parse_double(o.moe_imbalance, "--moe-imbalance");
-  if (!o.moe_capacity_factor.empty()) t.moe_capacity_factor = parse_double(o.moe_capacity_factor, "--moe-capacity-factor");
+  if (!o.moe_imbalance.empty()) t.moe_imbalance = parse_double_impl(o.moe_imbalance, "--moe-imbalance");
+  if (!o.moe_capacity_factor.empty()) t.moe_capacity_factor = parse_double_impl(o.moe_capacity_factor, "--moe-capacity-factor");
   if (o.dispatcher == "deepep") t.deepep = true;
   else if (o.dispatcher != "alltoall") throw InputError("--moe-token-dispatcher", o.dispatcher, "alltoall or deepep");
-  if (!o.fragmentation_pct.empty()) t.fragmentation_pct = parse_double(o.fragmentation_pct, "--fragmentation-pct");
+  if (!o.fragmentation_pct.empty()) t.fragmentation_pct = parse_double_impl(o.fragmentation_pct, "--fragmentation-pct");
   if (o.recompute.empty() || o.recompute == "none") t.recompute = Recompute::none;
   else if (o.recompute == "full") t.recompute = Recompute::full;
   else if (o.recompute == "selective") t.recompute = Recompute::selective;
@@ -267,6 +267,8 @@ Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const Traini
   validate_training(e.training, e.layout);
   return e;
 }
+
+double parse_double(const std::string& text, const char* field) { return parse_double_impl(text, field); }
 
 std::optional<GpuChoice> gpu_choice(const TrainingOptions& to) {
   if (!to.gpu.empty() && !to.gpu_memory.empty()) {

@@ -61,6 +61,9 @@ std::int64_t parse_int(const std::string& text, const char* field);
 // Registers an integer flag parsed by parse_int.
 void add_int(CLI::App& app, const char* flag, std::int64_t& target, const char* help);
 
+void add_optional_int(CLI::App& app, const char* flag, std::optional<std::int64_t>& target, const char* help);
+double parse_double(const std::string& text, const char* field);
+
 // Parses "4,4,4,1"; every item must be a non-negative integer.
 std::vector<std::int64_t> parse_int_list(const std::string& text, const char* field);
 

@@ -1,0 +1,237 @@
+// `moemem search`: every layout that fits on N GPUs, ranked.
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "moemem/errors.hpp"
+#include "moemem/search.hpp"
+
+namespace moemem::cli {
+
+namespace {
+
+std::string recompute_text(const SearchEntry& e) { return e.recompute_name; }
+
+nlohmann::json entry_json(const SearchEntry& e, std::int64_t rank) {
+  const auto& p = e.parallel;
+  return {{"rank", rank},
+          {"tp", p.tp}, {"pp", p.pp}, {"vpp", p.vpp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp}, {"dp", p.dp},
+          {"sp", p.sp}, {"schedule", name_of(p.schedule)}, {"split", e.split_name},
+          {"micro_batch", e.training.micro_batch}, {"zero", e.training.zero},
+          {"distributed_optimizer", e.training.zero == 1}, {"recompute", recompute_text(e)},
+          {"peak_stage", e.peak_stage}, {"peak_bytes", e.peak.value()}, {"fits", e.fits},
+          {"cost", {{"total", e.cost.total()}, {"bubble", e.cost.bubble}, {"recompute", e.cost.recompute},
+                    {"communication", e.cost.communication}}}};
+}
+
+void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable) {
+  const auto& p = e.parallel;
+  std::vector<Cell> row;
+  row.emplace_back(rank);
+  row.emplace_back(fmt::format("tp{} pp{}{} cp{} ep{} etp{} dp{}", p.tp, p.pp, p.vpp > 1 ? fmt::format("x{}", p.vpp) : "",
+                               p.cp, p.ep, p.etp, p.dp));
+  row.emplace_back(std::string(name_of(p.schedule)));
+  row.emplace_back(e.split_name);
+  row.emplace_back(e.training.micro_batch);
+  row.emplace_back(std::string(e.training.zero == 1 ? "dist-opt" : fmt::format("zero{}", e.training.zero)));
+  row.emplace_back(recompute_text(e));
+  row.emplace_back(GibBytes{e.peak.value()});
+  row.emplace_back(e.peak_stage);
+  const double margin = (static_cast<double>(usable.value()) - static_cast<double>(e.peak.value())) / 1073741824.0;
+  row.emplace_back(fmt::format("{:+.2f}", margin));
+  row.emplace_back(fmt::format("{:.3f} ({:.3f}/{:.3f}/{:.3f})", e.cost.total(), e.cost.bubble, e.cost.recompute,
+                               e.cost.communication));
+  t.rows.push_back(std::move(row));
+}
+
+Table entries_table(const std::string& title, const std::vector<SearchEntry>& entries, std::int64_t top, Bytes usable) {
+  Table t;
+  t.title = title;
+  t.columns = {"#", "layout", "schedule", "split", "mb", "optimizer", "recompute", "peak GiB", "stage", "margin GiB",
+               "cost (bubble/recompute/comm)"};
+  std::int64_t rank = 0;
+  for (const auto& e : entries) {
+    if (++rank > top) break;
+    add_row(t, e, rank, usable);
+  }
+  return t;
+}
+
+}  // namespace
+
+void SearchCommand::setup(CLI::App& root) {
+  app = root.add_subcommand("search", "Every parallel layout that fits on N GPUs, ranked");
+  add_model_options(*app, model);
+  add_int(*app, "--gpus", gpus, "Number of GPUs (required)");
+  app->add_option("--gpu", training.gpu, "GPU: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");
+  app->add_option("--gpu-memory", training.gpu_memory, "GPU memory, e.g. 80GiB");
+  add_int(*app, "--seq-len", training.seq_len, "Sequence length");
+  add_optional_int(*app, "--global-batch", training.global_batch, "Sequences per optimizer step (required)");
+  app->add_option("--profile", training.profile, "Accounting profile: megatron|paper")->capture_default_str();
+  app->add_option("--main-grads-dtype", training.main_grads_dtype, "Gradient dtype");
+  app->add_option("--main-params-dtype", training.main_params_dtype, "Master-weight dtype");
+  app->add_option("--exp-avg-dtype", training.exp_avg_dtype, "Adam first-moment dtype");
+  app->add_option("--exp-avg-sq-dtype", training.exp_avg_sq_dtype, "Adam second-moment dtype");
+  app->add_option("--params-dtype", training.params_dtype, "Weight dtype");
+  app->add_option("--fp8", training.fp8, "FP8 recipe: none|tensorwise|delayed|blockwise|mxfp8");
+  app->add_option("--recipe", training.recipe, "deepseek-v3 (its precision and recomputation)");
+  app->add_option("--attention", training.attention, "flash|eager");
+  app->add_option("--moe-imbalance", training.moe_imbalance, "Hottest expert rank's tokens, times the average");
+  app->add_option("--moe-token-dispatcher", training.dispatcher, "alltoall|deepep")->capture_default_str();
+  app->add_option("--max-memory-fraction", max_memory_fraction, "Usable share of GPU memory (headroom)")
+      ->capture_default_str();
+  add_int(*app, "--gpus-per-node", gpus_per_node, "GPUs per node (TP/EP beyond it cross nodes)");
+  add_int(*app, "--tp-max", tp_max, "Largest tp (0: no bound)");
+  add_int(*app, "--pp-max", pp_max, "Largest pp (0: no bound)");
+  add_int(*app, "--ep-max", ep_max, "Largest ep (0: no bound)");
+  add_int(*app, "--cp-max", cp_max, "Largest cp (0: no bound)");
+  add_int(*app, "--vpp-max", vpp_max, "Largest virtual pipeline degree");
+  add_int(*app, "--micro-batch-max", micro_batch_max, "Largest micro-batch (0: no bound)");
+  add_optional_int(*app, "--tp", tp, "Fixed tp");
+  add_optional_int(*app, "--pp", pp, "Fixed pp");
+  add_optional_int(*app, "--cp", cp, "Fixed cp");
+  add_optional_int(*app, "--ep", ep, "Fixed ep");
+  add_optional_int(*app, "--etp", etp, "Fixed etp");
+  add_optional_int(*app, "--vpp", vpp, "Fixed vpp");
+  add_optional_int(*app, "--micro-batch", micro_batch, "Fixed micro-batch");
+  app->add_option("--schedule", schedules, "Schedules to consider, comma-separated (default 1f1b,dualpipe; "
+                                            "interleaved comes with --vpp-max > 1)");
+  app->add_option("--recompute", recomputes, "Recomputation choices: none,full,selective or module sets a+b "
+                                             "(default: the documented family)");
+  app->add_option("--zero", zero_stages, "ZeRO stages to consider (megatron: 0 plain, 1 distributed optimizer)")
+      ->capture_default_str();
+  add_int(*app, "--top", top, "Layouts to print");
+  add_int(*app, "--threads", threads, "Threads (0: all cores)");
+  app->add_option("--format", format, "table|json|jsonl|csv")->capture_default_str();
+}
+
+int SearchCommand::run(std::ostream& out, std::ostream& err) const {
+  if (format != "table" && format != "json" && format != "jsonl" && format != "csv") {
+    throw InputError("--format", format, "one of table, json, jsonl, csv");
+  }
+  if (gpus < 1) throw InputError("--gpus", std::to_string(gpus), "a positive number of GPUs (required)");
+  if (top < 1 || top > 1000000) throw InputError("--top", std::to_string(top), "an integer from 1 to 1000000");
+  if (threads < 0 || threads > 256) throw InputError("--threads", std::to_string(threads), "an integer from 0 (all cores) to 256");
+  const auto gpu = gpu_choice(training);
+  if (!gpu) throw InputError("--gpu/--gpu-memory", "missing", "the GPU to fit on (--gpu NAME or --gpu-memory SIZE)");
+  if (!training.global_batch) throw InputError("--global-batch", "missing", "the sequences per optimizer step");
+
+  const Profile& profile = get_profile(training.profile);
+  const ModelSpec m = load_model_for(model, profile);
+  report_unrecognised_keys(m, err);
+  const Inventory inv = build_inventory(m);
+  const CompiledModel cm = compile_model(m, inv, profile);
+
+  SearchSpace space;
+  space.gpus = gpus;
+  space.gpu_name = gpu->name;
+  space.capacity = gpu->capacity;
+  space.max_memory_fraction = parse_double(max_memory_fraction, "--max-memory-fraction");
+  space.gpus_per_node = gpus_per_node;
+  space.base = to_training(training, profile);
+  space.tp_max = tp_max;
+  space.pp_max = pp_max;
+  space.ep_max = ep_max;
+  space.cp_max = cp_max;
+  space.vpp_max = vpp_max;
+  space.micro_batch_max = micro_batch_max;
+  space.tp = tp;
+  space.pp = pp;
+  space.cp = cp;
+  space.ep = ep;
+  space.etp = etp;
+  space.vpp = vpp;
+  space.micro_batch = micro_batch;
+  for (const auto& s : parse_int_list(zero_stages, "--zero")) {
+    if (s > 3) throw InputError("--zero", zero_stages, "stages from 0 to 3");
+    space.zero_stages.clear();
+  }
+  for (const auto s : parse_int_list(zero_stages, "--zero")) space.zero_stages.push_back(static_cast<int>(s));
+  if (!schedules.empty()) {
+    std::size_t start = 0;
+    while (start <= schedules.size()) {
+      const std::size_t end = std::min(schedules.find(',', start), schedules.size());
+      space.schedules.push_back(parse_schedule(schedules.substr(start, end - start)));
+      start = end + 1;
+    }
+  }
+  if (!recomputes.empty()) {
+    space.recomputes = parse_recompute_choices(recomputes, m);
+  } else if (!training.recipe.empty()) {
+    // A recipe fixes the recomputation and the optimizer sharding it was published with.
+    space.recomputes = {{recompute_modules_text(space.base.recompute_modules), space.base.recompute,
+                         space.base.recompute_modules}};
+    space.zero_stages = {space.base.zero};
+  }
+
+  const int n_threads = threads > 0 ? static_cast<int>(threads)
+                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<std::int64_t> progress{0};
+  auto task = std::async(std::launch::async, [&] { return search(cm, space, n_threads, &progress); });
+  const auto start = std::chrono::steady_clock::now();
+  while (task.wait_for(std::chrono::milliseconds(250)) != std::future_status::ready) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (elapsed > 1.0) err << fmt::format("\rsearching: {} layouts evaluated, {:.1f} s", progress.load(), elapsed) << std::flush;
+  }
+  if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > 1.0) err << "\n";
+  const SearchResult r = task.get();
+
+  const std::string summary =
+      fmt::format("{} candidates, {} valid layouts evaluated on every stage in {:.3f} s with {} thread(s); {} fit in {} "
+                  "({} x {:.2f})",
+                  r.enumerated, r.evaluated, r.seconds, n_threads, r.feasible.size(), format_gib(r.usable),
+                  format_gib(space.capacity), space.max_memory_fraction);
+  if (format == "json" || format == "jsonl") {
+    nlohmann::json feasible = nlohmann::json::array(), pareto = nlohmann::json::array(), misses = nlohmann::json::array();
+    std::int64_t rank = 0;
+    for (const auto& e : r.feasible) {
+      if (++rank > top) break;
+      if (format == "jsonl") out << entry_json(e, rank).dump() << "\n";
+      else feasible.push_back(entry_json(e, rank));
+    }
+    for (const auto& e : r.pareto) pareto.push_back(entry_json(e, 0));
+    for (const auto& e : r.infeasible) {
+      auto j = entry_json(e, 0);
+      j["short_bytes"] = e.peak.value() - r.usable.value();
+      misses.push_back(j);
+    }
+    nlohmann::json s = {{"schema", "moemem.search/1"}, {"model", m.name}, {"gpus", gpus}, {"gpu", gpu->name},
+                        {"usable_bytes", r.usable.value()}, {"candidates", r.enumerated}, {"evaluated", r.evaluated},
+                        {"feasible", r.feasible.size()}, {"seconds", r.seconds}, {"threads", n_threads},
+                        {"pareto", pareto}, {"nearest_infeasible", misses}};
+    if (format == "json") {
+      s["layouts"] = feasible;
+      out << s.dump(2) << "\n";
+    } else {
+      s["summary"] = true;
+      out << s.dump() << "\n";
+    }
+    return r.feasible.empty() ? 1 : 0;
+  }
+  if (format == "csv") {
+    render(entries_table("", r.feasible, top, r.usable), Format::csv, out);
+    err << summary << "\n";
+    return r.feasible.empty() ? 1 : 0;
+  }
+  out << fmt::format("moemem search: {} on {} x {} (profile {})\n{}\n\n", m.name, gpus, gpu->name, profile.name, summary);
+  if (!r.feasible.empty()) {
+    render(entries_table(fmt::format("Best {} of {} layouts that fit, by estimated overhead", std::min<std::int64_t>(top, static_cast<std::int64_t>(r.feasible.size())), r.feasible.size()),
+                         r.feasible, top, r.usable),
+           Format::table, out);
+    render(entries_table("Pareto front (peak memory vs estimated overhead)", r.pareto, top, r.usable), Format::table, out);
+  } else {
+    out << "No layout fits.\n\n";
+  }
+  if (!r.infeasible.empty()) {
+    render(entries_table("Nearest layouts that do not fit (negative margin: short by)", r.infeasible, top, r.usable),
+           Format::table, out);
+  }
+  out << "cost = pipeline bubble + recomputation + inter-node communication, as fractions of compute (docs/formulas.md)\n";
+  return r.feasible.empty() ? 1 : 0;
+}
+
+}  // namespace moemem::cli
