@@ -1,0 +1,61 @@
+// Google Benchmark for `moemem search`: full per-stage evaluations per second on one core, and
+// the wall time of the whole DeepSeek-V3 layout space on 2,048 GPUs.
+#include <benchmark/benchmark.h>
+
+#include "moemem/config.hpp"
+#include "moemem/search.hpp"
+
+namespace {
+
+using namespace moemem;
+
+struct SearchFixture {
+  ModelSpec model = load_model("deepseek-v3");
+  Inventory inventory = build_inventory(model);
+  CompiledModel cm = compile_model(model, inventory, megatron_profile());
+  SearchSpace space;
+  SearchFixture() {
+    space.gpus = 2048;
+    space.capacity = Bytes(81559ull * 1048576ull);  // h800-80g
+    space.base.precision = megatron_profile().default_precision;
+    space.base.global_batch = 15360;
+  }
+};
+
+// The whole space (every degree, schedule, split, micro-batch, optimizer and recompute choice),
+// every stage of each, on `threads` threads: wall time per search.
+void BM_SearchDeepSeekV3_2048Gpus(benchmark::State& state) {
+  const SearchFixture f;
+  std::int64_t evaluated = 0;
+  for (auto _ : state) {
+    const SearchResult r = search(f.cm, f.space, static_cast<int>(state.range(0)));
+    evaluated = r.evaluated;
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["layouts"] = static_cast<double>(evaluated);
+  state.counters["layouts_per_second"] =
+      benchmark::Counter(static_cast<double>(evaluated) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SearchDeepSeekV3_2048Gpus)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// One full per-stage evaluation of a resolved DeepSeek-V3 layout (PP16, megatron profile).
+void BM_EvaluateOneLayoutDeepSeekV3(benchmark::State& state) {
+  const SearchFixture f;
+  ParallelConfig p;
+  p.tp = 2;
+  p.pp = 16;
+  p.dp = 64;
+  p.ep = 8;
+  p.sp = true;
+  const Layout l = resolve_layout(f.model, p);
+  TrainingConfig t = f.space.base;
+  t.zero = 1;
+  for (auto _ : state) {
+    auto r = analyze(f.cm, l, t);
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_EvaluateOneLayoutDeepSeekV3);
+
+}  // namespace

@@ -1,0 +1,159 @@
+// moemem search (issue 6): what it reports as fitting really fits when analyze re-evaluates
+// it; the thread count does not change the results; impossible requests say so; bad
+// constraints get named errors.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/run_cli.hpp"
+#include "moemem/config.hpp"
+#include "moemem/errors.hpp"
+#include "moemem/search.hpp"
+
+namespace {
+
+using namespace moemem;
+using moemem::test::run_cli;
+
+struct Fixture {
+  ModelSpec model = load_model("deepseek-v3");
+  Inventory inventory = build_inventory(model);
+  CompiledModel cm = compile_model(model, inventory, megatron_profile());
+  SearchSpace space;
+  Fixture() {
+    space.gpus = 256;
+    space.capacity = Bytes(81559ull * 1048576ull);  // h800-80g
+    space.base.precision = megatron_profile().default_precision;
+    space.base.global_batch = 1024;
+    space.vpp_max = 2;
+    space.micro_batch_max = 2;
+  }
+};
+
+TEST(Search, FeasibleLayoutsReevaluateToTheSameNumbersAndFit) {
+  const Fixture f;
+  const SearchResult r = search(f.cm, f.space, 2);
+  ASSERT_FALSE(r.feasible.empty());
+  EXPECT_GE(r.evaluated, static_cast<std::int64_t>(r.feasible.size()));
+  std::size_t checked = 0;
+  for (const auto& e : r.feasible) {
+    // analyze from scratch: model, inventory and layout rebuilt.
+    const Layout l = resolve_layout(f.model, e.parallel);
+    const MemoryReport rep = analyze(f.model, f.inventory, megatron_profile(), l, e.training);
+    Bytes peak;
+    for (const auto& st : rep.stages) peak = std::max(peak, st.bytes.total());
+    ASSERT_EQ(peak, e.peak) << "layout #" << e.index;
+    ASSERT_LE(peak, r.usable);
+    if (++checked >= 400) break;
+  }
+}
+
+TEST(Search, SameResultsWithOneAndTwoThreads) {
+  const Fixture f;
+  const SearchResult one = search(f.cm, f.space, 1), two = search(f.cm, f.space, 2);
+  ASSERT_EQ(one.evaluated, two.evaluated);
+  ASSERT_EQ(one.feasible.size(), two.feasible.size());
+  for (std::size_t i = 0; i < one.feasible.size(); ++i) {
+    ASSERT_EQ(one.feasible[i].index, two.feasible[i].index);
+    ASSERT_EQ(one.feasible[i].peak, two.feasible[i].peak);
+  }
+  ASSERT_EQ(one.pareto.size(), two.pareto.size());
+  ASSERT_EQ(one.infeasible.size(), two.infeasible.size());
+}
+
+TEST(Search, ParetoFrontIsNotDominated) {
+  const Fixture f;
+  const SearchResult r = search(f.cm, f.space, 2);
+  ASSERT_FALSE(r.pareto.empty());
+  for (const auto& p : r.pareto) {
+    for (const auto& e : r.feasible) {
+      const bool dominates = e.peak <= p.peak && e.cost.total() <= p.cost.total() &&
+                             (e.peak < p.peak || e.cost.total() < p.cost.total());
+      ASSERT_FALSE(dominates) << "#" << e.index << " dominates #" << p.index;
+    }
+  }
+}
+
+// NVIDIA's published DeepSeek-V3 recipe (TP2 PP8 VPP4 EP64 on 1,024 H100s, layout Et|(tt|)*30mL,
+// recompute mla_up_proj and mlp, bf16 main grads and moments) ran on 80 GB GPUs: the search must
+// find it among the layouts that fit.
+TEST(Search, PublishedDeepSeekV3RecipeLayoutFits) {
+  const auto r = run_cli({"search", "--gpus", "1024", "--gpu", "h100-80g", "--global-batch", "8192", "--tp", "2",
+                          "--pp", "8", "--vpp", "4", "--ep", "64", "--micro-batch", "1", "--recompute",
+                          "mla_up_proj+mlp", "--zero", "1", "--main-grads-dtype", "bf16", "--exp-avg-dtype", "bf16",
+                          "--exp-avg-sq-dtype", "bf16", "--top", "100", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  bool found = false;
+  for (const auto& e : j.at("layouts")) {
+    if (e.at("split") == "first 1 last 0" && e.at("schedule") == "interleaved" && e.at("etp") == 1) found = true;
+  }
+  EXPECT_TRUE(found) << r.out;
+}
+
+TEST(Search, ImpossibleRequestSaysSoAndWhy) {
+  const auto r = run_cli({"search", "--model", "deepseek-v3", "--gpus", "1", "--gpu", "h100-80g", "--global-batch", "8"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("No layout fits"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Nearest layouts that do not fit"), std::string::npos) << r.out;
+  const auto j = run_cli({"search", "--model", "deepseek-v3", "--gpus", "1", "--gpu", "h100-80g", "--global-batch", "8",
+                          "--format", "json"});
+  EXPECT_EQ(j.code, 1);
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc.at("feasible"), 0);
+  ASSERT_FALSE(doc.at("nearest_infeasible").empty());
+  // The whole model (684 B parameters at 18 bytes each) cannot fit one 80 GB GPU: short by > 10 TB.
+  EXPECT_GT(doc.at("nearest_infeasible")[0].at("short_bytes").get<std::uint64_t>(), 10'000'000'000'000ull);
+}
+
+TEST(Search, InvalidConstraintsAreNamed) {
+  const std::vector<std::string> base = {"search", "--gpus", "64", "--gpu", "h100-80g", "--global-batch", "64"};
+  auto expect_named = [&](std::vector<std::string> extra, const std::string& word, bool replace_base = false) {
+    std::vector<std::string> args = replace_base ? std::vector<std::string>{"search"} : base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.code, 2) << word;
+    EXPECT_NE(r.err.find(word), std::string::npos) << r.err;
+  };
+  expect_named({"--tp-max", "-1"}, "--tp-max");
+  expect_named({"--max-memory-fraction", "1.5"}, "--max-memory-fraction");
+  expect_named({"--max-memory-fraction", "abc"}, "--max-memory-fraction");
+  expect_named({"--schedule", "zigzag"}, "--schedule");
+  expect_named({"--recompute", "everything"}, "--recompute");
+  expect_named({"--zero", "7"}, "--zero");
+  expect_named({"--threads", "1000"}, "--threads");
+  expect_named({"--top", "0"}, "--top");
+  expect_named({"--format", "xml"}, "--format");
+  expect_named({"--gpus", "0", "--gpu", "h100-80g", "--global-batch", "8"}, "--gpus", true);
+  expect_named({"--gpus", "8", "--global-batch", "8"}, "--gpu", true);
+  expect_named({"--gpus", "8", "--gpu", "h100-80g"}, "--global-batch", true);
+  expect_named({"--gpus", "8", "--gpu", "v100"}, "--gpu", true);
+}
+
+TEST(Search, ConstraintsNarrowTheSpace) {
+  Fixture f;
+  const SearchResult all = search(f.cm, f.space, 2);
+  f.space.tp_max = 2;
+  f.space.ep = 8;
+  const SearchResult narrow = search(f.cm, f.space, 2);
+  EXPECT_LT(narrow.evaluated, all.evaluated);
+  for (const auto& e : narrow.feasible) {
+    EXPECT_LE(e.parallel.tp, 2);
+    EXPECT_EQ(e.parallel.ep, 8);
+  }
+}
+
+TEST(Search, OutputFormats) {
+  for (const char* fmt : {"table", "json", "jsonl", "csv"}) {
+    const auto r = run_cli({"search", "--model", "mixtral-8x7b", "--gpus", "16", "--gpu", "a100-80g", "--global-batch",
+                            "32", "--format", fmt, "--top", "3"});
+    EXPECT_EQ(r.code, 0) << fmt << r.err;
+    EXPECT_FALSE(r.out.empty()) << fmt;
+  }
+  const auto j = run_cli({"search", "--model", "mixtral-8x7b", "--gpus", "16", "--gpu", "a100-80g", "--global-batch", "32",
+                          "--format", "jsonl", "--top", "3"});
+  std::size_t lines = 0;
+  for (const char ch : j.out) lines += ch == '\n';
+  EXPECT_EQ(lines, 4u);  // three layouts and the summary line
+}
+
+}  // namespace
