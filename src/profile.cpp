@@ -301,7 +301,7 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
           "b x heads/tp x s/cp x s");
   } else {
     t.add("attn.softmax_lse", Module::attention, elems({d.b, d.heads, d.s_local}), DType::fp32, kRecomputeCoreAttn,
-          "b x heads/tp x s/cp, fp32");
+          "b x heads/tp x s/cp");
   }
   // The attention output: kept by the kernel, and as the input of the row-parallel o_proj (the
   // same tensor, unless FP8 makes o_proj keep a quantized copy of its own).
@@ -342,13 +342,13 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
   const auto& p = c.layout.config;
   // Router: fp32 scores for the score function's backward and a boolean routing map.
   t.add("router.scores", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::fp32, kRecomputeMoe,
-        "tokens x experts, fp32");
+        "tokens x experts");
   t.add("router.routing_map", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::int8, kRecomputeMoe,
-        "tokens x experts, bool");
+        "tokens x experts (a bool each)");
   // Balanced routing: the expert-parallel group's tokens, top-k copies each, spread evenly over
   // its ep ranks, every expert-tensor-parallel rank of an expert seeing all of its tokens. The
   // hottest rank receives --moe-imbalance times that, at most --moe-capacity-factor times.
-  double factor = c.training.moe_imbalance;
+  double factor = c.training.moe_imbalance;  // validated >= 1 in validate_training
   if (c.training.moe_capacity_factor) factor = std::min(factor, *c.training.moe_capacity_factor);
   const auto base = static_cast<double>(elems({d.tokens_sp, e.top_k, p.etp}).value());
   const auto routed = static_cast<std::int64_t>(std::ceil(base * factor));
@@ -362,10 +362,12 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
     t.add("experts.fc1_output (SwiGLU input)", Module::routed_experts, elems({routed, 2 * e.expert_ffn}, p.etp), t.a, moe,
           "R x 2 ffn/etp");
   }
+  // Megatron-Core's grouped MLP applies the routing probabilities inside the activation
+  // (activation_func_with_probs), which keeps fc1's output and the probabilities; fc2 keeps the
+  // product as its input, and the unpermute that follows only sums (nothing saved).
   t.linear_input("experts.act_output (fc2 input)", "experts.act_output.scales", Module::routed_experts,
                  elems({routed, e.expert_ffn}, p.etp), kRecomputeMoe | kRecomputeMoeAct, "R x ffn/etp");
-  t.add("experts.fc2_output (unpermute input)", Module::routed_experts, elems({routed, m.hidden}), t.a, moe, "R x h");
-  t.add("experts.probs", Module::routed_experts, elems({routed}), DType::fp32, moe, "R, fp32");
+  t.add("experts.probs", Module::routed_experts, elems({routed}), DType::fp32, moe, "R");
   if (e.shared_ffn > 0) {
     megatron_mlp(c, t, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output (fc2 input)",
                  "shared.act_output.scales", kRecomputeMoe | kRecomputeSharedExperts);
@@ -380,7 +382,7 @@ void megatron_chunk_activations(const ActivationContext& c, const Chunk& chunk, 
   const auto d = megatron_dims(c);
   Terms t{c, out};
   const Count logits = elems({d.tokens, c.padded_vocab}, d.tp);
-  if (chunk.embedding) t.add("embedding.token_ids", Module::embedding, elems({d.tokens}), DType::int64, 0, "b*s/cp, int64");
+  if (chunk.embedding) t.add("embedding.token_ids", Module::embedding, elems({d.tokens}), DType::int64, 0, "b*s/cp");
   if (chunk.loss) {
     t.add("head.final_norm_input", Module::output_head, elems({d.tokens_sp, m.hidden}), t.a, 0, "tokens x h");
     t.add("head.final_norm_output", Module::output_head, elems({d.tokens_sp, m.hidden}), t.a, 0, "tokens x h");

@@ -85,7 +85,7 @@ namespace {
 struct Share {
   ParamSplit params;
   std::array<Count, kModuleCount> by_module{};
-  Count fp8;
+  ParamSplit fp8;  // parameters whose GEMMs run in FP8, by ZeRO group
 
   void add(const Share& o, std::int64_t times) {
     const auto n = static_cast<std::uint64_t>(times);
@@ -93,7 +93,8 @@ struct Share {
     params.non_expert += mul(o.params.non_expert);
     params.expert += mul(o.params.expert);
     for (std::size_t i = 0; i < kModuleCount; ++i) by_module[i] += mul(o.by_module[i]);
-    fp8 += mul(o.fp8);
+    fp8.non_expert += mul(o.fp8.non_expert);
+    fp8.expert += mul(o.fp8.expert);
   }
 };
 
@@ -105,9 +106,10 @@ Share share_of(const std::vector<Tensor>& ts, const Profile& profile, const Para
     const int kind = !t.shared_in_training ? 0 : t.role == Role::mtp_embedding ? 1 : 2;
     if (kind != shared_filter) continue;
     const Count c = device_params(t, profile, p, vocab);
-    (profile.zero_group(t.role) == ZeroGroup::expert ? s.params.expert : s.params.non_expert) += c;
+    const bool expert = profile.zero_group(t.role) == ZeroGroup::expert;
+    (expert ? s.params.expert : s.params.non_expert) += c;
     s.by_module[static_cast<std::size_t>(t.module)] += c;
-    if (fp8 && fp8_gemm_weight(t.role)) s.fp8 += c;
+    if (fp8 && fp8_gemm_weight(t.role)) (expert ? s.fp8.expert : s.fp8.non_expert) += c;
   }
   return s;
 }
@@ -115,6 +117,12 @@ Share share_of(const std::vector<Tensor>& ts, const Profile& profile, const Para
 }  // namespace
 
 MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t) {
+  MemoryReport r;
+  analyze_into(cm, layout, t, r);
+  return r;
+}
+
+void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r) {
   const ModelSpec& m = *cm.model;
   const Profile& profile = *cm.profile;
   validate_training(t, layout);
@@ -128,30 +136,42 @@ MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const Traini
                        fmt::format("balanced routing with all-to-all dispatch for the {} profile", profile.name));
     }
   }
+  if (!m.is_moe() && (t.moe_imbalance != 1.0 || t.moe_capacity_factor || t.deepep)) {
+    throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
+                     fmt::format("no routing options for {}, a model without routed experts", m.name));
+  }
   const AttentionKernel attention = t.attention.value_or(profile.default_attention);
   if (attention == AttentionKernel::flash && !profile.supports_flash) {
     throw InputError("--attention", "flash", fmt::format("eager for the {} profile (it models materialised scores)", profile.name));
   }
   const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), p.tp);
 
-  MemoryReport r;
+  // Every field is (re)assigned: `r` may hold a previous evaluation whose storage is reused.
   r.model_name = m.name;
-  r.profile = std::string(profile.name);
+  r.profile = profile.name;
   r.layout = layout;
   r.training = t;
   r.attention = attention;
   r.microbatches = microbatches_per_step(t, layout);
   r.padded_vocab = vocab;
+  r.peak_stage = 0;
   r.overhead = profile.overhead;
-  for (const auto a : profile.assumptions) r.assumptions.emplace_back(a);
+  r.assumptions.resize(profile.assumptions.size());
+  for (std::size_t i = 0; i < profile.assumptions.size(); ++i) r.assumptions[i] = profile.assumptions[i];
 
   const auto num_ranks = static_cast<std::int64_t>(layout.rank_chunks.size());
   r.stages.resize(idx(num_ranks));
   for (std::int64_t s = 0; s < num_ranks; ++s) {
     auto& st = r.stages[idx(s)];
+    std::vector<std::int64_t> chunks = std::move(st.chunks);
+    std::vector<Bytes> chunk_activations = std::move(st.chunk_activations);
+    st = StageReport{};
+    st.chunks = std::move(chunks);
+    st.chunk_activations = std::move(chunk_activations);
+    st.chunk_activations.clear();
     st.stage = s;
     st.layers = layout.stages[idx(s)];
-    st.chunks = layout.rank_chunks[idx(s)];
+    st.chunks.assign(layout.rank_chunks[idx(s)].begin(), layout.rank_chunks[idx(s)].end());
     st.model_chunks = static_cast<std::int64_t>(st.chunks.size());
     for (const auto c : st.chunks) {
       const auto& ch = layout.chunks[idx(c)];
@@ -194,7 +214,9 @@ MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const Traini
       }
       st.params = total.params;
       st.params_by_module = total.by_module;
-      st.fp8_weight_params = total.fp8;
+      st.fp8_weight_params = total.fp8.non_expert + total.fp8.expert;
+      // ZeRO-3 shards the working weights, and with them their FP8 copies.
+      if (t.zero >= 3) st.fp8_weight_params = zero_shard(total.fp8, p.dp * p.cp, layout.edp);
     }
   }
 
@@ -208,7 +230,9 @@ MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const Traini
   try {
     for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
       if (kind == LayerKind::moe && !m.is_moe()) continue;
-      const auto terms = layer_activation_terms(profile, m, layout, t, kind);
+      thread_local std::vector<ActivationTerm> terms;
+      terms.clear();
+      profile.layer_activations(ActivationContext{m, layout, t, attention, vocab}, kind, terms);
       auto& k = kinds[static_cast<std::size_t>(kind)];
       k.all = kept_bytes(terms, Recompute::none);
       k.kept = kept_bytes(terms, t.recompute, t.recompute_modules);
@@ -251,7 +275,8 @@ MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const Traini
           }
         }
       }
-      std::vector<ActivationTerm> extra;
+      thread_local std::vector<ActivationTerm> extra;
+      extra.clear();
       profile.chunk_activations(ctx, ch, extra);
       b += kept_bytes(extra, Recompute::none);
       chunk_bytes[c] = b;
@@ -310,7 +335,7 @@ MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const Traini
     }
     const StateBytes sb = state_bytes(st.params, dense_group, layout.edp, t.zero, t.precision);
     st.bytes.weights = sb.weights;
-    if (t.fp8 != Fp8Recipe::none) {
+    if (t.fp8 != Fp8Recipe::none && !t.fp8_online_weights) {
       // Row- and column-wise FP8 copies of every FP8-GEMM weight, and their scales.
       const Count copies(checked_mul(st.fp8_weight_params.value(), 2, "fp8 weights"));
       const Count scales = t.fp8 == Fp8Recipe::blockwise ? Count(ceil_div(copies.value(), 128 * 128))
@@ -343,7 +368,6 @@ MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const Traini
   for (const auto& st : r.stages) {
     if (st.bytes.total() > r.stages[idx(r.peak_stage)].bytes.total()) r.peak_stage = st.stage;
   }
-  return r;
 }
 
 std::vector<StageFit> fit(const MemoryReport& r, Bytes capacity) {

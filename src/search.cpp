@@ -307,11 +307,12 @@ SearchResult search(const CompiledModel& cm, const SearchSpace& space, int threa
   std::vector<char> valid(candidates.size(), 0);
   const auto start = std::chrono::steady_clock::now();
   auto work = [&](std::size_t begin, std::size_t end) {
+    MemoryReport r;  // reused across this thread's candidates
     for (std::size_t i = begin; i < end; ++i) {
       const auto& c = candidates[i];
       const auto& lc = layouts[c.layout];
       try {
-        const MemoryReport r = analyze(cm, lc.layout, c.training);
+        analyze_into(cm, lc.layout, c.training, r);
         SearchEntry& e = entries[i];
         e.index = static_cast<std::int64_t>(i);
         e.parallel = lc.layout.config;

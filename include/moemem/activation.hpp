@@ -76,6 +76,7 @@ struct TrainingConfig {
   std::optional<std::int64_t> vocab_multiple;  // pad the vocabulary to a multiple of this x tp
   Fp8Recipe fp8 = Fp8Recipe::none;
   bool fp8_swiglu_input = false;  // DeepSeek-V3: the SwiGLU input of the experts cached in FP8 too
+  bool fp8_online_weights = false;  // DeepSeek-V3: weights quantized online per GEMM, no resident FP8 copies
   double moe_imbalance = 1.0;     // the hottest expert rank receives this many times the average tokens
   std::optional<double> moe_capacity_factor;  // tokens beyond capacity x average are dropped
   bool deepep = false;            // DeepEP dispatcher (its communication buffer is resident)

@@ -87,6 +87,8 @@ struct CompiledModel {
                                    const Layout& layout, const TrainingConfig& t);
 // The same from a compiled model (the model and profile it was compiled from must outlive it).
 [[nodiscard]] MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t);
+// The same into `r`, reusing its storage (a search evaluates many layouts into one report).
+void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r);
 
 // Whether every stage fits in `capacity` bytes, and by how much (negative: short by).
 struct StageFit {

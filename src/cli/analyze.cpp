@@ -81,6 +81,7 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
                     {"attention", name_of(r.attention)}, {"padded_vocab", r.padded_vocab},
                     {"logits_dtype", name_of(r.training.logits_dtype)},
                     {"fp8", name_of(r.training.fp8)},
+                    {"fp8_weight_copies", r.training.fp8 != Fp8Recipe::none && !r.training.fp8_online_weights},
                     {"moe_imbalance", r.training.moe_imbalance},
                     {"moe_capacity_factor", r.training.moe_capacity_factor ? nlohmann::json(*r.training.moe_capacity_factor)
                                                                            : nlohmann::json()},

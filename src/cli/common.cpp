@@ -69,7 +69,7 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--profile", o.profile, "Accounting profile: megatron|paper")->capture_default_str();
   add_int(app, "--micro-batch", o.micro_batch, "Micro-batch size b");
   add_int(app, "--seq-len", o.seq_len, "Sequence length s");
-  add_int(app, "--zero", o.zero, "ZeRO stage 0-3");
+  add_optional_int(app, "--zero", o.zero, "ZeRO stage 0-3 (default 0)");
   app.add_option("--recompute,--recompute-granularity", o.recompute,
                  "Activation recomputation: none|selective|full (default none)");
   app.add_option("--recompute-modules", o.recompute_modules,
@@ -192,7 +192,7 @@ TrainingOptions with_recipe(TrainingOptions o) {
     o.recompute = "selective";
     o.recompute_modules = "layernorm,mla_up_proj,moe_act";
   }
-  if (o.zero == 0) o.distributed_optimizer = true;
+  if (!o.zero) o.distributed_optimizer = true;
   return o;
 }
 
@@ -201,11 +201,12 @@ TrainingConfig to_training(const TrainingOptions& opts, const Profile& profile) 
   TrainingConfig t;
   t.micro_batch = o.micro_batch;
   t.seq_len = o.seq_len;
-  if (o.zero < 0 || o.zero > 3) throw InputError("--zero", std::to_string(o.zero), "0, 1, 2 or 3");
-  t.zero = static_cast<int>(o.zero);
+  const std::int64_t zero = o.zero.value_or(0);
+  if (zero < 0 || zero > 3) throw InputError("--zero", std::to_string(zero), "0, 1, 2 or 3");
+  t.zero = static_cast<int>(zero);
   if (o.distributed_optimizer) {
-    if (o.zero > 1) {
-      throw InputError("--distributed-optimizer", "with --zero " + std::to_string(o.zero), "--zero 0 or 1 (it is ZeRO-1)");
+    if (zero > 1) {
+      throw InputError("--distributed-optimizer", "with --zero " + std::to_string(zero), "--zero 0 or 1 (it is ZeRO-1)");
     }
     t.zero = 1;
   }
@@ -219,6 +220,9 @@ TrainingConfig to_training(const TrainingOptions& opts, const Profile& profile) 
   t.logits_dtype = parse_dtype(o.logits_dtype, "--logits-dtype");
   if (!o.fp8.empty()) t.fp8 = parse_fp8_recipe(o.fp8);
   t.fp8_swiglu_input = o.recipe == "deepseek-v3" && t.fp8 != Fp8Recipe::none;
+  // DeepSeek-V3 report §3.3.2: scales are computed and weights quantized online for each 128x128
+  // block, so no FP8 weight copy stays resident (Transformer Engine's recipes keep one).
+  t.fp8_online_weights = o.recipe == "deepseek-v3" && t.fp8 == Fp8Recipe::blockwise;
   if (!o.moe_imbalance.empty()) t.moe_imbalance = parse_double_impl(o.moe_imbalance, "--moe-imbalance");
   if (!o.moe_capacity_factor.empty()) t.moe_capacity_factor = parse_double_impl(o.moe_capacity_factor, "--moe-capacity-factor");
   if (o.dispatcher == "deepep") t.deepep = true;

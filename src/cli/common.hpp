@@ -36,7 +36,7 @@ struct LayoutOptions {
 
 struct TrainingOptions {
   std::int64_t micro_batch = 1, seq_len = 4096;
-  std::int64_t zero = 0;
+  std::optional<std::int64_t> zero;  // unset: 0 (or the recipe's)
   std::string recompute;  // empty: none (or the recipe's)
   std::string recompute_modules, recompute_method = "uniform";
   std::int64_t recompute_num_layers = 1;

@@ -90,6 +90,21 @@ TEST(Search, PublishedDeepSeekV3RecipeLayoutFits) {
   EXPECT_TRUE(found) << r.out;
 }
 
+// The DeepSeek-V3 report's own layout (PP16 with DualPipe, EP64, DP128, no TP, its FP8 recipe) on
+// 2,048 80 GB GPUs must be among the layouts that fit.
+TEST(Search, DeepSeekV3ReportLayoutFits) {
+  const auto r = run_cli({"search", "--model", "deepseek-v3", "--gpus", "2048", "--gpu", "h800-80g", "--global-batch",
+                          "15360", "--recipe", "deepseek-v3", "--top", "100000", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  bool found = false;
+  for (const auto& e : j.at("layouts")) {
+    found = found || (e.at("tp") == 1 && e.at("pp") == 16 && e.at("ep") == 64 && e.at("dp") == 128 &&
+                      e.at("schedule") == "dualpipe" && e.at("micro_batch") == 1);
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST(Search, ImpossibleRequestSaysSoAndWhy) {
   const auto r = run_cli({"search", "--model", "deepseek-v3", "--gpus", "1", "--gpu", "h100-80g", "--global-batch", "8"});
   EXPECT_EQ(r.code, 1);
