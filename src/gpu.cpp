@@ -43,7 +43,7 @@ Gpu lookup_gpu(std::string_view name) {
   throw InputError("--gpu", std::string(name), fmt::format("one of {} (or give --gpu-memory)", fmt::join(gpu_names(), ", ")));
 }
 
-Bytes parse_memory_size(std::string_view text, std::string_view field) {
+Bytes parse_memory_size(std::string_view text, std::string_view field, bool allow_zero) {
   const std::string accepted = "a size such as 80GiB, 141GB, 81559MiB or a byte count";
   std::size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
@@ -52,7 +52,7 @@ Bytes parse_memory_size(std::string_view text, std::string_view field) {
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
   double value = 0;
   const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
-  if (number.empty() || ec != std::errc() || ptr != number.data() + number.size() || !(value > 0)) {
+  if (number.empty() || ec != std::errc() || ptr != number.data() + number.size() || !(value > 0 || (allow_zero && value == 0))) {
     throw InputError(std::string(field), std::string(text), accepted);
   }
   double scale = 0;

@@ -289,10 +289,10 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
 
   // Outside the allocator: the CUDA context, the world communicator and one per further
   // process-group dimension the layout creates (tp, pp, dp, cp, ep, etp, expert dp).
-  Bytes runtime = profile.overhead.cuda_context;
+  Bytes runtime = t.cuda_context.value_or(profile.overhead.cuda_context);
   if (layout.world_size > 1) runtime += profile.overhead.nccl_world;
   for (const std::int64_t g : {p.tp, p.pp, p.dp, p.cp, p.ep, p.etp, layout.edp}) {
-    if (g > 1 && layout.world_size > 1) runtime += profile.overhead.nccl_per_group;
+    if (g > 1 && layout.world_size > 1) runtime += t.nccl_per_group.value_or(profile.overhead.nccl_per_group);
   }
   // Context parallelism's ring: one layer's local K and V block.
   Bytes cp_kv_block;

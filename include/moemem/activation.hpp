@@ -81,6 +81,8 @@ struct TrainingConfig {
   std::optional<double> moe_capacity_factor;  // tokens beyond capacity x average are dropped
   bool deepep = false;            // DeepEP dispatcher (its communication buffer is resident)
   std::optional<double> fragmentation_pct;    // reserved - allocated, % of allocated (profile default)
+  std::optional<Bytes> cuda_context;           // overrides the profile's CUDA context size
+  std::optional<Bytes> nccl_per_group;         // overrides the profile's per-process-group NCCL size
 };
 
 // Micro-batches per step and pipeline: global_batch / (micro_batch * dp), or nullopt.

@@ -19,6 +19,6 @@ struct Gpu {
 [[nodiscard]] std::vector<std::string> gpu_names();
 
 // "80GiB", "80 GiB", "141GB", "81559MiB", "85899345920" (bytes). Throws InputError naming `field`.
-[[nodiscard]] Bytes parse_memory_size(std::string_view text, std::string_view field);
+[[nodiscard]] Bytes parse_memory_size(std::string_view text, std::string_view field, bool allow_zero = false);
 
 }  // namespace moemem

@@ -103,6 +103,9 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
       ->capture_default_str();
   app.add_option("--fragmentation-pct", o.fragmentation_pct,
                  "Allocator cache and fragmentation, % of allocated (profile default)");
+  app.add_option("--cuda-context", o.cuda_context, "CUDA context and library handles per GPU, e.g. 0.52GiB (profile default)");
+  app.add_option("--nccl-per-group", o.nccl_per_group,
+                 "NCCL memory per further process-group dimension, e.g. 0.4GiB (profile default)");
   app.add_option("--gpu", o.gpu, "GPU whose memory to check against: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");
   app.add_option("--gpu-memory", o.gpu_memory, "GPU memory to check against, e.g. 80GiB");
 }
@@ -227,6 +230,8 @@ TrainingConfig to_training(const TrainingOptions& opts, const Profile& profile) 
   if (!o.moe_capacity_factor.empty()) t.moe_capacity_factor = parse_double_impl(o.moe_capacity_factor, "--moe-capacity-factor");
   if (o.dispatcher == "deepep") t.deepep = true;
   else if (o.dispatcher != "alltoall") throw InputError("--moe-token-dispatcher", o.dispatcher, "alltoall or deepep");
+  if (!o.cuda_context.empty()) t.cuda_context = parse_memory_size(o.cuda_context, "--cuda-context", true);
+  if (!o.nccl_per_group.empty()) t.nccl_per_group = parse_memory_size(o.nccl_per_group, "--nccl-per-group", true);
   if (!o.fragmentation_pct.empty()) t.fragmentation_pct = parse_double_impl(o.fragmentation_pct, "--fragmentation-pct");
   if (o.recompute.empty() || o.recompute == "none") t.recompute = Recompute::none;
   else if (o.recompute == "full") t.recompute = Recompute::full;

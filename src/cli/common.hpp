@@ -49,6 +49,7 @@ struct TrainingOptions {
   std::string logits_dtype = "fp32";
   std::string gpu, gpu_memory;
   std::string fp8, recipe, moe_imbalance, moe_capacity_factor, dispatcher = "alltoall", fragmentation_pct;
+  std::string cuda_context, nccl_per_group;
 };
 
 void add_model_options(CLI::App& app, ModelOptions& o);

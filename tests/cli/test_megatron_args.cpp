@@ -124,3 +124,19 @@ TEST(MegatronArgs, MissingFileIsNamed) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(OverheadFlags, CudaContextAndNcclOverridesReplaceTheDefaults) {
+  const json j = analyze_json({"--tp", "2", "--pp", "16", "--dp", "32", "--ep", "8", "--sp", "--cuda-context", "1GiB",
+                               "--nccl-per-group", "0"});
+  ASSERT_FALSE(j.is_null());
+  // 1 GiB of context plus the world communicator's 0.39 GiB (rounded up to a byte), no per-group memory.
+  const std::uint64_t world = (39ull * 1073741824ull + 99) / 100;
+  EXPECT_EQ(j.at("stages")[0].at("bytes").at("runtime").get<std::uint64_t>(), 1073741824ull + world);
+  const auto bad = run_cli({"analyze", "--cuda-context", "lots"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--cuda-context"), std::string::npos);
+}
+
+}  // namespace
