@@ -129,7 +129,14 @@ std::vector<LayoutStage> parse_pipeline_layout(std::string_view text) {
 InFlight in_flight(Schedule s, std::int64_t rank, std::int64_t pp, std::int64_t chunks_of_rank,
                    std::optional<std::int64_t> m) {
   InFlight f;
+  in_flight_into(s, rank, pp, chunks_of_rank, m, f);
+  return f;
+}
+
+void in_flight_into(Schedule s, std::int64_t rank, std::int64_t pp, std::int64_t chunks_of_rank,
+                    std::optional<std::int64_t> m, InFlight& f) {
   f.per_chunk.assign(static_cast<std::size_t>(chunks_of_rank), 0);
+  f.total = 0;
   // Without a global batch, assume enough micro-batches to fill the pipeline.
   const std::int64_t mb = m.value_or(std::int64_t{1} << 40);
   switch (s) {
@@ -172,7 +179,6 @@ InFlight in_flight(Schedule s, std::int64_t rank, std::int64_t pp, std::int64_t 
     }
   }
   for (const auto c : f.per_chunk) f.total += c;
-  return f;
 }
 
 }  // namespace moemem

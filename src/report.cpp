@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -38,6 +39,10 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
   for (std::int64_t l = 0; l < m.num_layers; ++l) {
     auto& f = first_of_kind[static_cast<int>(m.layer_kinds[idx(l)])];
     if (f < 0) f = l;
+  }
+  cm.moe_before.assign(idx(m.num_layers + 1), 0);
+  for (std::int64_t l = 0; l < m.num_layers; ++l) {
+    cm.moe_before[idx(l + 1)] = cm.moe_before[idx(l)] + (m.layer_kinds[idx(l)] == LayerKind::moe ? 1 : 0);
   }
   Count check;
   for (const auto& tensor : inv.tensors) {
@@ -88,6 +93,7 @@ struct Share {
   ParamSplit fp8;  // parameters whose GEMMs run in FP8, by ZeRO group
 
   void add(const Share& o, std::int64_t times) {
+    if (times == 0) return;
     const auto n = static_cast<std::uint64_t>(times);
     auto mul = [n](Count c) { return Count(checked_mul(c.value(), n, "parameters")); };
     params.non_expert += mul(o.params.non_expert);
@@ -114,7 +120,53 @@ Share share_of(const std::vector<Tensor>& ts, const Profile& profile, const Para
   return s;
 }
 
+// A layer kind's activation bytes: nothing recomputed; kept under the mode; kept under full
+// recomputation (its input).
+struct KindBytes {
+  Bytes all, kept, input;
+};
+
+struct SharesKey {
+  std::int64_t tp, ep, etp, vocab;
+  bool fp8;
+  auto operator<=>(const SharesKey&) const = default;
+};
+struct Shares {
+  Share dense, moe, emb, head, mtp, mtp_emb, mtp_head;
+};
+
+// Everything the activation terms depend on besides the model.
+struct ActKey {
+  std::int64_t tp, cp, ep, etp, micro_batch, seq_len, vocab;
+  bool sp, fp8_swiglu;
+  AttentionKernel attention;
+  Fp8Recipe fp8;
+  DType activation, logits;
+  Recompute recompute;
+  std::uint16_t modules;
+  double imbalance, capacity;
+  auto operator<=>(const ActKey&) const = default;
+};
+struct ChunkKey {
+  bool embedding, loss;
+  std::int64_t mtp;
+  auto operator<=>(const ChunkKey&) const = default;
+};
+struct Acts {
+  std::array<KindBytes, 2> kinds{};
+  std::map<ChunkKey, Bytes> extras;
+};
+
 }  // namespace
+
+class EvalCache {
+ public:
+  std::map<SharesKey, Shares> shares;
+  std::map<ActKey, Acts> acts;
+};
+
+void EvalCacheDeleter::operator()(EvalCache* c) const { delete c; }
+EvalCachePtr make_eval_cache() { return EvalCachePtr(new EvalCache()); }
 
 MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t) {
   MemoryReport r;
@@ -122,7 +174,8 @@ MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const Traini
   return r;
 }
 
-void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r) {
+void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
+                  EvalCache* cache) {
   const ModelSpec& m = *cm.model;
   const Profile& profile = *cm.profile;
   validate_training(t, layout);
@@ -187,13 +240,29 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
   r.total_params = cm.total_params;
   {
     const bool fp8 = t.fp8 != Fp8Recipe::none;
-    const Share dense = share_of(cm.dense_layer, profile, p, vocab, fp8, 0);
-    const Share moe = share_of(cm.moe_layer, profile, p, vocab, fp8, 0);
-    const Share emb = share_of(cm.embedding, profile, p, vocab, fp8, 0);
-    const Share head = share_of(cm.head, profile, p, vocab, fp8, 0);
-    const Share mtp = share_of(cm.mtp_depth, profile, p, vocab, fp8, 0);
-    const Share mtp_emb = share_of(cm.mtp_depth, profile, p, vocab, fp8, 1);
-    const Share mtp_head = share_of(cm.mtp_depth, profile, p, vocab, fp8, 2);
+    auto compute_shares = [&] {
+      return Shares{share_of(cm.dense_layer, profile, p, vocab, fp8, 0), share_of(cm.moe_layer, profile, p, vocab, fp8, 0),
+                    share_of(cm.embedding, profile, p, vocab, fp8, 0),   share_of(cm.head, profile, p, vocab, fp8, 0),
+                    share_of(cm.mtp_depth, profile, p, vocab, fp8, 0),   share_of(cm.mtp_depth, profile, p, vocab, fp8, 1),
+                    share_of(cm.mtp_depth, profile, p, vocab, fp8, 2)};
+    };
+    Shares local;
+    const Shares* sh = &local;
+    if (cache != nullptr) {
+      const SharesKey key{p.tp, p.ep, p.etp, vocab, fp8};
+      auto it = cache->shares.find(key);
+      if (it == cache->shares.end()) it = cache->shares.emplace(key, compute_shares()).first;
+      sh = &it->second;
+    } else {
+      local = compute_shares();
+    }
+    const Share& dense = sh->dense;
+    const Share& moe = sh->moe;
+    const Share& emb = sh->emb;
+    const Share& head = sh->head;
+    const Share& mtp = sh->mtp;
+    const Share& mtp_emb = sh->mtp_emb;
+    const Share& mtp_head = sh->mtp_head;
     const std::int64_t embedding_chunk = layout.chunk_with_embedding(), loss_chunk = layout.chunk_with_loss();
     for (auto& st : r.stages) {
       Share total;
@@ -201,8 +270,7 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
       const bool holds_loss = layout.rank_holds(st.stage, loss_chunk);
       for (const auto c : st.chunks) {
         const auto& ch = layout.chunks[idx(c)];
-        std::int64_t n_moe = 0;
-        for (std::int64_t l = 0; l < ch.num_layers; ++l) n_moe += m.layer_kinds[idx(ch.first_layer + l)] == LayerKind::moe;
+        const std::int64_t n_moe = cm.moe_layers_in(ch.first_layer, ch.num_layers);
         total.add(dense, ch.num_layers - n_moe);
         total.add(moe, n_moe);
         if (ch.embedding) total.add(emb, 1);
@@ -222,51 +290,66 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
 
   // Activations: the terms of one layer of each kind, once; then each chunk's layers (decoder and
   // MTP) under the recomputation mode, plus the chunk's extras (embedding, loss), always kept.
-  struct KindBytes {
-    Bytes all, kept, input;  // nothing recomputed; kept under the mode; kept under full recompute
-  };
-  std::array<KindBytes, 2> kinds{};
+  Acts local_acts;
+  Acts* acts = nullptr;
+  const ActKey act_key{p.tp, p.cp, p.ep, p.etp, t.micro_batch, t.seq_len, vocab, p.sp, t.fp8_swiglu_input, attention, t.fp8,
+                       t.activation_dtype, t.logits_dtype, t.recompute, t.recompute_modules, t.moe_imbalance,
+                       t.moe_capacity_factor.value_or(-1.0)};
+  if (cache != nullptr) {
+    const auto it = cache->acts.find(act_key);
+    if (it != cache->acts.end()) acts = &it->second;
+  }
   std::vector<Bytes> chunk_bytes(layout.chunks.size()), chunk_transient(layout.chunks.size());
   try {
-    for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
-      if (kind == LayerKind::moe && !m.is_moe()) continue;
-      thread_local std::vector<ActivationTerm> terms;
-      terms.clear();
-      profile.layer_activations(ActivationContext{m, layout, t, attention, vocab}, kind, terms);
-      auto& k = kinds[static_cast<std::size_t>(kind)];
-      k.all = kept_bytes(terms, Recompute::none);
-      k.kept = kept_bytes(terms, t.recompute, t.recompute_modules);
-      k.input = kept_bytes(terms, Recompute::full);
+    if (acts == nullptr) {
+      for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
+        if (kind == LayerKind::moe && !m.is_moe()) continue;
+        thread_local std::vector<ActivationTerm> terms;
+        terms.clear();
+        profile.layer_activations(ActivationContext{m, layout, t, attention, vocab}, kind, terms);
+        auto& k = local_acts.kinds[static_cast<std::size_t>(kind)];
+        k.all = kept_bytes(terms, Recompute::none);
+        k.kept = kept_bytes(terms, t.recompute, t.recompute_modules);
+        k.input = kept_bytes(terms, Recompute::full);
+      }
+      acts = cache != nullptr ? &cache->acts.emplace(act_key, std::move(local_acts)).first->second : &local_acts;
     }
+    const std::array<KindBytes, 2>& kinds = acts->kinds;
     const ActivationContext ctx{m, layout, t, attention, vocab};
     const LayerKind mtp_kind = m.is_moe() ? LayerKind::moe : LayerKind::dense;
     for (std::size_t c = 0; c < layout.chunks.size(); ++c) {
       const auto& ch = layout.chunks[c];
-      std::vector<LayerKind> layers;
-      for (std::int64_t l = 0; l < ch.num_layers; ++l) layers.push_back(m.layer_kinds[idx(ch.first_layer + l)]);
-      for (std::int64_t k = 0; k < ch.mtp_depths; ++k) layers.push_back(mtp_kind);
+      // The chunk's layers in order: its decoder layers, then its MTP depths.
+      const auto n = ch.num_layers + ch.mtp_depths;
+      const auto kind_at = [&](std::int64_t l) {
+        return l < ch.num_layers ? m.layer_kinds[idx(ch.first_layer + l)] : mtp_kind;
+      };
       const auto kb = [&](LayerKind k) -> const KindBytes& { return kinds[static_cast<std::size_t>(k)]; };
       Bytes b, transient;
-      const auto n = static_cast<std::int64_t>(layers.size());
       if (t.recompute != Recompute::full) {
-        for (const auto k : layers) {
-          b += kb(k).kept;
-          // Output-discarding modules are recomputed one layer at a time during backward.
-          transient = std::max(transient, Bytes(kb(k).all.value() - kb(k).kept.value()));
+        const std::int64_t n_moe = cm.moe_layers_in(ch.first_layer, ch.num_layers) + (mtp_kind == LayerKind::moe ? ch.mtp_depths : 0);
+        const std::int64_t n_dense = n - n_moe;
+        b += Bytes(checked_mul(kb(LayerKind::dense).kept.value(), static_cast<std::uint64_t>(n_dense), "activations"));
+        b += Bytes(checked_mul(kb(LayerKind::moe).kept.value(), static_cast<std::uint64_t>(n_moe), "activations"));
+        // Output-discarding modules are recomputed one layer at a time during backward.
+        for (const LayerKind k : {LayerKind::dense, LayerKind::moe}) {
+          if ((k == LayerKind::moe ? n_moe : n_dense) > 0) {
+            transient = std::max(transient, Bytes(kb(k).all.value() - kb(k).kept.value()));
+          }
         }
       } else if (t.recompute_method == RecomputeMethod::uniform) {
         // Groups of N layers are checkpointed together: one input kept per group, and a whole
         // group's activations live while it is recomputed.
         for (std::int64_t g = 0; g < n; g += t.recompute_num_layers) {
-          b += kb(layers[idx(g)]).input;
+          b += kb(kind_at(g)).input;
           Bytes group;
-          for (std::int64_t l = g; l < std::min(n, g + t.recompute_num_layers); ++l) group += kb(layers[idx(l)]).all;
+          for (std::int64_t l = g; l < std::min(n, g + t.recompute_num_layers); ++l) group += kb(kind_at(l)).all;
           transient = std::max(transient, group);
         }
       } else {
         // block: the first N layers of the chunk are checkpointed one by one, the rest kept whole.
         for (std::int64_t l = 0; l < n; ++l) {
-          const auto& k = kb(layers[idx(l)]);
+          const auto& k = kb(kind_at(l));
           if (l < t.recompute_num_layers) {
             b += k.input;
             transient = std::max(transient, k.all);
@@ -275,10 +358,15 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
           }
         }
       }
-      thread_local std::vector<ActivationTerm> extra;
-      extra.clear();
-      profile.chunk_activations(ctx, ch, extra);
-      b += kept_bytes(extra, Recompute::none);
+      const ChunkKey ck{ch.embedding, ch.loss, ch.mtp_depths};
+      auto found = acts->extras.find(ck);
+      if (found == acts->extras.end()) {
+        thread_local std::vector<ActivationTerm> extra;
+        extra.clear();
+        profile.chunk_activations(ctx, ch, extra);
+        found = acts->extras.emplace(ck, kept_bytes(extra, Recompute::none)).first;
+      }
+      b += found->second;
       chunk_bytes[c] = b;
       chunk_transient[c] = transient;
     }
@@ -317,7 +405,8 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
       st.in_flight_microbatches = 1;
       st.bytes.activations = st.activations_per_microbatch;
     } else {
-      const InFlight f = in_flight(p.schedule, st.stage, p.pp, st.model_chunks, r.microbatches);
+      thread_local InFlight f;
+      in_flight_into(p.schedule, st.stage, p.pp, st.model_chunks, r.microbatches, f);
       st.in_flight_microbatches = f.total;
       for (std::size_t i = 0; i < st.chunks.size(); ++i) {
         st.bytes.activations += times(st.chunk_activations[i], f.per_chunk[i], "activation bytes");

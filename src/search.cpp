@@ -131,9 +131,19 @@ CostBreakdown estimate_cost(const ModelSpec& m, const ParallelConfig& p, const T
   }
   // Recomputation: recomputed forward FLOPs over a step's forward + backward (3x forward).
   double total = 0, again = 0, comm_bytes = 0, layers_flops = 0;
-  for (std::int64_t l = 0; l < m.num_layers; ++l) {
-    const LayerKind kind = m.layer_kinds[static_cast<std::size_t>(l)];
-    const LayerFlops f = layer_flops(m, kind, t.seq_len);
+  // Layers of one kind cost the same: evaluate each kind once and weight it by its count.
+  const auto moe_layers = static_cast<double>(m.num_moe_layers());
+  for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
+    const double count = kind == LayerKind::moe ? moe_layers : static_cast<double>(m.num_layers) - moe_layers;
+    if (count == 0) continue;
+    const LayerFlops one = layer_flops(m, kind, t.seq_len);
+    LayerFlops f;
+    f.total = one.total * count;
+    f.core_attn = one.core_attn * count;
+    f.mla_up = one.mla_up * count;
+    f.mlp = one.mlp * count;
+    f.moe = one.moe * count;
+    f.shared = one.shared * count;
     total += f.total;
     switch (t.recompute) {
       case Recompute::none: break;
@@ -150,11 +160,11 @@ CostBreakdown estimate_cost(const ModelSpec& m, const ParallelConfig& p, const T
     // reduce-scatters when tp spans nodes; EP's dispatch and combine for the share of the expert
     // group outside the node.
     const double h = static_cast<double>(m.hidden), a = 2.0;
-    if (p.tp > gpus_per_node) comm_bytes += 8 * h * a * static_cast<double>(p.tp - 1) / static_cast<double>(p.tp);
+    if (p.tp > gpus_per_node) comm_bytes += count * 8 * h * a * static_cast<double>(p.tp - 1) / static_cast<double>(p.tp);
     if (kind == LayerKind::moe) {
       const double span = static_cast<double>(p.ep * p.tp);
       const double outside = span > static_cast<double>(gpus_per_node) ? 1.0 - static_cast<double>(gpus_per_node) / span : 0.0;
-      comm_bytes += 4 * static_cast<double>(m.moe.top_k) * h * a * outside;
+      comm_bytes += count * 4 * static_cast<double>(m.moe.top_k) * h * a * outside;
     }
     layers_flops += 3 * f.total;
   }
@@ -308,11 +318,12 @@ SearchResult search(const CompiledModel& cm, const SearchSpace& space, int threa
   const auto start = std::chrono::steady_clock::now();
   auto work = [&](std::size_t begin, std::size_t end) {
     MemoryReport r;  // reused across this thread's candidates
+    const EvalCachePtr cache = make_eval_cache();
     for (std::size_t i = begin; i < end; ++i) {
       const auto& c = candidates[i];
       const auto& lc = layouts[c.layout];
       try {
-        analyze_into(cm, lc.layout, c.training, r);
+        analyze_into(cm, lc.layout, c.training, r, cache.get());
         SearchEntry& e = entries[i];
         e.index = static_cast<std::int64_t>(i);
         e.parallel = lc.layout.config;
@@ -338,38 +349,41 @@ SearchResult search(const CompiledModel& cm, const SearchSpace& space, int threa
   for (auto& th : pool) th.join();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+  // Rank by index (entries are large; move each once at the end).
+  std::vector<std::size_t> fit_idx, miss_idx;
   for (std::size_t i = 0; i < n; ++i) {
     if (!valid[i]) continue;
     ++result.evaluated;
-    (entries[i].fits ? result.feasible : result.infeasible).push_back(std::move(entries[i]));
+    (entries[i].fits ? fit_idx : miss_idx).push_back(i);
   }
-  auto ranked = [](const SearchEntry& a, const SearchEntry& b) {
-    if (a.cost.total() != b.cost.total()) return a.cost.total() < b.cost.total();
-    if (a.peak != b.peak) return a.peak < b.peak;
-    return a.index < b.index;
+  const auto by_cost = [&](std::size_t a, std::size_t b) {
+    const SearchEntry &x = entries[a], &y = entries[b];
+    if (x.cost.total() != y.cost.total()) return x.cost.total() < y.cost.total();
+    if (x.peak != y.peak) return x.peak < y.peak;
+    return a < b;
   };
-  std::sort(result.feasible.begin(), result.feasible.end(), ranked);
+  const auto by_peak = [&](std::size_t a, std::size_t b) {
+    const SearchEntry &x = entries[a], &y = entries[b];
+    if (x.peak != y.peak) return x.peak < y.peak;
+    if (x.cost.total() != y.cost.total()) return x.cost.total() < y.cost.total();
+    return a < b;
+  };
   // Pareto front on (peak memory, cost): scanning by increasing peak, keep strictly cheaper ones.
-  std::vector<SearchEntry> by_peak = result.feasible;
-  std::sort(by_peak.begin(), by_peak.end(), [](const SearchEntry& a, const SearchEntry& b) {
-    if (a.peak != b.peak) return a.peak < b.peak;
-    if (a.cost.total() != b.cost.total()) return a.cost.total() < b.cost.total();
-    return a.index < b.index;
-  });
+  std::vector<std::size_t> peak_order = fit_idx;
+  std::sort(peak_order.begin(), peak_order.end(), by_peak);
   double best = INFINITY;
-  for (const auto& e : by_peak) {
-    if (e.cost.total() < best) {
-      result.pareto.push_back(e);
-      best = e.cost.total();
+  for (const auto i : peak_order) {
+    if (entries[i].cost.total() < best) {
+      result.pareto.push_back(entries[i]);
+      best = entries[i].cost.total();
     }
   }
-  std::sort(result.infeasible.begin(), result.infeasible.end(), [](const SearchEntry& a, const SearchEntry& b) {
-    if (a.peak != b.peak) return a.peak < b.peak;
-    return a.index < b.index;
-  });
-  if (static_cast<std::int64_t>(result.infeasible.size()) > keep_infeasible) {
-    result.infeasible.resize(static_cast<std::size_t>(keep_infeasible));
-  }
+  std::sort(fit_idx.begin(), fit_idx.end(), by_cost);
+  std::sort(miss_idx.begin(), miss_idx.end(), by_peak);
+  if (static_cast<std::int64_t>(miss_idx.size()) > keep_infeasible) miss_idx.resize(static_cast<std::size_t>(keep_infeasible));
+  result.feasible.reserve(fit_idx.size());
+  for (const auto i : fit_idx) result.feasible.push_back(std::move(entries[i]));
+  for (const auto i : miss_idx) result.infeasible.push_back(std::move(entries[i]));
   return result;
 }
 

@@ -8,24 +8,7 @@
 
 namespace moemem {
 
-std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what) {
-  std::uint64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r)) throw OverflowError(what);
-  return r;
-}
-
-std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
-  std::uint64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r)) throw OverflowError(what);
-  return r;
-}
-
-std::uint64_t checked_sub(std::uint64_t a, std::uint64_t b, const char* what) {
-  if (b > a) throw OverflowError(what);
-  return a - b;
-}
-
-std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+void throw_overflow(const char* what) { throw OverflowError(what); }
 
 namespace {
 Bytes from_scaled(double x, double unit) {

@@ -49,5 +49,8 @@ struct InFlight {
 };
 [[nodiscard]] InFlight in_flight(Schedule s, std::int64_t rank, std::int64_t pp, std::int64_t chunks_of_rank,
                                  std::optional<std::int64_t> m);
+// The same into `out`, reusing its storage.
+void in_flight_into(Schedule s, std::int64_t rank, std::int64_t pp, std::int64_t chunks_of_rank,
+                    std::optional<std::int64_t> m, InFlight& out);
 
 }  // namespace moemem

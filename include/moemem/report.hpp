@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -72,6 +73,10 @@ struct CompiledModel {
   const Profile* profile = nullptr;
   Count total_params;  // every accounted tensor, unsharded
   std::vector<Tensor> dense_layer, moe_layer, embedding, head, mtp_depth;
+  std::vector<std::int64_t> moe_before;  // MoE layers among decoder layers [0, i), for i in [0, L]
+  [[nodiscard]] std::int64_t moe_layers_in(std::int64_t first, std::int64_t count) const {
+    return moe_before[static_cast<std::size_t>(first + count)] - moe_before[static_cast<std::size_t>(first)];
+  }
 };
 // Throws std::logic_error if the inventory's layers of one kind differ (a bug, never user input).
 [[nodiscard]] CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile);
@@ -87,8 +92,21 @@ struct CompiledModel {
                                    const Layout& layout, const TrainingConfig& t);
 // The same from a compiled model (the model and profile it was compiled from must outlive it).
 [[nodiscard]] MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t);
-// The same into `r`, reusing its storage (a search evaluates many layouts into one report).
-void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r);
+// Memoized pieces of evaluations of one compiled model: each tensor group's per-device share
+// for a (tp, ep, etp, vocabulary), and each layer kind's and chunk kind's activation bytes for a
+// batch, parallel and recompute setting. They are pure functions of their keys, so a search that
+// evaluates many layouts reuses them; the numbers are the same as without the cache.
+class EvalCache;
+struct EvalCacheDeleter {
+  void operator()(EvalCache* c) const;
+};
+using EvalCachePtr = std::unique_ptr<EvalCache, EvalCacheDeleter>;
+[[nodiscard]] EvalCachePtr make_eval_cache();
+
+// The same into `r`, reusing its storage (a search evaluates many layouts into one report), and
+// the cache's memoized pieces when one is given (one cache per thread).
+void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
+                  EvalCache* cache = nullptr);
 
 // Whether every stage fits in `capacity` bytes, and by how much (negative: short by).
 struct StageFit {

@@ -8,13 +8,27 @@
 
 namespace moemem {
 
-// Checked 64-bit arithmetic on unsigned counts. On overflow these throw OverflowError
-// (see errors.hpp) naming `what` was being computed; they never wrap.
-std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what);
-std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what);
-std::uint64_t checked_sub(std::uint64_t a, std::uint64_t b, const char* what);
+// Throws OverflowError (errors.hpp) naming `what` was being computed.
+[[noreturn]] void throw_overflow(const char* what);
+
+// Checked 64-bit arithmetic on unsigned counts. On overflow these throw OverflowError naming
+// `what` was being computed; they never wrap. Inline: they sit in every evaluation's inner loops.
+inline std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what) {
+  std::uint64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) [[unlikely]] throw_overflow(what);
+  return r;
+}
+inline std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
+  std::uint64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) [[unlikely]] throw_overflow(what);
+  return r;
+}
+inline std::uint64_t checked_sub(std::uint64_t a, std::uint64_t b, const char* what) {
+  if (b > a) [[unlikely]] throw_overflow(what);
+  return a - b;
+}
 // Division rounding up; `b` must be positive.
-std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b);
+inline std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 // A number of elements (parameters or activation values).
 class Count {
