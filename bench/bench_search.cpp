@@ -51,8 +51,9 @@ void BM_EvaluateOneLayoutDeepSeekV3(benchmark::State& state) {
   TrainingConfig t = f.space.base;
   t.zero = 1;
   MemoryReport r;
+  const EvalCachePtr cache = make_eval_cache();
   for (auto _ : state) {
-    analyze_into(f.cm, l, t, r);
+    analyze_into(f.cm, l, t, r, cache.get(), false);
     benchmark::DoNotOptimize(r);
   }
   state.SetItemsProcessed(state.iterations());

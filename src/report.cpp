@@ -92,13 +92,15 @@ struct Share {
   std::array<Count, kModuleCount> by_module{};
   ParamSplit fp8;  // parameters whose GEMMs run in FP8, by ZeRO group
 
-  void add(const Share& o, std::int64_t times) {
+  void add(const Share& o, std::int64_t times, bool modules) {
     if (times == 0) return;
     const auto n = static_cast<std::uint64_t>(times);
     auto mul = [n](Count c) { return Count(checked_mul(c.value(), n, "parameters")); };
     params.non_expert += mul(o.params.non_expert);
     params.expert += mul(o.params.expert);
-    for (std::size_t i = 0; i < kModuleCount; ++i) by_module[i] += mul(o.by_module[i]);
+    if (modules) {
+      for (std::size_t i = 0; i < kModuleCount; ++i) by_module[i] += mul(o.by_module[i]);
+    }
     fp8.non_expert += mul(o.fp8.non_expert);
     fp8.expert += mul(o.fp8.expert);
   }
@@ -175,7 +177,7 @@ MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const Traini
 }
 
 void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
-                  EvalCache* cache) {
+                  EvalCache* cache, bool by_module) {
   const ModelSpec& m = *cm.model;
   const Profile& profile = *cm.profile;
   validate_training(t, layout);
@@ -271,14 +273,14 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
       for (const auto c : st.chunks) {
         const auto& ch = layout.chunks[idx(c)];
         const std::int64_t n_moe = cm.moe_layers_in(ch.first_layer, ch.num_layers);
-        total.add(dense, ch.num_layers - n_moe);
-        total.add(moe, n_moe);
-        if (ch.embedding) total.add(emb, 1);
-        if (ch.loss) total.add(head, 1);
-        total.add(mtp, ch.mtp_depths);
+        total.add(dense, ch.num_layers - n_moe, by_module);
+        total.add(moe, n_moe, by_module);
+        if (ch.embedding) total.add(emb, 1, by_module);
+        if (ch.loss) total.add(head, 1, by_module);
+        total.add(mtp, ch.mtp_depths, by_module);
         // MTP's embedding/head copies are the main model's own tensors on a rank holding those.
-        if (!holds_embedding) total.add(mtp_emb, ch.mtp_depths);
-        if (!holds_loss) total.add(mtp_head, ch.mtp_depths);
+        if (!holds_embedding) total.add(mtp_emb, ch.mtp_depths, by_module);
+        if (!holds_loss) total.add(mtp_head, ch.mtp_depths, by_module);
       }
       st.params = total.params;
       st.params_by_module = total.by_module;

@@ -105,8 +105,10 @@ using EvalCachePtr = std::unique_ptr<EvalCache, EvalCacheDeleter>;
 
 // The same into `r`, reusing its storage (a search evaluates many layouts into one report), and
 // the cache's memoized pieces when one is given (one cache per thread).
+// With `by_module` false, StageReport::params_by_module is left zero (search never reads it; no
+// total depends on it).
 void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
-                  EvalCache* cache = nullptr);
+                  EvalCache* cache = nullptr, bool by_module = true);
 
 // Whether every stage fits in `capacity` bytes, and by how much (negative: short by).
 struct StageFit {
