@@ -76,6 +76,27 @@ bool get_bool(const json& j, std::string_view key, const std::string& source, bo
   return it->get<bool>();
 }
 
+// DeepSeek's MoE fields (V1, V2, V3): routed and shared experts, and which layers are MoE —
+// DeepSeek's modelling code makes layer i MoE when routed experts exist, i >= first_k_dense_replace
+// and i % moe_layer_freq == 0.
+void parse_deepseek_moe(const json& j, const std::string& source, ModelSpec& m) {
+  m.moe.num_routed_experts = get_int(j, "n_routed_experts", source, 0, 0, kMaxCount);
+  if (m.moe.num_routed_experts > 0) {
+    m.moe.num_shared_experts = get_int(j, "n_shared_experts", source, 0, 0);
+    m.moe.top_k = get_int(j, "num_experts_per_tok", source);
+    m.moe.expert_ffn = get_int(j, "moe_intermediate_size", source);
+    m.moe.shared_ffn = m.moe.num_shared_experts * m.moe.expert_ffn;
+  }
+  const std::int64_t first_dense = get_int(j, "first_k_dense_replace", source, 0, 0);
+  const std::int64_t freq = get_int(j, "moe_layer_freq", source, 1);
+  m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
+  for (std::int64_t i = 0; i < m.num_layers; ++i) {
+    if (m.moe.num_routed_experts > 0 && i >= first_dense && i % freq == 0) {
+      m.layer_kinds[static_cast<std::size_t>(i)] = LayerKind::moe;
+    }
+  }
+}
+
 void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
                     std::set<std::string, std::less<>>& used) {
   for (const char* k : {"hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads",
@@ -98,25 +119,9 @@ void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
   m.mla.qk_nope_head_dim = get_int(j, "qk_nope_head_dim", source);
   m.mla.qk_rope_head_dim = get_int(j, "qk_rope_head_dim", source);
   m.mla.v_head_dim = get_int(j, "v_head_dim", source);
-  m.moe.num_routed_experts = get_int(j, "n_routed_experts", source, 0, 0, kMaxCount);
-  if (m.moe.num_routed_experts > 0) {
-    m.moe.num_shared_experts = get_int(j, "n_shared_experts", source, 0, 0);
-    m.moe.top_k = get_int(j, "num_experts_per_tok", source);
-    m.moe.expert_ffn = get_int(j, "moe_intermediate_size", source);
-    m.moe.shared_ffn = m.moe.num_shared_experts * m.moe.expert_ffn;
-  }
+  parse_deepseek_moe(j, source, m);
   if (get_bool(j, "attention_bias", source, false)) {
     throw InputError(source_field(source, "attention_bias"), "true", "false (MLA projections with biases are not modelled)");
-  }
-  const std::int64_t first_dense = get_int(j, "first_k_dense_replace", source, 0, 0);
-  const std::int64_t freq = get_int(j, "moe_layer_freq", source, 1);
-  // DeepSeek's modelling code: layer i is MoE when routed experts exist, i >= first_k_dense_replace
-  // and i % moe_layer_freq == 0.
-  m.layer_kinds.resize(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
-  for (std::int64_t i = 0; i < m.num_layers; ++i) {
-    if (m.moe.num_routed_experts > 0 && i >= first_dense && i % freq == 0) {
-      m.layer_kinds[static_cast<std::size_t>(i)] = LayerKind::moe;
-    }
   }
   // DeepSeek-V3's "noaux_tc" routing keeps a per-expert score-correction bias in each router.
   const auto tm = j.find("topk_method");
@@ -228,20 +233,7 @@ void parse_deepseek_v1(const json& j, const std::string& source, ModelSpec& m,
   }
   m.naming = NamingStyle::deepseek;
   m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);
-  m.moe.num_routed_experts = get_int(j, "n_routed_experts", source, 0, 0, kMaxCount);
-  if (m.moe.num_routed_experts > 0) {
-    m.moe.num_shared_experts = get_int(j, "n_shared_experts", source, 0, 0);
-    m.moe.top_k = get_int(j, "num_experts_per_tok", source);
-    m.moe.expert_ffn = get_int(j, "moe_intermediate_size", source);
-    m.moe.shared_ffn = m.moe.num_shared_experts * m.moe.expert_ffn;
-  }
-  const std::int64_t first_dense = get_int(j, "first_k_dense_replace", source, 0, 0);
-  const std::int64_t freq = get_int(j, "moe_layer_freq", source, 1);
-  for (std::int64_t i = 0; i < m.num_layers; ++i) {
-    if (m.moe.num_routed_experts > 0 && i >= first_dense && i % freq == 0) {
-      m.layer_kinds[static_cast<std::size_t>(i)] = LayerKind::moe;
-    }
-  }
+  parse_deepseek_moe(j, source, m);
 }
 
 std::string read_file(const std::string& path) {
