@@ -206,9 +206,9 @@ std::vector<std::int64_t> default_layer_split(std::int64_t num_layers, std::int6
   std::vector<std::int64_t> split(static_cast<std::size_t>(pp), per);
   const std::int64_t last = num_layers - per * (pp - 1);
   if (last < 0) {
-    throw InputError("--pp", std::to_string(pp),
-                     fmt::format("a stage count for which ceil({0}/pp) layers on each of the first pp-1 stages "
-                                 "leaves the last stage at least 0 layers (or give --layers-per-stage)",
+    throw InputError("pipeline chunks (--pp x --vpp)", std::to_string(pp),
+                     fmt::format("a chunk count for which ceil({0}/chunks) layers on each chunk but the last leaves "
+                                 "the last at least 0 (or give --layers-per-stage or a layout string)",
                                  num_layers));
   }
   split.back() = last;

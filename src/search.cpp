@@ -257,6 +257,8 @@ SearchResult search(const CompiledModel& cm, const SearchSpace& space, int threa
                       if (rest <= 0 || rest % (chunks - 2) != 0) continue;
                       const std::int64_t per = rest / (chunks - 2);
                       if (per < x || per < y || (x == per && y == per)) continue;
+                      // Not a new split if it is the even one (ceil(L/chunks) each, the last the rest).
+                      if (x == q && per == q) continue;
                       ParallelConfig s = p;
                       s.layers_per_stage.assign(static_cast<std::size_t>(chunks), per);
                       s.layers_per_stage.front() = x;

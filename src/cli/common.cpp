@@ -33,7 +33,7 @@ void add_optional_int(CLI::App& app, const char* flag, std::optional<std::int64_
 }
 
 void add_model_options(CLI::App& app, ModelOptions& o) {
-  app.add_option("--model", o.model, "Preset name (deepseek-v3, deepseek-v2, deepseek-v2-lite) or path to a config.json")
+  app.add_option("--model", o.model, "Preset name (the files in data/models, e.g. deepseek-v3, mixtral-8x7b, llama-3.1-70b) or path to a config.json")
       ->capture_default_str();
   app.add_option_function<std::string>(
          "--mtp", [&o](const std::string& s) { o.mtp = parse_int(s, "--mtp"); },
@@ -83,8 +83,8 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--params-dtype", o.params_dtype, "Weight dtype (profile default: bf16)");
   app.add_option("--main-grads-dtype", o.main_grads_dtype, "Gradient dtype (profile default: fp32)");
   app.add_option("--main-params-dtype", o.main_params_dtype, "Master-weight dtype (profile default: fp32)");
-  app.add_option("--exp-avg-dtype", o.exp_avg_dtype, "Adam first-moment dtype (profile default: bf16)");
-  app.add_option("--exp-avg-sq-dtype", o.exp_avg_sq_dtype, "Adam second-moment dtype (profile default: bf16)");
+  app.add_option("--exp-avg-dtype", o.exp_avg_dtype, "Adam first-moment dtype (profile default: paper bf16, megatron fp32)");
+  app.add_option("--exp-avg-sq-dtype", o.exp_avg_sq_dtype, "Adam second-moment dtype (profile default: paper bf16, megatron fp32)");
   app.add_flag("--distributed-optimizer,--use-distributed-optimizer", o.distributed_optimizer,
                "Megatron's distributed optimizer: shard master weights and moments (= --zero 1)");
   add_optional_int(app, "--global-batch", o.global_batch, "Sequences per optimizer step (gives the micro-batches per step)");

@@ -51,7 +51,7 @@ void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable) {
 Table entries_table(const std::string& title, const std::vector<SearchEntry>& entries, std::int64_t top, Bytes usable) {
   Table t;
   t.title = title;
-  t.columns = {"#", "layout", "schedule", "split", "mb", "optimizer", "recompute", "peak GiB", "stage", "margin GiB",
+  t.columns = {"#", "layout", "schedule", "split", "mb", "optimizer", "recompute", "peak", "stage", "margin GiB",
                "cost (bubble/recompute/comm)"};
   std::int64_t rank = 0;
   for (const auto& e : entries) {
@@ -159,7 +159,16 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
       start = end + 1;
     }
   }
-  if (!recomputes.empty()) {
+  if (profile.name == "paper") {
+    // The reference analysis knows no selective recomputation.
+    space.recomputes = {{"none", Recompute::none, 0}, {"full", Recompute::full, 0}};
+    if (!recomputes.empty()) {
+      for (const auto& c : parse_recompute_choices(recomputes, m)) {
+        if (c.mode == Recompute::selective) throw InputError("--recompute", recomputes, "none or full for the paper profile");
+      }
+      space.recomputes = parse_recompute_choices(recomputes, m);
+    }
+  } else if (!recomputes.empty()) {
     space.recomputes = parse_recompute_choices(recomputes, m);
   } else if (!training.recipe.empty()) {
     // A recipe fixes the recomputation and the optimizer sharding it was published with.
@@ -217,7 +226,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
     err << summary << "\n";
     return r.feasible.empty() ? 1 : 0;
   }
-  out << fmt::format("moemem search: {} on {} x {} (profile {})\n{}\n\n", m.name, gpus, gpu->name, profile.name, summary);
+  out << fmt::format("moemem search: {} on {} x {} (profile {}); peak and margin in GiB (2^30 bytes)\n{}\n\n", m.name, gpus, gpu->name, profile.name, summary);
   if (!r.feasible.empty()) {
     render(entries_table(fmt::format("Best {} of {} layouts that fit, by estimated overhead", std::min<std::int64_t>(top, static_cast<std::int64_t>(r.feasible.size())), r.feasible.size()),
                          r.feasible, top, r.usable),
