@@ -138,18 +138,22 @@ int run_expanded(int argc, const char* const* argv, const std::optional<ModelSpe
   CountCommand count;
   PaperCommand paper;
   SearchCommand search_cmd;
+  ValidateCommand validate_cmd;
   analyze.setup(app);
   explain.setup(app, "explain");
   count.setup(app);
   paper.setup(app);
   search_cmd.setup(app);
+  validate_cmd.setup(app);
 
   // A first word that is neither a flag nor a command is most likely a misspelt command.
   if (argc > 1 && argv[1][0] != '-') {
     const std::string first = argv[1];
-    if (first != "analyze" && first != "explain" && first != "count" && first != "paper" && first != "search") {
+    if (first != "analyze" && first != "explain" && first != "count" && first != "paper" && first != "search" &&
+        first != "validate") {
       err << fmt::format(
-          "moemem: error: command: '{}' is not accepted; expected one of analyze, explain, count, paper, search\n", first);
+          "moemem: error: command: '{}' is not accepted; expected one of analyze, explain, count, paper, search, validate\n",
+          first);
       return kExitBadInput;
     }
   }
@@ -181,6 +185,7 @@ int run_expanded(int argc, const char* const* argv, const std::optional<ModelSpe
     else if (count.app->parsed()) count.run(out, err);
     else if (paper.app->parsed()) paper.run(out, err);
     else if (search_cmd.app->parsed()) return search_cmd.run(out, err);
+    else if (validate_cmd.app->parsed()) return validate_cmd.run(out, err);
   } catch (const InputError& e) {
     err << "moemem: error: " << e.what() << "\n";
     return kExitBadInput;

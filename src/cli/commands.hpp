@@ -58,6 +58,14 @@ struct SearchCommand {
   int run(std::ostream& out, std::ostream& err) const;
 };
 
+struct ValidateCommand {
+  std::string set, min_confidence = "high", max_median_error = "5", max_error = "15", format = "table";
+  CLI::App* app = nullptr;
+  void setup(CLI::App& root);
+  // Returns the exit code: 0 within the thresholds, 4 past them.
+  int run(std::ostream& out, std::ostream& err) const;
+};
+
 // Prints "note: ..." lines for config keys moemem did not recognise.
 void report_unrecognised_keys(const ModelSpec& m, std::ostream& err);
 
