@@ -35,7 +35,8 @@ TEST(Validate, EveryRecordHasAPredictionOrAReason) {
 TEST(Validate, SignedErrorIsPredictedOverMeasured) {
   const auto r = run_cli({"validate", "--format", "json", "--max-median-error", "1000", "--max-error", "1000"});
   ASSERT_EQ(r.code, 0);
-  for (const auto& rec : json::parse(r.out).at("records")) {
+  const json doc = json::parse(r.out);
+  for (const auto& rec : doc.at("records")) {
     if (rec.at("error_pct").is_null()) continue;
     const double p = rec.at("predicted_bytes").get<double>(), m = rec.at("measured_bytes").get<double>();
     EXPECT_NEAR(rec.at("error_pct").get<double>(), 100.0 * (p - m) / m, 1e-9);
