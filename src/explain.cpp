@@ -90,39 +90,23 @@ std::vector<ExplainItem> explain_stage(const ModelSpec& m, const Inventory& inv,
   const InFlight f = profile.single_microbatch ? InFlight{std::vector<std::int64_t>(st.chunks.size(), 1),
                                                            static_cast<std::int64_t>(st.chunks.size())}
                                                 : in_flight(p.schedule, stage, p.pp, st.model_chunks, r.microbatches);
-  const LayerKind mtp_kind = m.is_moe() ? LayerKind::moe : LayerKind::dense;
   const ActivationContext ctx{m, layout, t, r.attention, r.padded_vocab};
   for (std::size_t i = 0; i < st.chunks.size(); ++i) {
     const auto& ch = layout.chunks[idx(st.chunks[i])];
     const std::int64_t mb = f.per_chunk[i];
     if (mb == 0) continue;
-    std::vector<LayerKind> layers;
-    for (std::int64_t l = 0; l < ch.num_layers; ++l) layers.push_back(m.layer_kinds[idx(ch.first_layer + l)]);
-    for (std::int64_t k = 0; k < ch.mtp_depths; ++k) layers.push_back(mtp_kind);
-    const auto n = static_cast<std::int64_t>(layers.size());
-    // How many layers of each kind keep all terms of the mode, and how many keep only the input.
-    std::int64_t kept_count[2] = {0, 0}, input_count[2] = {0, 0};
-    if (t.recompute != Recompute::full) {
-      for (const auto k : layers) ++kept_count[static_cast<int>(k)];
-    } else if (t.recompute_method == RecomputeMethod::uniform) {
-      for (std::int64_t g = 0; g < n; g += t.recompute_num_layers) ++input_count[static_cast<int>(layers[idx(g)])];
-    } else {
-      for (std::int64_t l = 0; l < n; ++l) {
-        ++(l < t.recompute_num_layers ? input_count : kept_count)[static_cast<int>(layers[idx(l)])];
-      }
-    }
+    const ChunkLayerCounts counts = chunk_layer_counts(m, ch, t);
     const std::string where = fmt::format("chunk {}", st.chunks[i]);
     for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
-      const int ki = static_cast<int>(kind);
-      if (kept_count[ki] == 0 && input_count[ki] == 0) continue;
+      const auto ki = static_cast<std::size_t>(kind);
+      if (counts.whole[ki] == 0 && counts.mode[ki] == 0 && counts.input[ki] == 0) continue;
       const auto terms = layer_activation_terms(profile, m, layout, t, kind);
       const char* kind_name = kind == LayerKind::moe ? "moe" : "dense";
       for (const auto& term : terms) {
-        // Full recomputation's kept layers keep everything; checkpointed ones their input.
-        const std::int64_t whole = t.recompute == Recompute::full ? kept_count[ki] : 0;
-        const std::int64_t mode = t.recompute == Recompute::full ? 0 : kept_count[ki];
-        std::int64_t count = whole + (mode > 0 && is_kept(term, t.recompute, t.recompute_modules) ? mode : 0);
-        if (term.kept_under_full) count += input_count[ki];
+        // Whole layers keep every term, the mode's layers what the mode keeps, checkpointed ones their input.
+        std::int64_t count = counts.whole[ki];
+        if (is_kept(term, t.recompute, t.recompute_modules)) count += counts.mode[ki];
+        if (term.kept_under_full) count += counts.input[ki];
         if (count == 0) continue;
         out.push_back({"activations", std::string(name_of(term.module)), std::string(term.name),
                        fmt::format("{} ({}, {}) x {} {} x {} micro-batches, {}", term.elements.value(), term.rule,

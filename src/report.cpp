@@ -22,6 +22,24 @@ Bytes times(Bytes b, std::int64_t n, const char* what) {
 
 }  // namespace
 
+ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& ch, const TrainingConfig& t) {
+  ChunkLayerCounts c;
+  const LayerKind mtp_kind = m.is_moe() ? LayerKind::moe : LayerKind::dense;
+  const std::int64_t n = ch.num_layers + ch.mtp_depths;
+  const auto kind_at = [&](std::int64_t l) {
+    return static_cast<std::size_t>(l < ch.num_layers ? m.layer_kinds[idx(ch.first_layer + l)] : mtp_kind);
+  };
+  for (std::int64_t l = 0; l < n; ++l) {
+    if (t.recompute != Recompute::full) ++c.mode[kind_at(l)];
+    else if (t.recompute_method == RecomputeMethod::uniform) {
+      if (l % t.recompute_num_layers == 0) ++c.input[kind_at(l)];  // one input per group of N
+    } else {
+      ++(l < t.recompute_num_layers ? c.input : c.whole)[kind_at(l)];  // block: the first N checkpointed
+    }
+  }
+  return c;
+}
+
 std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const ModelSpec& m, const Layout& layout,
                                                    const TrainingConfig& t, LayerKind kind) {
   std::vector<ActivationTerm> terms;
@@ -328,37 +346,30 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
       };
       const auto kb = [&](LayerKind k) -> const KindBytes& { return kinds[static_cast<std::size_t>(k)]; };
       Bytes b, transient;
+      const ChunkLayerCounts counts = chunk_layer_counts(m, ch, t);
+      for (const LayerKind k : {LayerKind::dense, LayerKind::moe}) {
+        const auto i = static_cast<std::size_t>(k);
+        auto times = [](Bytes x, std::int64_t count) { return Bytes(checked_mul(x.value(), static_cast<std::uint64_t>(count), "activations")); };
+        b += times(kb(k).all, counts.whole[i]) + times(kb(k).kept, counts.mode[i]) + times(kb(k).input, counts.input[i]);
+      }
+      // The transient: what is recomputed at once during backward.
       if (t.recompute != Recompute::full) {
-        const std::int64_t n_moe = cm.moe_layers_in(ch.first_layer, ch.num_layers) + (mtp_kind == LayerKind::moe ? ch.mtp_depths : 0);
-        const std::int64_t n_dense = n - n_moe;
-        b += Bytes(checked_mul(kb(LayerKind::dense).kept.value(), static_cast<std::uint64_t>(n_dense), "activations"));
-        b += Bytes(checked_mul(kb(LayerKind::moe).kept.value(), static_cast<std::uint64_t>(n_moe), "activations"));
-        // Output-discarding modules are recomputed one layer at a time during backward.
+        // Output-discarding modules, one layer at a time.
         for (const LayerKind k : {LayerKind::dense, LayerKind::moe}) {
-          if ((k == LayerKind::moe ? n_moe : n_dense) > 0) {
+          if (counts.mode[static_cast<std::size_t>(k)] > 0) {
             transient = std::max(transient, Bytes(kb(k).all.value() - kb(k).kept.value()));
           }
         }
       } else if (t.recompute_method == RecomputeMethod::uniform) {
-        // Groups of N layers are checkpointed together: one input kept per group, and a whole
-        // group's activations live while it is recomputed.
+        // A whole group of N layers.
         for (std::int64_t g = 0; g < n; g += t.recompute_num_layers) {
-          b += kb(kind_at(g)).input;
           Bytes group;
           for (std::int64_t l = g; l < std::min(n, g + t.recompute_num_layers); ++l) group += kb(kind_at(l)).all;
           transient = std::max(transient, group);
         }
       } else {
-        // block: the first N layers of the chunk are checkpointed one by one, the rest kept whole.
-        for (std::int64_t l = 0; l < n; ++l) {
-          const auto& k = kb(kind_at(l));
-          if (l < t.recompute_num_layers) {
-            b += k.input;
-            transient = std::max(transient, k.all);
-          } else {
-            b += k.all;
-          }
-        }
+        // block: one checkpointed layer at a time.
+        for (std::int64_t l = 0; l < std::min(n, t.recompute_num_layers); ++l) transient = std::max(transient, kb(kind_at(l)).all);
       }
       const ChunkKey ck{ch.embedding, ch.loss, ch.mtp_depths};
       auto found = acts->extras.find(ck);

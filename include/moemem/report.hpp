@@ -81,6 +81,15 @@ struct CompiledModel {
 // Throws std::logic_error if the inventory's layers of one kind differ (a bug, never user input).
 [[nodiscard]] CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile);
 
+// How a chunk's layers (its decoder layers, then its MTP depths) keep their activations under the
+// recomputation settings, counted per layer kind (indexed by LayerKind): `whole` keep every term,
+// `mode` keep what the mode keeps (none or selective), `input` keep only their input (a
+// checkpointed layer, or the first layer of a checkpointed group); the others keep nothing.
+struct ChunkLayerCounts {
+  std::array<std::int64_t, 2> whole{}, mode{}, input{};
+};
+[[nodiscard]] ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& chunk, const TrainingConfig& t);
+
 // Activation terms of one decoder layer of `kind` for one micro-batch on one device.
 [[nodiscard]] std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const ModelSpec& m,
                                                                  const Layout& layout, const TrainingConfig& t,
