@@ -68,6 +68,15 @@ struct Builder {
 
   void mlp(const std::string& p, Placement pl, std::int64_t layer, LayerKind kind) {
     const std::int64_t h = m.hidden;
+    if (kind == LayerKind::dense && !m.gated_mlp) {
+      // GPT: fc1 (h -> ffn), GeLU, fc2 (ffn -> h).
+      const std::int64_t f = m.dense_ffn;
+      add(p + "mlp.fc1.weight", "", Role::mlp_up, pl, layer, f, h);
+      if (m.mlp_bias) add(p + "mlp.fc1.bias", "", Role::mlp_up_bias, pl, layer, f, 1);
+      add(p + "mlp.fc2.weight", "", Role::mlp_down, pl, layer, h, f);
+      if (m.mlp_bias) add(p + "mlp.fc2.bias", "", Role::mlp_down_bias, pl, layer, h, 1);
+      return;
+    }
     if (kind == LayerKind::dense) {
       const std::int64_t f = m.dense_ffn;
       add(p + "mlp.gate_proj.weight", "", Role::mlp_gate, pl, layer, f, h);
@@ -99,11 +108,16 @@ struct Builder {
     }
   }
 
+  void norm(const std::string& name, Role role, Placement pl, std::int64_t layer) {
+    add(name + ".weight", "", role, pl, layer, m.hidden, 1);
+    if (m.norm_bias) add(name + ".bias", "", Role::norm_bias, pl, layer, m.hidden, 1);
+  }
+
   void decoder_layer(std::int64_t i, Placement pl, LayerKind kind) {
     const std::string p = fmt::format("layers.{}.", i);
-    add(p + "input_layernorm.weight", "", Role::input_norm, pl, i, m.hidden, 1);
+    norm(p + "input_layernorm", Role::input_norm, pl, i);
     attention(p, pl, i);
-    add(p + "post_attention_layernorm.weight", "", Role::post_attn_norm, pl, i, m.hidden, 1);
+    norm(p + "post_attention_layernorm", Role::post_attn_norm, pl, i);
     mlp(p, pl, i, kind);
   }
 };
@@ -135,7 +149,9 @@ Count active_params(const Inventory& inv, const ModelSpec& m) {
 
 Module module_of(Role r) {
   switch (r) {
-    case Role::embedding: return Module::embedding;
+    case Role::embedding:
+    case Role::position_embedding: return Module::embedding;
+    case Role::norm_bias: return Module::norms;
     case Role::output_head:
     case Role::final_norm: return Module::output_head;
     case Role::input_norm:
@@ -187,6 +203,8 @@ Module module_of(Role r) {
 std::string_view name_of(Role r) {
   switch (r) {
     case Role::embedding: return "embedding";
+    case Role::position_embedding: return "position_embedding";
+    case Role::norm_bias: return "norm_bias";
     case Role::output_head: return "output_head";
     case Role::final_norm: return "final_norm";
     case Role::input_norm: return "input_norm";
@@ -254,10 +272,14 @@ Inventory build_inventory(const ModelSpec& m) {
   Builder b{m, {}};
   const std::int64_t h = m.hidden;
   b.add("embed_tokens.weight", "", Role::embedding, Placement::embedding, -1, m.vocab, h);
+  if (m.learned_positions > 0) {
+    b.add("position_embeddings.weight", "", Role::position_embedding, Placement::embedding, -1, m.learned_positions, h);
+  }
   for (std::int64_t i = 0; i < m.num_layers; ++i) {
     b.decoder_layer(i, Placement::decoder, m.layer_kinds[static_cast<std::size_t>(i)]);
   }
   b.add("norm.weight", "", Role::final_norm, Placement::head, -1, h, 1);
+  if (m.norm_bias) b.add("norm.bias", "", Role::norm_bias, Placement::head, -1, h, 1);
   if (!m.tie_embeddings) b.add("lm_head.weight", "", Role::output_head, Placement::head, -1, m.vocab, h);
   // DeepSeek-V3 MTP depth k is stored as decoder index num_layers + k: its own norms of the
   // embedding (enorm) and hidden state (hnorm), a 2h -> h projection, a full decoder layer (MoE

@@ -81,7 +81,7 @@ const std::set<std::string, std::less<>> kArchValueFlags = {
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
     "--qk-pos-emb-head-dim", "--v-head-dim", "--vocab-size", "--num-layers-per-virtual-pipeline-stage",
     "--normalization", "--attention-backend", "--nnodes", "--nproc-per-node", "--nproc_per_node", "--fp8-format",
-    "--fp8-recipe", "--moe-token-dispatcher-type"};
+    "--fp8-recipe", "--moe-token-dispatcher-type", "--position-embedding-type", "--max-position-embeddings"};
 
 // Flags that change memory in ways moemem does not model yet.
 const std::map<std::string, std::string, std::less<>> kUnsupported = {
@@ -350,12 +350,24 @@ MegatronArgs parse_megatron_args(std::string_view text, const std::string& sourc
     m.vocab = need("--vocab-size");
     m.dense_ffn = get("--ffn-hidden-size").value_or(4 * m.hidden);
     m.tie_embeddings = !switches.contains("--untie-embeddings-and-output-weights");
-    if (!switches.contains("--swiglu")) {
-      throw InputError(field("--swiglu"), "missing", "--swiglu (only gated SwiGLU MLPs are modelled)");
-    }
-    if (!switches.contains("--disable-bias-linear")) {
-      throw InputError(field("--disable-bias-linear"), "missing",
-                       "--disable-bias-linear (Megatron's default linear biases are not modelled)");
+    // Megatron's defaults, unless the script says otherwise: GeLU MLP (no --swiglu), biases on every
+    // linear layer (no --disable-bias-linear), LayerNorm, learned absolute position embeddings.
+    m.gated_mlp = switches.contains("--swiglu");
+    const bool biases = !switches.contains("--disable-bias-linear");
+    const std::string norm = arch.contains("--normalization") ? arch.find("--normalization")->second : "LayerNorm";
+    if (norm != "LayerNorm" && norm != "RMSNorm") throw InputError(field("--normalization"), norm, "LayerNorm or RMSNorm");
+    m.norm_bias = norm == "LayerNorm";
+    const std::string pos = arch.contains("--position-embedding-type") ? arch.find("--position-embedding-type")->second
+                                                                       : "learned_absolute";
+    if (pos == "learned_absolute") {
+      std::int64_t rows = get("--max-position-embeddings").value_or(0);
+      for (const auto& [flag, value] : out.flags) {
+        if (flag == "--seq-len" && rows == 0) rows = to_int(value, field("--seq-length"));
+      }
+      if (rows <= 0) throw InputError(field("--max-position-embeddings"), "missing", "the learned position table's size");
+      m.learned_positions = rows;
+    } else if (pos != "rope" && pos != "none" && pos != "yarn") {
+      throw InputError(field("--position-embedding-type"), pos, "learned_absolute, rope, yarn or none");
     }
     if (switches.contains("--multi-latent-attention")) {
       m.attention = AttentionKind::mla;
@@ -370,8 +382,13 @@ MegatronArgs parse_megatron_args(std::string_view text, const std::string& sourc
       m.naming = NamingStyle::llama;
       m.num_kv_heads = switches.contains("--group-query-attention") ? need("--num-query-groups") : m.num_heads;
       m.head_dim = get("--kv-channels").value_or(m.hidden / m.num_heads);
-      m.qkv_bias = switches.contains("--add-qkv-bias");
+      m.qkv_bias = biases || switches.contains("--add-qkv-bias");
+      m.o_bias = biases;
       m.qk_norm = switches.contains("--qk-layernorm");
+    }
+    m.mlp_bias = biases;
+    if (biases && m.attention == AttentionKind::mla) {
+      throw InputError(field("--disable-bias-linear"), "missing", "--disable-bias-linear with MLA (biased MLA is not modelled)");
     }
     m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
     if (const auto n = get("--num-experts"); n && *n > 0) {

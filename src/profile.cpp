@@ -313,11 +313,13 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
 }
 
 void megatron_mlp(const ActivationContext& c, Terms& t, std::int64_t ffn, Module mod, const char* fc1, const char* act,
-                  const char* act_scales, std::uint16_t dropped_by) {
+                  const char* act_scales, std::uint16_t dropped_by, bool gated = true) {
   const auto d = megatron_dims(c);
   // Column-parallel fc1 keeps its (sequence-parallel) input, already counted as the norm output;
-  // SwiGLU keeps fc1's output (gate and up), fc2 keeps the activation's output.
-  t.add(fc1, mod, elems({d.tokens, 2 * ffn}, d.tp), t.a, dropped_by, "b*s/cp x 2 ffn/tp");
+  // the activation keeps fc1's output (SwiGLU: gate and up; GeLU: one), fc2 keeps the
+  // activation's output.
+  t.add(fc1, mod, elems({d.tokens, gated ? 2 * ffn : ffn}, d.tp), t.a, dropped_by,
+        gated ? "b*s/cp x 2 ffn/tp" : "b*s/cp x ffn/tp");
   t.linear_input(act, act_scales, mod, elems({d.tokens, ffn}, d.tp), dropped_by, "b*s/cp x ffn/tp");
 }
 
@@ -332,7 +334,7 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
     t.linear_input("mlp.norm_output (fc1 input)", "mlp.norm_output.scales", block, elems({d.tokens_sp, m.hidden}),
                    kRecomputeLayernorm, "b*s/cp/(tp if sp) x h");
     megatron_mlp(c, t, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output (fc2 input)",
-                 "mlp.act_output.scales", kRecomputeMlp);
+                 "mlp.act_output.scales", kRecomputeMlp, m.gated_mlp);
     return;
   }
   // The MoE block's norm output feeds the router (bf16) and the dispatch.

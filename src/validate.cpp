@@ -42,11 +42,11 @@ std::string unsupported(const json& r, std::string& approx) {
   }
   const json arch = r.value("model_arch", json::object());
   const std::string act = lower(text_of(arch, "activation") + text_of(arch, "act"));
-  if (act.find("swiglu") == std::string::npos) return "non-gated (GeLU) MLP not modelled yet";
-  if (lower(text_of(arch, "norm")).find("layernorm") != std::string::npos) return "LayerNorm with biases not modelled yet";
-  if (lower(text_of(arch, "bias")).find("on") != std::string::npos) return "linear-layer biases not modelled yet";
+  if (act.find("swiglu") == std::string::npos && act.find("gelu") == std::string::npos) {
+    return "activation function not stated";
+  }
   if (lower(text_of(arch, "pos")).find("learned") != std::string::npos) {
-    approx = "approximation: the learned absolute position table is not counted";
+    approx = "learned position table of seq_len rows assumed";
   }
   if (!r.value("fsdp", json()).is_null()) return "FSDP sharding not modelled yet";
   return "";
@@ -126,6 +126,11 @@ std::vector<ValidationResult> validate_records(std::string_view jsonl, const std
       }
       m.head_dim = m.hidden / m.num_heads;
       m.tie_embeddings = lower(text_of(arch, "tied_embeddings")).rfind("true", 0) == 0;
+      const std::string act = lower(text_of(arch, "activation") + text_of(arch, "act"));
+      m.gated_mlp = act.find("swiglu") != std::string::npos;
+      m.norm_bias = lower(text_of(arch, "norm")).find("layernorm") != std::string::npos;
+      m.qkv_bias = m.o_bias = m.mlp_bias = lower(text_of(arch, "bias")).find("on") != std::string::npos;
+      if (lower(text_of(arch, "pos")).find("learned") != std::string::npos) m.learned_positions = int_of(r, "seq_len", 0);
       m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
       validate_model(m);
       const Inventory inv = build_inventory(m);

@@ -19,6 +19,8 @@ namespace moemem {
 // What a tensor is for. MLA roles carry the reference analysis's matrix names.
 enum class Role : std::uint8_t {
   embedding, output_head, final_norm,
+  position_embedding,               // learned absolute positions (GPT)
+  norm_bias,                        // the bias of a LayerNorm
   input_norm, post_attn_norm, q_a_norm, kv_a_norm,
   q_down,        // W_DQ  (q_a_proj)
   q_up,          // W_UQ  (q_b_proj, non-RoPE rows) or the non-RoPE rows of a plain q_proj

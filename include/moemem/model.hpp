@@ -56,6 +56,9 @@ struct ModelSpec {
   bool o_bias = false;    // bias on the output projection (attention_bias in Llama, Qwen3)
   bool mlp_bias = false;  // biases on the dense MLP projections (Llama's mlp_bias)
   bool qk_norm = false;   // per-head RMSNorm on queries and keys (Qwen3)
+  bool gated_mlp = true;  // SwiGLU (gate, up, down); false: GPT's fc1 -> GeLU -> fc2
+  bool norm_bias = false;  // LayerNorm (weight and bias) rather than RMSNorm (weight only)
+  std::int64_t learned_positions = 0;  // rows of a learned absolute position table, 0: none (RoPE)
   std::int64_t mtp_layers = 0;         // DeepSeek-V3 multi-token prediction depth
   bool tie_embeddings = false;
   // Config keys that were present but are not understood; reported, never silently dropped.

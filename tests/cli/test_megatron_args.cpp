@@ -140,3 +140,27 @@ TEST(OverheadFlags, CudaContextAndNcclOverridesReplaceTheDefaults) {
 }
 
 }  // namespace
+
+namespace {
+
+// Megatron's defaults describe a GPT: GeLU MLP of 4h, biases on every linear layer, LayerNorm
+// (weight and bias), learned absolute positions, tied embeddings. GPT-2 small and medium have
+// 124,439,808 and 354,823,168 parameters (the published checkpoints' counts).
+TEST(MegatronArgs, MegatronDefaultsDescribeGpt2) {
+  const std::pair<std::string, std::int64_t> cases[] = {
+      {"--num-layers 12 --hidden-size 768 --num-attention-heads 12", 124439808},
+      {"--num-layers 24 --hidden-size 1024 --num-attention-heads 16", 354823168},
+  };
+  for (const auto& [arch, expected] : cases) {
+    const std::string path = ::testing::TempDir() + "gpt2.args";
+    {
+      std::ofstream f(path);
+      f << arch << " --seq-length 1024 --max-position-embeddings 1024 --vocab-size 50257\n";
+    }
+    const json j = analyze_json({"--megatron-args", path});
+    ASSERT_FALSE(j.is_null());
+    EXPECT_EQ(j.at("model").at("total_params").get<std::int64_t>(), expected) << arch;
+  }
+}
+
+}  // namespace
