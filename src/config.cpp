@@ -76,6 +76,15 @@ bool get_bool(const json& j, std::string_view key, const std::string& source, bo
   return it->get<bool>();
 }
 
+// The sizes every supported family names alike.
+void parse_core_sizes(const json& j, const std::string& source, ModelSpec& m) {
+  m.hidden = get_int(j, "hidden_size", source);
+  m.vocab = get_int(j, "vocab_size", source);
+  m.num_layers = get_int(j, "num_hidden_layers", source, std::nullopt, 1, kMaxCount);
+  m.num_heads = get_int(j, "num_attention_heads", source);
+  m.num_kv_heads = get_int(j, "num_key_value_heads", source, m.num_heads);
+}
+
 // DeepSeek's MoE fields (V1, V2, V3): routed and shared experts, and which layers are MoE —
 // DeepSeek's modelling code makes layer i MoE when routed experts exist, i >= first_k_dense_replace
 // and i % moe_layer_freq == 0.
@@ -108,11 +117,7 @@ void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
     used.insert(k);
   }
   m.attention = AttentionKind::mla;
-  m.hidden = get_int(j, "hidden_size", source);
-  m.vocab = get_int(j, "vocab_size", source);
-  m.num_layers = get_int(j, "num_hidden_layers", source, std::nullopt, 1, kMaxCount);
-  m.num_heads = get_int(j, "num_attention_heads", source);
-  m.num_kv_heads = get_int(j, "num_key_value_heads", source, m.num_heads);
+  parse_core_sizes(j, source, m);
   m.dense_ffn = get_int(j, "intermediate_size", source);
   m.mla.q_lora_rank = get_int(j, "q_lora_rank", source, 0, 0);  // null: plain q_proj
   m.mla.kv_lora_rank = get_int(j, "kv_lora_rank", source);
@@ -137,11 +142,7 @@ void parse_gqa_common(const json& j, const std::string& source, ModelSpec& m,
     used.insert(k);
   }
   m.attention = AttentionKind::gqa;
-  m.hidden = get_int(j, "hidden_size", source);
-  m.vocab = get_int(j, "vocab_size", source);
-  m.num_layers = get_int(j, "num_hidden_layers", source, std::nullopt, 1, kMaxCount);
-  m.num_heads = get_int(j, "num_attention_heads", source);
-  m.num_kv_heads = get_int(j, "num_key_value_heads", source, m.num_heads);
+  parse_core_sizes(j, source, m);
   if (m.num_heads % m.num_kv_heads != 0) {
     throw InputError(source_field(source, "num_key_value_heads"), std::to_string(m.num_kv_heads),
                      fmt::format("a divisor of num_attention_heads ({})", m.num_heads));
