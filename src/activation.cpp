@@ -41,6 +41,9 @@ void validate_training(const TrainingConfig& t, const Layout& layout) {
   if (t.fragmentation_pct && (!(*t.fragmentation_pct >= 0.0) || *t.fragmentation_pct > 100.0)) {
     throw InputError("--fragmentation-pct", fmt::format("{}", *t.fragmentation_pct), "a percentage from 0 to 100");
   }
+  if (t.dp_replicate < 1 || p.dp % t.dp_replicate != 0) {
+    throw InputError("--dp-replicate", std::to_string(t.dp_replicate), fmt::format("a divisor of dp = {}", p.dp));
+  }
   const std::int64_t split = p.cp * (p.sp ? p.tp : 1);
   if (t.seq_len % split != 0) {
     throw InputError("--seq-len", std::to_string(t.seq_len),
@@ -49,6 +52,7 @@ void validate_training(const TrainingConfig& t, const Layout& layout) {
 }
 
 bool is_kept(const ActivationTerm& t, Recompute r, std::uint16_t modules) {
+  if (t.only_selective) return r == Recompute::selective;
   switch (r) {
     case Recompute::none: return true;
     case Recompute::selective: return (t.dropped_by & modules) == 0;
@@ -63,6 +67,38 @@ Bytes kept_bytes(const std::vector<ActivationTerm>& terms, Recompute r, std::uin
     if (is_kept(t, r, modules)) b += t.bytes();
   }
   return b;
+}
+
+std::string_view name_of(LossImpl l) {
+  switch (l) {
+    case LossImpl::upcast: return "upcast";
+    case LossImpl::fused: return "fused";
+    case LossImpl::chunked: return "chunked";
+  }
+  return "?";
+}
+
+LossImpl parse_loss_impl(std::string_view text) {
+  for (const LossImpl l : {LossImpl::upcast, LossImpl::fused, LossImpl::chunked}) {
+    if (text == name_of(l)) return l;
+  }
+  throw InputError("--loss", std::string(text), "upcast, fused or chunked");
+}
+
+std::string_view name_of(ReshardPolicy r) {
+  switch (r) {
+    case ReshardPolicy::standard: return "default";
+    case ReshardPolicy::always: return "always";
+    case ReshardPolicy::never: return "never";
+  }
+  return "?";
+}
+
+ReshardPolicy parse_reshard_policy(std::string_view text) {
+  for (const ReshardPolicy r : {ReshardPolicy::standard, ReshardPolicy::always, ReshardPolicy::never}) {
+    if (text == name_of(r)) return r;
+  }
+  throw InputError("--reshard-after-forward", std::string(text), "default, always or never");
 }
 
 namespace {

@@ -30,9 +30,29 @@ std::vector<ExplainItem> explain_stage(const ModelSpec& m, const Inventory& inv,
   const auto& p = layout.config;
   std::vector<ExplainItem> out;
 
+  // FSDP2 (torchtitan): shards, working copies and the side-stream caches.
+  if (profile.fsdp2) {
+    const std::int64_t group = p.dp / t.dp_replicate * p.cp;
+    const Count params = st.params.non_expert + st.params.expert;
+    const Count shard(ceil_div(params.value(), static_cast<std::uint64_t>(group)));
+    const std::string shard_text = fmt::format("ceil({} / (dp/dp_replicate*cp {}))", params.value(), group);
+    out.push_back({"weights", "fsdp", "fp32 parameter shard", shard_text + " x fp32", bytes_of(shard, DType::fp32)});
+    if (st.optimizer_step_peak) {
+      out.push_back({"gradients", "fsdp", "fp32 gradient shard", shard_text + " x fp32 (optimizer step)", bytes_of(shard, DType::fp32)});
+      out.push_back({"optimizer", "fsdp", "exp_avg + exp_avg_sq", "2 x " + shard_text + " x fp32", bytes_of(shard, DType::fp32) + bytes_of(shard, DType::fp32)});
+      out.push_back({"optimizer", "fsdp", "foreach AdamW temporary", shard_text + " x fp32", bytes_of(shard, DType::fp32)});
+    } else {
+      out.push_back({"weights", "fsdp", "bf16 root copy", fmt::format("{} embedding/norm/output parameters x bf16 (root not resharded)", st.fsdp_root_params.value()), st.fsdp_root_unsharded});
+      if (st.fsdp_blocks_kept > 0) {
+        out.push_back({"weights", "fsdp", "blocks kept unsharded", fmt::format("{} blocks x {} parameters ({}, reshard-after-forward {})", st.fsdp_blocks_kept, st.fsdp_block_params.value(), t.fsdp_float8_all_gather ? "FP8 linear weights" : "bf16", name_of(t.reshard)), st.fsdp_blocks_unsharded});
+      }
+      out.push_back({"optimizer", "fsdp", "exp_avg + exp_avg_sq", "2 x " + shard_text + " x fp32", bytes_of(shard, DType::fp32) + bytes_of(shard, DType::fp32)});
+    }
+  }
   // Weights: the tensors this rank holds, grouped by role across layers (ZeRO-3 shards them, so
   // then one line per ZeRO group instead).
-  if (t.zero < 3) {
+  if (profile.fsdp2) {
+  } else if (t.zero < 3) {
     std::map<std::pair<std::string, std::string>, Count> by_role;
     std::vector<std::pair<std::string, std::string>> order;
     const std::int64_t vocab = r.padded_vocab;
@@ -69,6 +89,7 @@ std::vector<ExplainItem> explain_stage(const ModelSpec& m, const Inventory& inv,
     out.push_back({"weights", "fp8", "FP8 weight copies", fmt::format("2 x {} FP8-GEMM parameters (row- and column-wise) + scales, {}", st.fp8_weight_params.value(), name_of(t.fp8)), st.fp8_weight_copies});
   }
 
+  if (!profile.fsdp2) {
   // Gradients and optimizer states, by ZeRO group.
   const std::int64_t groups[2] = {p.dp * p.cp, layout.edp};
   const Count parts[2] = {st.params.non_expert, st.params.expert};
@@ -85,16 +106,20 @@ std::vector<ExplainItem> explain_stage(const ModelSpec& m, const Inventory& inv,
     out.push_back({"optimizer", group_names[g], "exp_avg", fmt::format("{} x {}", otext, name_of(t.precision.exp_avg)), bytes_of(oc, t.precision.exp_avg)});
     out.push_back({"optimizer", group_names[g], "exp_avg_sq", fmt::format("{} x {}", otext, name_of(t.precision.exp_avg_sq)), bytes_of(oc, t.precision.exp_avg_sq)});
   }
+  }
 
   // Activations: per held chunk, per saved tensor, times layers and in-flight micro-batches.
+  std::vector<std::uint64_t> chunk_weights;
+  for (const auto& b : st.chunk_activations) chunk_weights.push_back(b.value());
   const InFlight f = profile.single_microbatch ? InFlight{std::vector<std::int64_t>(st.chunks.size(), 1),
                                                            static_cast<std::int64_t>(st.chunks.size())}
-                                                : in_flight(p.schedule, stage, p.pp, st.model_chunks, r.microbatches);
+                                                : in_flight(p.schedule, stage, p.pp, st.model_chunks, r.microbatches,
+                                                            chunk_weights);
   const ActivationContext ctx{m, layout, t, r.attention, r.padded_vocab};
   for (std::size_t i = 0; i < st.chunks.size(); ++i) {
     const auto& ch = layout.chunks[idx(st.chunks[i])];
     const std::int64_t mb = f.per_chunk[i];
-    if (mb == 0) continue;
+    if (mb == 0 || st.optimizer_step_peak) continue;
     const ChunkLayerCounts counts = chunk_layer_counts(m, ch, t);
     const std::string where = fmt::format("chunk {}", st.chunks[i]);
     for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
@@ -123,11 +148,19 @@ std::vector<ExplainItem> explain_stage(const ModelSpec& m, const Inventory& inv,
                      times(term.bytes(), mb)});
     }
   }
-  if (st.recompute_transient.value() > 0) {
+  if (st.optimizer_step_peak) {
+    // No activations at the optimizer step.
+  } else if (st.loss.allocated > st.recompute_transient) {
+    out.push_back({"activations", "output_head", "loss backward transient",
+                   profile.fsdp2 ? fmt::format("loss {} at the start of backward (more than the recomputation transient)",
+                                               name_of(t.loss.value_or(t.compile ? LossImpl::fused : LossImpl::upcast)))
+                                 : "bf16 copy of the logits' fp32 gradient (more than the recomputation transient)",
+                   st.loss.allocated});
+  } else if (st.recompute_transient.value() > 0) {
     out.push_back({"activations", "recompute", "recomputation transient",
                    "the largest layer or group recomputed at once during backward", st.recompute_transient});
   }
-  if (st.cp_ring_buffers.value() > 0) {
+  if (st.cp_ring_buffers.value() > 0 && !st.optimizer_step_peak) {
     out.push_back({"activations", "attention", "context-parallel ring buffers", "2 x one layer's local K and V block",
                    st.cp_ring_buffers});
   }
@@ -135,7 +168,21 @@ std::vector<ExplainItem> explain_stage(const ModelSpec& m, const Inventory& inv,
     out.push_back({"buffers", "communication", "buffers", t.deepep ? "profile allowance + DeepEP buffer" : "profile allowance",
                    st.bytes.buffers});
   }
-  if (st.bytes.fragmentation.value() > 0) {
+  if (profile.fsdp2) {
+    const Bytes cached = st.fsdp_all_gather_cache + st.fsdp_reduce_scatter_cache + st.loss.cached;
+    if (st.fsdp_all_gather_cache.value() > 0) {
+      out.push_back({"fragmentation", "fsdp", "all-gather stream cache", "max(root bf16 copy, two blocks' all-gather outputs)", st.fsdp_all_gather_cache});
+    }
+    if (st.fsdp_reduce_scatter_cache.value() > 0) {
+      out.push_back({"fragmentation", "fsdp", "reduce-scatter stream cache", "fp32 reduce-scatter inputs and outputs of the root and two blocks", st.fsdp_reduce_scatter_cache});
+    }
+    if (st.loss.cached.value() > 0) {
+      out.push_back({"fragmentation", "allocator", "bf16 logits block", "freed before the fp32 loss tensors, too small to reuse", st.loss.cached});
+    }
+    if (st.bytes.fragmentation > cached) {
+      out.push_back({"fragmentation", "allocator", "reserved - allocated", "--fragmentation-pct of allocated bytes", Bytes(st.bytes.fragmentation.value() - cached.value())});
+    }
+  } else if (st.bytes.fragmentation.value() > 0) {
     out.push_back({"fragmentation", "allocator", "reserved - allocated", "percentage of allocated bytes", st.bytes.fragmentation});
   }
   if (st.bytes.runtime.value() > 0) {

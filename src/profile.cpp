@@ -174,6 +174,8 @@ const Profile kPaper{
         "no activations for embedding, head or loss",
         "buffers 0.8-2 GiB and fragmentation 5-30% are the report's ranges, not estimates",
     },
+    nullptr,
+    false,
 };
 
 
@@ -245,7 +247,7 @@ struct Terms {
 
   void add(std::string_view name, Module mod, Count n, DType t, std::uint16_t dropped_by, std::string_view rule,
            bool kept_under_full = false) {
-    out.push_back({name, mod, n, t, kept_under_full, dropped_by, rule});
+    out.push_back({name, mod, n, t, kept_under_full, dropped_by, rule, false});
   }
   void linear_input(std::string_view name, std::string_view scales, Module mod, Count n, std::uint16_t dropped_by,
                     std::string_view rule) {
@@ -401,6 +403,159 @@ void megatron_chunk_activations(const ActivationContext& c, const Chunk& chunk, 
   }
 }
 
+// vocab_parallel_cross_entropy's backward returns the fp32 gradient of the logits (computed in
+// place in the saved softmax); autograd casts it to the bf16 of the head's output while the fp32
+// one is alive.
+LossPeak megatron_loss_peak(const ActivationContext& c) {
+  const auto d = megatron_dims(c);
+  return {bytes_of(elems({d.tokens, c.padded_vocab}, d.tp), c.training.activation_dtype), Bytes{}};
+}
+
+// ---- torchtitan -----------------------------------------------------------------------------
+// pytorch/torchtitan's Llama-3 model and parallelize_llama.py: TP plan colwise wq/wk/wv/w1/w3 and
+// output, rowwise wo/w2 and the embedding (vocabulary rows), norms sequence-parallel; FSDP2 over
+// dp_shard x cp with bf16 parameters and fp32 reduction; activation checkpointing "full" or
+// "selective" per op (_save_list: every mm output except every second one, SDPA outputs,
+// reduce_scatter outputs, max).
+
+struct TitanDims {
+  std::int64_t tokens, tokens_sp, tp, q, kv, heads, ffn;
+};
+
+TitanDims titan_dims(const ActivationContext& c) {
+  const auto& m = c.model;
+  const auto& p = c.layout.config;
+  if (m.attention != AttentionKind::gqa || m.is_moe()) {
+    throw InputError("--profile", "torchtitan",
+                     "dense decoders with multi-/grouped-query attention (Llama-style); torchtitan's MoE and MLA "
+                     "models are not modelled yet");
+  }
+  const std::int64_t tokens = c.training.micro_batch * (c.training.seq_len / p.cp);
+  return {tokens,         tokens / p.tp,  p.tp, m.num_heads / p.tp * m.head_dim, m.num_kv_heads / p.tp * m.head_dim,
+          m.num_heads / p.tp, m.dense_ffn / p.tp};
+}
+
+// One block, one micro-batch. Under per-op SAC (Recompute::selective) the block keeps its input,
+// the outputs of the 1st, 3rd, 5th and 7th matmuls (wq, wv, w1, w2), SDPA's output and
+// log-sum-exp, and with TP the reduce-scatter outputs; torch.compile drops what no backward
+// kernel reads (w2's output feeds only the residual add, as do the reduce-scatter outputs).
+// Without checkpointing: what eager autograd saves (fp32 RoPE products, repeated K and V, every
+// SwiGLU operand), or, compiled, what the fused kernels read back.
+void titan_layer_activations(const ActivationContext& c, LayerKind, std::vector<ActivationTerm>& out) {
+  const auto& m = c.model;
+  const auto d = titan_dims(c);
+  const DType a = c.training.activation_dtype;
+  const std::uint16_t rec = 0xFFFF;  // recomputed under per-op SAC
+  auto add = [&](std::string_view name, Module mod, Count n, DType t, std::uint16_t dropped, std::string_view rule,
+                 bool full = false, bool only_sac = false) {
+    out.push_back({name, mod, n, t, full, dropped, rule, only_sac});
+  };
+  const bool compiled = c.training.compile;
+  add("block.input", Module::attention, elems({d.tokens_sp, m.hidden}), a, 0, "b*s/cp/tp x h", true);
+  add("attention_norm.output", Module::norms, elems({d.tokens, m.hidden}), a, rec, "b*s/cp x h (gathered for wq/wk/wv)");
+  if (!compiled) {
+    add("rope.q_complex", Module::attention, elems({d.tokens, d.q}), DType::fp32, rec, "b*s/cp x heads/tp x head_dim, fp32");
+    add("rope.k_complex", Module::attention, elems({d.tokens, d.kv}), DType::fp32, rec, "b*s/cp x kv_heads/tp x head_dim, fp32");
+    add("sdpa.q", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim");
+    add("sdpa.k_repeated", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (repeat_kv)");
+    add("sdpa.v_repeated", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (repeat_kv)");
+  } else {
+    add("sdpa.q", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim");
+    add("sdpa.k", Module::attention, elems({d.tokens, d.kv}), a, rec, "b*s/cp x kv_heads/tp x head_dim");
+    add("sdpa.v", Module::attention, elems({d.tokens, d.kv}), a, rec, "b*s/cp x kv_heads/tp x head_dim");
+  }
+  add("sdpa.output", Module::attention, elems({d.tokens, d.q}), a, 0, "b*s/cp x heads/tp x head_dim");
+  add("sdpa.logsumexp", Module::attention, elems({d.tokens, d.heads}), DType::fp32, 0, "b*s/cp x heads/tp, fp32");
+  add("wo.input", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (contiguous)");
+  add("ffn_norm.input", Module::norms, elems({d.tokens_sp, m.hidden}), a, rec, "b*s/cp/tp x h");
+  add("ffn_norm.output", Module::norms, elems({d.tokens, m.hidden}), a, rec, "b*s/cp x h (gathered for w1/w3)");
+  add("w1.output", Module::dense_mlp, elems({d.tokens, d.ffn}), a, 0, "b*s/cp x ffn/tp");
+  add("w3.output", Module::dense_mlp, elems({d.tokens, d.ffn}), a, rec, "b*s/cp x ffn/tp");
+  if (!compiled) add("silu.output", Module::dense_mlp, elems({d.tokens, d.ffn}), a, rec, "b*s/cp x ffn/tp");
+  add("w2.input", Module::dense_mlp, elems({d.tokens, d.ffn}), a, rec, "b*s/cp x ffn/tp");
+  // Cached by per-op SAC only.
+  add("sac.wq_output", Module::attention, elems({d.tokens, d.q}), a, 0, "b*s/cp x heads/tp x head_dim", false, true);
+  add("sac.wv_output", Module::attention, elems({d.tokens, d.kv}), a, 0, "b*s/cp x kv_heads/tp x head_dim", false, true);
+  if (!compiled) {
+    add("sac.w2_output", Module::dense_mlp, elems({d.tokens, m.hidden}), a, 0, "b*s/cp x h (partial sums under TP)",
+        false, true);
+    if (d.tp > 1) {
+      add("sac.wo_reduce_scatter", Module::attention, elems({d.tokens_sp, m.hidden}), a, 0, "b*s/cp/tp x h", false, true);
+      add("sac.w2_reduce_scatter", Module::dense_mlp, elems({d.tokens_sp, m.hidden}), a, 0, "b*s/cp/tp x h", false, true);
+    }
+  }
+}
+
+void titan_chunk_activations(const ActivationContext& c, const Chunk& chunk, std::vector<ActivationTerm>& out) {
+  const auto d = titan_dims(c);
+  const DType a = c.training.activation_dtype;
+  if (chunk.embedding) out.push_back({"embedding.token_ids", Module::embedding, elems({d.tokens}), DType::int64, false, 0, "b*s/cp", false});
+  if (chunk.loss) {
+    out.push_back({"norm.input", Module::output_head, elems({d.tokens_sp, c.model.hidden}), a, false, 0, "b*s/cp/tp x h", false});
+    out.push_back({"output.input", Module::output_head, elems({d.tokens, c.model.hidden}), a, false, 0,
+                   "b*s/cp x h (gathered for the vocab-parallel output)", false});
+  }
+}
+
+// The loss at the start of backward, one micro-batch (logits b*s/cp x vocab/tp):
+// upcast: cross_entropy(logits.float()) keeps fp32 log-probabilities; its backward holds them,
+// the nll gradient and the log_softmax gradient (3 fp32 copies; 4 under TP's loss_parallel,
+// whose distributed log_softmax keeps the shifted logits too); the bf16 logits, freed before,
+// leave a block the fp32 ones cannot reuse. fused (compiled loss): bf16 logits and their bf16
+// gradient. chunked: fp32 log-probabilities of every chunk plus two chunks' fp32 temporaries
+// (torchtune's 8 chunks).
+LossPeak titan_loss_peak(const ActivationContext& c) {
+  const auto d = titan_dims(c);
+  const Count logits = elems({d.tokens, c.padded_vocab}, d.tp);
+  const Bytes fp32 = bytes_of(logits, DType::fp32), bf16 = bytes_of(logits, c.training.activation_dtype);
+  switch (c.training.loss.value_or(c.training.compile ? LossImpl::fused : LossImpl::upcast)) {
+    case LossImpl::upcast:
+      return {Bytes(checked_mul(fp32.value(), d.tp > 1 ? 4 : 3, "loss")), bf16};
+    case LossImpl::fused: return {bf16 + bf16, Bytes{}};
+    case LossImpl::chunked: return {fp32 + Bytes(ceil_div(checked_mul(fp32.value(), 2, "loss"), 8)), Bytes{}};
+  }
+  return {};
+}
+
+const Profile kTorchtitan{
+    "torchtitan",
+    "torchtitan: FSDP2 (sharded fp32 parameters and AdamW states, bf16 working copies), TP with sequence-"
+    "parallel norms and loss parallel, CP, per-op or full activation checkpointing, torch.compile, float8",
+    megatron_tp_split,
+    megatron_zero_group,
+    megatron_accounts,
+    titan_layer_activations,
+    titan_chunk_activations,
+    // FSDP2 mixed precision: fp32 sharded parameters (they are the master weights), bf16 all-gathered
+    // working copies, fp32 reduce-scatter into fp32 sharded gradients, fp32 AdamW moments.
+    PrecisionRecipe{DType::bf16, DType::fp32, DType::fp32, DType::fp32, DType::fp32},
+    OverheadModel{Bytes{}, Bytes{}, 0, 0, Bytes::from_gib(0.52), Bytes::from_gib(0.39), Bytes::from_gib(0.4), Bytes::from_gb(3.1)},
+    false,
+    false,
+    true,
+    0,
+    AttentionKernel::flash,
+    true,
+    true,
+    {
+        "FSDP2 over dp/dp_replicate x cp: fp32 parameter and AdamW shards; gradients are None until backward "
+        "(zero_grad(set_to_none)) and counted at the optimizer step, whichever peak is higher",
+        "bf16 unsharded copies: the root (embedding, final norm, output: FSDP keeps the root unsharded after "
+        "forward) and the blocks not resharded after forward (the last one by default; all with PP)",
+        "TP plan: colwise wq/wk/wv/w1/w3/output, rowwise wo/w2/embedding, sequence-parallel norms, loss parallel; "
+        "no vocabulary padding",
+        "activations: per-op SAC keeps each block's input, every other matmul output (wq, wv, w1, w2), SDPA "
+        "output and log-sum-exp; full AC the block input; --compile drops saved tensors no backward reads",
+        "loss at the start of backward: fp32 log-probabilities and gradients (upcast), bf16 logits and gradient "
+        "(fused, --compile), or chunked (--loss)",
+        "reserved - allocated: FSDP's all-gather and reduce-scatter buffers cached on their own streams (root and "
+        "two blocks, fp32 reduction inputs and outputs) and the bf16 logits' block the fp32 loss cannot reuse",
+        "device total adds CUDA context 0.52 GiB + NCCL 0.39 GiB + 0.4 GiB per further process group",
+    },
+    titan_loss_peak,
+    true,
+};
+
 const Profile kMegatron{
     "megatron",
     "Megatron-Core: what its modules allocate and save (TP rules per matrix, distributed optimizer, "
@@ -418,8 +573,10 @@ const Profile kMegatron{
     // trainer (mlc-ai/pith-train tools/memory_estimator): CUDA context 0.52 GiB, world NCCL
     // communicator 0.39 GiB, 0.4 GiB per further process-group dimension; DeepEP's buffer 3.1 GB
     // (deepseek-ai/DeepEP issue 510). See docs/formulas.md.
+    // tp_device_residual: the one fitted constant, 5.7 GiB, the mean shortfall of the device totals
+    // against FlagPerf's four tensor-parallel Llama3-8B rows (validation set, nvidia-smi "used").
     OverheadModel{Bytes{}, Bytes{}, 5, 5, Bytes::from_gib(0.52), Bytes::from_gib(0.39), Bytes::from_gib(0.4),
-                  Bytes::from_gb(3.1)},
+                  Bytes::from_gb(3.1), Bytes::from_gib(5.7)},
     true,
     false,
     true,
@@ -443,16 +600,22 @@ const Profile kMegatron{
         "FP8 recipes (--fp8) cache linear-layer inputs in FP8 with their scales and keep FP8 weight copies "
         "(row- and column-wise); --moe-imbalance/--moe-capacity-factor size the hottest expert rank",
         "device total = allocated + fragmentation (5% of allocated, --fragmentation-pct) + CUDA context 0.52 GiB "
-        "+ NCCL 0.39 GiB + 0.4 GiB per further process group; DeepEP buffer 3.1 GB with --moe-token-dispatcher deepep",
+        "+ NCCL 0.39 GiB + 0.4 GiB per further process group (+ 5.7 GiB with tp > 1, fitted to FlagPerf's "
+        "nvidia-smi figures); DeepEP buffer 3.1 GB with --moe-token-dispatcher deepep",
+        "loss backward: the fp32 gradient of the logits is cast to bf16 for the head (one more b*s/cp x vocab/tp "
+        "bf16 tensor on the last stage), before any layer is recomputed",
     },
+    megatron_loss_peak,
+    false,
 };
 
 }  // namespace
 
 const Profile& paper_profile() { return kPaper; }
 const Profile& megatron_profile() { return kMegatron; }
+const Profile& torchtitan_profile() { return kTorchtitan; }
 
-std::vector<std::string_view> profile_names() { return {"megatron", "paper"}; }
+std::vector<std::string_view> profile_names() { return {"megatron", "paper", "torchtitan"}; }
 
 bool fp8_gemm_weight(Role r) {
   switch (r) {
@@ -490,6 +653,7 @@ std::int64_t padded_vocab(std::int64_t vocab, std::int64_t multiple, std::int64_
 const Profile& get_profile(std::string_view name) {
   if (name == "paper") return kPaper;
   if (name == "megatron") return kMegatron;
+  if (name == "torchtitan") return kTorchtitan;
   throw InputError("--profile", std::string(name), fmt::format("one of: {}", fmt::join(profile_names(), ", ")));
 }
 

@@ -179,6 +179,58 @@ struct Acts {
 
 }  // namespace
 
+// FSDP2 as torchtitan applies it (parallelize_llama.py apply_fsdp; torch.distributed.fsdp
+// fully_shard): parameters shard over dp/dp_replicate x cp in fp32; AdamW's moments with them;
+// gradients are None until backward writes fp32 shards. At the start of backward (the usual
+// peak) a device holds the shards and moments, the root's bf16 copy (the root module is not
+// resharded after forward), the blocks not resharded after forward, and the activations; at the
+// optimizer step it holds shards, gradients, moments and one fp32 temporary per parameter
+// (foreach AdamW's sqrt of exp_avg_sq). All-gather outputs and fp32 reduce-scatter inputs are
+// allocated on FSDP's own streams, whose cached blocks the default stream cannot reuse: the
+// root's and two blocks' all-gathers, and two blocks' and the root's fp32 reduce-scatter input
+// and output stay reserved.
+static void fsdp2_state(StageReport& st, const Layout& layout, const TrainingConfig& t) {
+  const auto& p = layout.config;
+  const std::uint64_t shard_group = static_cast<std::uint64_t>(p.dp / t.dp_replicate * p.cp);
+  const Count params = st.params.non_expert + st.params.expert;
+  const Count shard(ceil_div(params.value(), shard_group));
+  const auto bytes = [](Count c, std::uint64_t per) { return Bytes(checked_mul(c.value(), per, "fsdp bytes")); };
+  st.fsdp_blocks_kept = t.reshard == ReshardPolicy::always  ? 0
+                        : t.reshard == ReshardPolicy::never ? st.layers.num_layers
+                        : p.pp > 1                          ? st.layers.num_layers
+                        : std::min<std::int64_t>(1, st.layers.num_layers);
+  const Bytes block = t.fsdp_float8_all_gather
+                          ? bytes(st.fsdp_block_fp8_params, 1) + bytes(Count(st.fsdp_block_params.value() - st.fsdp_block_fp8_params.value()), 2)
+                          : bytes(st.fsdp_block_params, 2);
+  st.fsdp_root_unsharded = bytes(st.fsdp_root_params, 2);
+  st.fsdp_blocks_unsharded = Bytes(checked_mul(block.value(), static_cast<std::uint64_t>(st.fsdp_blocks_kept), "fsdp"));
+  const Bytes backward = bytes(shard, 12) + st.fsdp_root_unsharded + st.fsdp_blocks_unsharded + st.bytes.activations;
+  const Bytes step = bytes(shard, 20);
+  st.optimizer_step_peak = step > backward;
+  if (st.optimizer_step_peak) {
+    st.bytes.weights = bytes(shard, 4);
+    st.bytes.gradients = bytes(shard, 4);
+    st.bytes.optimizer = bytes(shard, 12);
+    st.bytes.activations = Bytes{};
+  } else {
+    st.bytes.weights = bytes(shard, 4) + st.fsdp_root_unsharded + st.fsdp_blocks_unsharded;
+    st.bytes.gradients = Bytes{};
+    st.bytes.optimizer = bytes(shard, 8);
+  }
+  if (shard_group > 1) {
+    const Bytes two_blocks = Bytes(checked_mul(block.value(), 2, "fsdp"));
+    st.fsdp_all_gather_cache = std::max(st.fsdp_root_unsharded, two_blocks);
+    const Count reduced = st.fsdp_root_params + Count(checked_mul(st.fsdp_block_params.value(), 2, "fsdp"));
+    st.fsdp_reduce_scatter_cache = bytes(reduced, 4) + bytes(Count(ceil_div(reduced.value(), shard_group)), 4);
+  }
+  st.bytes.buffers = Bytes{};
+  st.bytes.fragmentation = st.fsdp_all_gather_cache + st.fsdp_reduce_scatter_cache + st.loss.cached;
+  if (t.fragmentation_pct) {
+    st.bytes.fragmentation += Bytes(static_cast<std::uint64_t>(std::llround(static_cast<double>(st.bytes.allocated().value()) *
+                                                                            *t.fragmentation_pct / 100.0)));
+  }
+}
+
 class EvalCache {
  public:
   std::map<SharesKey, Shares> shares;
@@ -212,6 +264,17 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
   if (!m.is_moe() && (t.moe_imbalance != 1.0 || t.moe_capacity_factor || t.deepep)) {
     throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
                      fmt::format("no routing options for {}, a model without routed experts", m.name));
+  }
+  if (profile.fsdp2) {
+    if (t.zero != 0) {
+      throw InputError("--zero", std::to_string(t.zero), "0 with the torchtitan profile (FSDP2 shards parameters, gradients and states)");
+    }
+    if (t.fsdp_float8_all_gather && t.fp8 == Fp8Recipe::none) {
+      throw InputError("--fsdp-float8-all-gather", "set", "together with --fp8 (float8 linear layers)");
+    }
+  } else if (t.compile || t.loss || t.reshard != ReshardPolicy::standard || t.fsdp_float8_all_gather || t.dp_replicate != 1) {
+    throw InputError("--compile/--loss/--reshard-after-forward/--fsdp-float8-all-gather/--dp-replicate", "set",
+                     fmt::format("the torchtitan profile (not {})", profile.name));
   }
   const AttentionKernel attention = t.attention.value_or(profile.default_attention);
   if (attention == AttentionKernel::flash && !profile.supports_flash) {
@@ -302,6 +365,14 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
       }
       st.params = total.params;
       st.params_by_module = total.by_module;
+      if (profile.fsdp2) {
+        Share root;
+        if (st.has_embedding) root.add(emb, 1, false);
+        if (st.has_head) root.add(head, 1, false);
+        st.fsdp_root_params = root.params.non_expert + root.params.expert;
+        st.fsdp_block_params = dense.params.non_expert;
+        st.fsdp_block_fp8_params = dense.fp8.non_expert;
+      }
       st.fp8_weight_params = total.fp8.non_expert + total.fp8.expert;
       // ZeRO-3 shards the working weights, and with them their FP8 copies.
       if (t.zero >= 3) st.fp8_weight_params = zero_shard(total.fp8, p.dp * p.cp, layout.edp);
@@ -395,6 +466,7 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
   for (const std::int64_t g : {p.tp, p.pp, p.dp, p.cp, p.ep, p.etp, layout.edp}) {
     if (g > 1 && layout.world_size > 1) runtime += t.nccl_per_group.value_or(profile.overhead.nccl_per_group);
   }
+  if (p.tp > 1) runtime += profile.overhead.tp_device_residual;
   // Context parallelism's ring: one layer's local K and V block.
   Bytes cp_kv_block;
   if (p.cp > 1) {
@@ -409,6 +481,7 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
   }
 
   const auto dense_group = p.dp * p.cp;
+  const ActivationContext loss_ctx{m, layout, t, attention, vocab};
   for (auto& st : r.stages) {
     for (const auto c : st.chunks) {
       st.chunk_activations.push_back(chunk_bytes[idx(c)]);
@@ -419,7 +492,10 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
       st.bytes.activations = st.activations_per_microbatch;
     } else {
       thread_local InFlight f;
-      in_flight_into(p.schedule, st.stage, p.pp, st.model_chunks, r.microbatches, f);
+      thread_local std::vector<std::uint64_t> weights;
+      weights.clear();
+      for (const auto& b : st.chunk_activations) weights.push_back(b.value());
+      in_flight_into(p.schedule, st.stage, p.pp, st.model_chunks, r.microbatches, f, weights);
       st.in_flight_microbatches = f.total;
       for (std::size_t i = 0; i < st.chunks.size(); ++i) {
         st.bytes.activations += times(st.chunk_activations[i], f.per_chunk[i], "activation bytes");
@@ -427,13 +503,20 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
     }
     if (profile.recompute_transient && t.recompute != Recompute::none) {
       for (const auto c : st.chunks) st.recompute_transient = std::max(st.recompute_transient, chunk_transient[idx(c)]);
-      st.bytes.activations += st.recompute_transient;
     }
+    // The loss's backward comes before any layer's recomputation: the larger of the two.
+    if (profile.loss_peak != nullptr && st.has_head) st.loss = profile.loss_peak(loss_ctx);
+    st.bytes.activations += std::max(st.recompute_transient, st.loss.allocated);
     if (profile.models_fp8_and_routing && p.cp > 1 && st.layers.num_layers > 0) {
       // Ring attention (context parallelism over p2p): the K and V block being sent and the one
       // being received for the layer in flight.
       st.cp_ring_buffers = Bytes(checked_mul(cp_kv_block.value(), 2, "cp ring buffers"));
       st.bytes.activations += st.cp_ring_buffers;
+    }
+    if (profile.fsdp2) {
+      fsdp2_state(st, layout, t);
+      st.bytes.runtime = runtime;
+      continue;
     }
     const StateBytes sb = state_bytes(st.params, dense_group, layout.edp, t.zero, t.precision);
     st.bytes.weights = sb.weights;

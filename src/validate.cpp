@@ -33,24 +33,51 @@ std::int64_t int_of(const json& r, const char* key, std::int64_t fallback) {
   return it->get<std::int64_t>();
 }
 
-// What a record's framework, model and settings need that moemem does not model yet; empty when
-// it can be represented. `approx` collects approximations made.
+bool contains(const std::string& haystack, std::string_view needle) { return haystack.find(needle) != std::string::npos; }
+
+enum class Framework : std::uint8_t { megatron, torchtitan, other };
+
+Framework framework_of(const json& r) {
+  const std::string f = lower(text_of(r, "framework"));
+  return contains(f, "megatron") ? Framework::megatron : contains(f, "torchtitan") ? Framework::torchtitan : Framework::other;
+}
+
+// The date of the framework version a record ran: the "(YYYY-MM-DD)" in framework_version when
+// given, else the record's date (YYYY-MM or YYYY-MM-DD).
+std::string version_date(const json& r) {
+  const std::string v = text_of(r, "framework_version");
+  for (std::size_t i = 0; i + 12 <= v.size(); ++i) {
+    if (v[i] == '(' && v[i + 11] == ')' && v[i + 5] == '-' && v[i + 8] == '-') return v.substr(i + 1, 10);
+  }
+  return text_of(r, "date");
+}
+
+// What a record's framework, model and settings need that moemem does not model; empty when it
+// can be represented. `approx` collects approximations made.
 std::string unsupported(const json& r, std::string& approx) {
-  const std::string framework = lower(text_of(r, "framework"));
-  if (framework.find("megatron") == std::string::npos) {
-    return "needs the torchtitan (FSDP2) profile, not implemented yet";
-  }
+  const Framework fw = framework_of(r);
+  if (fw == Framework::other) return "framework has no moemem profile";
   const json arch = r.value("model_arch", json::object());
+  if (!arch.contains("layers") || !arch.contains("ffn")) return "model architecture not given layer by layer";
+  if (contains(lower(text_of(r, "model")), "deepseek") || !arch.value("experts", json()).is_null()) {
+    return "mixture-of-experts models are not modelled by the torchtitan profile yet";
+  }
   const std::string act = lower(text_of(arch, "activation") + text_of(arch, "act"));
-  if (act.find("swiglu") == std::string::npos && act.find("gelu") == std::string::npos) {
-    return "activation function not stated";
+  if (fw == Framework::megatron) {
+    if (!contains(act, "swiglu") && !contains(act, "gelu")) return "activation function not stated";
+    if (contains(lower(text_of(arch, "pos")), "learned")) approx = "learned position table of seq_len rows assumed";
   }
-  if (lower(text_of(arch, "pos")).find("learned") != std::string::npos) {
-    approx = "learned position table of seq_len rows assumed";
+  if (fw == Framework::torchtitan && r.value("pp", json(1)).is_number_integer() && r["pp"].get<int>() > 1) {
+    if (r.value("vpp", json()).is_string()) return "virtual stages per rank not stated";
+    if (!r.value("global_batch_size", json()).is_number_integer()) return "global batch (hence micro-batches) not stated";
   }
-  if (!r.value("fsdp", json()).is_null()) return "FSDP sharding not modelled yet";
   return "";
 }
+
+// torchtitan compiles the loss with the model when training.compile is set, except between
+// commits e8977b0 (2024-12-18, "turning off compile on loss function") and bbb1b616e
+// (2025-04-02, build_loss_fn compiles it again).
+bool torchtitan_compiles_loss(const std::string& date) { return date < "2024-12-18" || date >= "2025-04-02"; }
 
 }  // namespace
 
@@ -108,7 +135,8 @@ std::vector<ValidationResult> validate_records(std::string_view jsonl, const std
       continue;
     }
     try {
-      // The model, as a GQA decoder with SwiGLU and RMSNorm (the records' model_arch).
+      // The model, as a GQA decoder (the records' model_arch).
+      const Framework fw = framework_of(r);
       const json arch = r["model_arch"];
       ModelSpec m;
       m.name = text_of(r, "model");
@@ -127,21 +155,22 @@ std::vector<ValidationResult> validate_records(std::string_view jsonl, const std
       m.head_dim = m.hidden / m.num_heads;
       m.tie_embeddings = lower(text_of(arch, "tied_embeddings")).rfind("true", 0) == 0;
       const std::string act = lower(text_of(arch, "activation") + text_of(arch, "act"));
-      m.gated_mlp = act.find("swiglu") != std::string::npos;
-      m.norm_bias = lower(text_of(arch, "norm")).find("layernorm") != std::string::npos;
-      m.qkv_bias = m.o_bias = m.mlp_bias = lower(text_of(arch, "bias")).find("on") != std::string::npos;
-      if (lower(text_of(arch, "pos")).find("learned") != std::string::npos) m.learned_positions = int_of(r, "seq_len", 0);
+      // "GeLU (no --swiglu)" is GeLU; torchtitan's Llama is SwiGLU.
+      m.gated_mlp = fw == Framework::torchtitan || (contains(act, "swiglu") && !contains(act, "gelu"));
+      m.norm_bias = contains(lower(text_of(arch, "norm")), "layernorm");
+      m.qkv_bias = m.o_bias = m.mlp_bias = contains(lower(text_of(arch, "bias")), "on");
+      if (contains(lower(text_of(arch, "pos")), "learned")) m.learned_positions = int_of(r, "seq_len", 0);
       m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
       validate_model(m);
       const Inventory inv = build_inventory(m);
-      const Profile& profile = megatron_profile();
+      const Profile& profile = fw == Framework::torchtitan ? torchtitan_profile() : megatron_profile();
 
       ParallelConfig p;
       p.tp = int_of(r, "tp", 1);
       p.pp = int_of(r, "pp", 1);
       p.dp = int_of(r, "dp", 1);
       p.cp = int_of(r, "cp", 1);
-      p.sp = r.value("sp", json(false)).is_boolean() && r["sp"].get<bool>() && p.tp > 1;
+      p.sp = fw == Framework::torchtitan ? p.tp > 1 : (r.value("sp", json(false)).is_boolean() && r["sp"].get<bool>() && p.tp > 1);
       p.vpp = int_of(r, "vpp", 1);
       if (p.vpp > 1) p.schedule = Schedule::interleaved;
       const Layout layout = resolve_layout(m, p);
@@ -151,10 +180,30 @@ std::vector<ValidationResult> validate_records(std::string_view jsonl, const std
       t.micro_batch = int_of(r, "micro_batch_size", 1);
       t.seq_len = int_of(r, "seq_len", 4096);
       if (const auto g = int_of(r, "global_batch_size", 0); g > 0) t.global_batch = g;
-      if (lower(text_of(r, "zero_or_dist_opt")).find("distributed optimizer") != std::string::npos) t.zero = 1;
       const std::string rc = lower(text_of(r, "recompute"));
       if (rc.rfind("full", 0) == 0) t.recompute = Recompute::full;
       else if (rc.rfind("selective", 0) == 0) t.recompute = Recompute::selective;
+      const json settings = r.value("other_settings", json::object());
+      if (fw == Framework::torchtitan) {
+        // torchtitan's pipeline splits the local batch into as many micro-batches as stages.
+        if (p.pp > 1 && r.value("micro_batch_size", json()).is_null() && t.global_batch) {
+          t.micro_batch = *t.global_batch / p.dp / p.pp;
+        }
+        t.dp_replicate = std::max<std::int64_t>(1, int_of(r, "dp_replicate", 1));
+        t.compile = settings.value("torch_compile", json(false)).is_boolean() && settings["torch_compile"].get<bool>();
+        const std::string fp8 = lower(text_of(settings, "float8"));
+        if (!fp8.empty() && fp8 != "false") t.fp8 = Fp8Recipe::tensorwise;  // rowwise keeps the same saved tensors
+        t.fsdp_float8_all_gather = t.fp8 != Fp8Recipe::none && (contains(fp8, "fsdp_float8_all_gather") ||
+                                                                contains(fp8, "fsdp float8 all-gather"));
+        const std::string loss = lower(text_of(settings, "loss"));
+        if (contains(loss, "chunked")) t.loss = LossImpl::chunked;
+        else t.loss = t.compile && torchtitan_compiles_loss(version_date(r)) ? LossImpl::fused : LossImpl::upcast;
+        const std::string reshard = lower(text_of(r, "fsdp_reshard_after_forward"));
+        t.reshard = contains(reshard, "always") ? ReshardPolicy::always
+                    : contains(reshard, "never") ? ReshardPolicy::never : ReshardPolicy::standard;
+      } else if (contains(lower(text_of(r, "zero_or_dist_opt")), "distributed optimizer")) {
+        t.zero = 1;
+      }
 
       const MemoryReport rep = analyze(m, inv, profile, layout, t);
       const bool last_rank = lower(text_of(r, "measured_rank")).find("last") != std::string::npos;

@@ -52,6 +52,19 @@ enum class Fp8Recipe : std::uint8_t { none, tensorwise, delayed, blockwise, mxfp
 [[nodiscard]] Count fp8_scale_elements(Count n, Fp8Recipe f);
 [[nodiscard]] DType fp8_scale_dtype(Fp8Recipe f);
 
+// How the loss keeps the logits (torchtitan): `upcast` is cross_entropy(logits.float()) in eager
+// mode (fp32 copies of the logits), `fused` the same under torch.compile (bf16 logits and bf16
+// gradient, the fp32 math fused away), `chunked` the logits upcast and reduced chunk by chunk.
+enum class LossImpl : std::uint8_t { upcast, fused, chunked };
+[[nodiscard]] std::string_view name_of(LossImpl l);
+[[nodiscard]] LossImpl parse_loss_impl(std::string_view text);
+
+// FSDP2's reshard_after_forward policy as torchtitan sets it: `standard` (its "default": every
+// block resharded after forward but the last, none with pipeline parallelism), always, never.
+enum class ReshardPolicy : std::uint8_t { standard, always, never };
+[[nodiscard]] std::string_view name_of(ReshardPolicy r);
+[[nodiscard]] ReshardPolicy parse_reshard_policy(std::string_view text);
+
 // Which point of a profile's buffer/fragmentation range enters the totals.
 enum class OverheadPoint : std::uint8_t { none, low, high };
 
@@ -83,6 +96,12 @@ struct TrainingConfig {
   std::optional<double> fragmentation_pct;    // reserved - allocated, % of allocated (profile default)
   std::optional<Bytes> cuda_context;           // overrides the profile's CUDA context size
   std::optional<Bytes> nccl_per_group;         // overrides the profile's per-process-group NCCL size
+  // torchtitan (FSDP2) settings.
+  bool compile = false;                 // torch.compile of each block (and of the loss where torchtitan does)
+  std::optional<LossImpl> loss;         // nullopt: fused with --compile, upcast without
+  ReshardPolicy reshard = ReshardPolicy::standard;
+  bool fsdp_float8_all_gather = false;  // FSDP all-gathers FP8 linear weights (1 byte per parameter)
+  std::int64_t dp_replicate = 1;        // HSDP: replicas; parameters shard over dp / dp_replicate x cp
 };
 
 // Micro-batches per step and pipeline: global_batch / (micro_batch * dp), or nullopt.
@@ -100,6 +119,8 @@ struct ActivationTerm {
   bool kept_under_full{};      // kept when the layer is fully recomputed
   std::uint16_t dropped_by{};  // RecomputeModule mask of selective modules that free it
   std::string_view rule{};     // how the size follows from the model (for explain)
+  bool only_selective{};       // kept only under selective recomputation (torchtitan's per-op SAC caches
+                               // matmul outputs that eager backward would not keep)
 
   [[nodiscard]] Bytes bytes() const { return bytes_of(elements, dtype); }
 };

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,9 +49,11 @@ struct InFlight {
   std::int64_t total = 0;               // sum of per_chunk
 };
 [[nodiscard]] InFlight in_flight(Schedule s, std::int64_t rank, std::int64_t pp, std::int64_t chunks_of_rank,
-                                 std::optional<std::int64_t> m);
-// The same into `out`, reusing its storage.
+                                 std::optional<std::int64_t> m, std::span<const std::uint64_t> weights = {});
+// The same into `out`, reusing its storage. `weights` (one per chunk of the rank: the bytes one
+// micro-batch keeps in it) pick, where the schedule's per-chunk counts change over the steady
+// state (interleaved), the instant holding the most bytes; empty: the most micro-batches.
 void in_flight_into(Schedule s, std::int64_t rank, std::int64_t pp, std::int64_t chunks_of_rank,
-                    std::optional<std::int64_t> m, InFlight& out);
+                    std::optional<std::int64_t> m, InFlight& out, std::span<const std::uint64_t> weights = {});
 
 }  // namespace moemem

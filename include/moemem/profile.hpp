@@ -35,6 +35,16 @@ struct OverheadModel {
   Bytes nccl_world{};                        // the first (world) NCCL communicator
   Bytes nccl_per_group{};                    // each further process-group dimension
   Bytes deepep_buffer{};                     // DeepEP's communication buffer, when that dispatcher is used
+  // Calibrated (docs/formulas.md, "Fitted constants"): device memory that tensor-parallel runs
+  // show in nvidia-smi beyond what the terms above explain; added to the device total when tp > 1.
+  Bytes tp_device_residual{};
+};
+
+// What the loss adds to a stage for one micro-batch at the start of backward, beyond the chunk's
+// terms: tensors allocated (`allocated`), and blocks freed before it that the allocator keeps
+// cached but cannot reuse for it (`cached`, reserved but not allocated).
+struct LossPeak {
+  Bytes allocated, cached;
 };
 
 struct Profile {
@@ -59,6 +69,12 @@ struct Profile {
   bool supports_flash;
   bool models_fp8_and_routing;  // FP8 recipes, routing imbalance, CP ring buffers apply
   std::vector<std::string_view> assumptions;  // printed with every report
+  // The loss's transient at the start of backward (nullptr: none); enters a stage holding the
+  // head as max(this, the recomputation transient), which comes later.
+  LossPeak (*loss_peak)(const ActivationContext&);
+  // FSDP2 accounting (torchtitan): sharded fp32 parameters and moments, bf16 unsharded working
+  // copies, side-stream collective buffers; ZeRO settings do not apply.
+  bool fsdp2;
 };
 
 [[nodiscard]] const Profile& get_profile(std::string_view name);
@@ -68,6 +84,8 @@ struct Profile {
 [[nodiscard]] const Profile& paper_profile();
 // Megatron-Core's conventions (the default profile).
 [[nodiscard]] const Profile& megatron_profile();
+// torchtitan's (FSDP2, per-op selective checkpointing, torch.compile, loss variants).
+[[nodiscard]] const Profile& torchtitan_profile();
 
 // Whether an FP8 recipe runs this tensor's GEMMs in FP8 (and so keeps FP8 copies of it): the
 // linear layers of the decoder and MTP; not embedding, head, router, norms or biases.

@@ -47,6 +47,14 @@ struct StageReport {
   Count fp8_weight_params;                            // parameters whose GEMMs run in FP8
   std::int64_t in_flight_microbatches = 1;
   std::int64_t model_chunks = 1;
+  LossPeak loss;                                      // the loss's transient (stages holding the head)
+  // FSDP2 (torchtitan profile): what the shards and working copies come to on this device.
+  Count fsdp_root_params;                             // embedding, final norm, output held (after TP)
+  Count fsdp_block_params, fsdp_block_fp8_params;     // one decoder block (after TP), its FP8-GEMM part
+  std::int64_t fsdp_blocks_kept = 0;                  // blocks left unsharded after forward
+  Bytes fsdp_root_unsharded, fsdp_blocks_unsharded;   // bf16 working copies (part of bytes.weights)
+  Bytes fsdp_all_gather_cache, fsdp_reduce_scatter_cache;  // side-stream blocks (part of bytes.fragmentation)
+  bool optimizer_step_peak = false;                   // the optimizer step, not backward, is the peak
   StageBytes bytes;
 };
 

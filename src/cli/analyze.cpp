@@ -58,6 +58,7 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
         {"cp_ring_buffers", s.cp_ring_buffers.value()},
         {"activations_per_microbatch", s.activations_per_microbatch.value()},
         {"recompute_transient", s.recompute_transient.value()},
+        {"loss_transient", s.loss.allocated.value()},
         {"in_flight_microbatches", s.in_flight_microbatches},
         {"model_chunks", s.model_chunks},
         {"chunks", chunks},

@@ -66,7 +66,7 @@ void add_layout_options(CLI::App& app, LayoutOptions& o) {
 }
 
 void add_training_options(CLI::App& app, TrainingOptions& o) {
-  app.add_option("--profile", o.profile, "Accounting profile: megatron|paper")->capture_default_str();
+  app.add_option("--profile", o.profile, "Accounting profile: megatron|paper|torchtitan")->capture_default_str();
   add_int(app, "--micro-batch", o.micro_batch, "Micro-batch size b");
   add_int(app, "--seq-len", o.seq_len, "Sequence length s");
   add_optional_int(app, "--zero", o.zero, "ZeRO stage 0-3 (default 0)");
@@ -106,6 +106,13 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--cuda-context", o.cuda_context, "CUDA context and library handles per GPU, e.g. 0.52GiB (profile default)");
   app.add_option("--nccl-per-group", o.nccl_per_group,
                  "NCCL memory per further process-group dimension, e.g. 0.4GiB (profile default)");
+  app.add_flag("--compile", o.compile, "torchtitan: torch.compile of each block (and of the loss: --loss fused)");
+  app.add_option("--loss", o.loss, "torchtitan: how the loss keeps the logits: upcast|fused|chunked (default fused with --compile, else upcast)");
+  app.add_option("--reshard-after-forward", o.reshard_after_forward, "torchtitan: FSDP reshard policy: default|always|never")
+      ->capture_default_str();
+  app.add_flag("--fsdp-float8-all-gather", o.fsdp_float8_all_gather, "torchtitan: FSDP all-gathers float8 linear weights (needs --fp8)");
+  app.add_option("--dp-replicate", o.dp_replicate, "torchtitan: HSDP replicas (parameters shard over dp/dp-replicate x cp)")
+      ->capture_default_str();
   app.add_option("--gpu", o.gpu, "GPU whose memory to check against: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");
   app.add_option("--gpu-memory", o.gpu_memory, "GPU memory to check against, e.g. 80GiB");
 }
@@ -233,6 +240,11 @@ TrainingConfig to_training(const TrainingOptions& opts, const Profile& profile) 
   if (!o.cuda_context.empty()) t.cuda_context = parse_memory_size(o.cuda_context, "--cuda-context", true);
   if (!o.nccl_per_group.empty()) t.nccl_per_group = parse_memory_size(o.nccl_per_group, "--nccl-per-group", true);
   if (!o.fragmentation_pct.empty()) t.fragmentation_pct = parse_double_impl(o.fragmentation_pct, "--fragmentation-pct");
+  t.compile = o.compile;
+  if (!o.loss.empty()) t.loss = parse_loss_impl(o.loss);
+  t.reshard = parse_reshard_policy(o.reshard_after_forward);
+  t.fsdp_float8_all_gather = o.fsdp_float8_all_gather;
+  t.dp_replicate = o.dp_replicate;
   if (o.recompute.empty() || o.recompute == "none") t.recompute = Recompute::none;
   else if (o.recompute == "full") t.recompute = Recompute::full;
   else if (o.recompute == "selective") t.recompute = Recompute::selective;

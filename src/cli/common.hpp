@@ -50,6 +50,10 @@ struct TrainingOptions {
   std::string gpu, gpu_memory;
   std::string fp8, recipe, moe_imbalance, moe_capacity_factor, dispatcher = "alltoall", fragmentation_pct;
   std::string cuda_context, nccl_per_group;
+  // torchtitan profile
+  bool compile = false, fsdp_float8_all_gather = false;
+  std::string loss, reshard_after_forward = "default";
+  std::int64_t dp_replicate = 1;
 };
 
 void add_model_options(CLI::App& app, ModelOptions& o);

@@ -71,7 +71,7 @@ void SearchCommand::setup(CLI::App& root) {
   app->add_option("--gpu-memory", training.gpu_memory, "GPU memory, e.g. 80GiB");
   add_int(*app, "--seq-len", training.seq_len, "Sequence length");
   add_optional_int(*app, "--global-batch", training.global_batch, "Sequences per optimizer step (required)");
-  app->add_option("--profile", training.profile, "Accounting profile: megatron|paper")->capture_default_str();
+  app->add_option("--profile", training.profile, "Accounting profile: megatron|paper|torchtitan")->capture_default_str();
   app->add_option("--main-grads-dtype", training.main_grads_dtype, "Gradient dtype");
   app->add_option("--main-params-dtype", training.main_params_dtype, "Master-weight dtype");
   app->add_option("--exp-avg-dtype", training.exp_avg_dtype, "Adam first-moment dtype");

@@ -103,9 +103,10 @@ TEST(ScheduleInFlight, GPipeHoldsEveryMicroBatch) {
   }
 }
 
-// Megatron-Core's get_num_warmup_microbatches for the interleaved schedule (microbatch group
-// size = pp): warm-up (pp - r - 1) * 2 + (v - 1) * pp forwards, capped at m * v, and all m * v
-// when m == pp; the steady state runs one more forward before the first backward. Forward k
+// Megatron-Core's get_pp_rank_microbatches for the interleaved schedule (microbatch group
+// size = pp): warm-up (pp - r - 1) * 2 + (v - 1) * pp forwards, capped at m * v (current
+// Megatron-Core has no all-warm-up branch for m == pp); the steady state runs one more forward
+// before the first backward. Forward k
 // runs model chunk (k % (pp*v)) / pp. pp 8, v 4, m 32: rank r holds 39 - 2r chunk forwards.
 TEST(ScheduleInFlight, InterleavedFollowsMegatronsWarmup) {
   for (std::int64_t r = 0; r < 8; ++r) {
@@ -118,10 +119,9 @@ TEST(ScheduleInFlight, InterleavedFollowsMegatronsWarmup) {
     EXPECT_EQ(std::accumulate(f.per_chunk.begin(), f.per_chunk.end(), std::int64_t{0}), expected);
     EXPECT_EQ(in_flight(Schedule::interleaved, r, 8, 4, 16).total, expected);
     EXPECT_EQ(in_flight(Schedule::interleaved, r, 8, 4, std::nullopt).total, expected);
-    // m == pp: every one of the m * v forwards is a warm-up forward.
-    const InFlight all = in_flight(Schedule::interleaved, r, 8, 4, 8);
-    EXPECT_EQ(all.total, 32);
-    EXPECT_EQ(all.per_chunk, (I64s{8, 8, 8, 8}));
+    // m == pp: ranks 0-3 run all m * v = 32 forwards as warm-up, the later ones hold warm-up + 1.
+    const InFlight few = in_flight(Schedule::interleaved, r, 8, 4, 8);
+    EXPECT_EQ(few.total, std::min<std::int64_t>(expected, 32));
   }
   // Rank 0: forwards 0-38; 0-7 chunk 0, 8-15 chunk 1, 16-23 chunk 2, 24-31 chunk 3, 32-38 chunk 0.
   EXPECT_EQ(in_flight(Schedule::interleaved, 0, 8, 4, 32).per_chunk, (I64s{15, 8, 8, 8}));
@@ -133,6 +133,26 @@ TEST(ScheduleInFlight, InterleavedFollowsMegatronsWarmup) {
   EXPECT_EQ(in_flight(Schedule::interleaved, 0, 16, 2, 64).total, 47);
   EXPECT_EQ(in_flight(Schedule::interleaved, 0, 16, 2, 64).per_chunk, (I64s{31, 16}));
   EXPECT_EQ(in_flight(Schedule::interleaved, 15, 16, 2, 64).per_chunk, (I64s{16, 1}));
+}
+
+// Megatron CI's gpt3_7b_tp1_pp4_memory_speed: pp 4, one layer per virtual stage (v = 8), m = 4.
+// The last rank warms up (v - 1) * pp = 28 forwards (chunks 0-6, four micro-batches each); its
+// first steady forward runs chunk 7, whose backward comes next: chunk 7 (the loss) never holds
+// more than one micro-batch, whatever it weighs.
+TEST(ScheduleInFlight, InterleavedLastChunkHoldsOneMicroBatch) {
+  EXPECT_EQ(in_flight(Schedule::interleaved, 3, 4, 8, 4).per_chunk, (I64s{4, 4, 4, 4, 4, 4, 4, 1}));
+  const std::vector<std::uint64_t> heavy_loss = {1, 1, 1, 1, 1, 1, 1, 100};
+  EXPECT_EQ(in_flight(Schedule::interleaved, 3, 4, 8, 4, heavy_loss).per_chunk, (I64s{4, 4, 4, 4, 4, 4, 4, 1}));
+  // pp 2, v 2, m 4, rank 1: warm-up 2 (chunk 0, mb 0-1); steady: F c0 mb... the table is
+  // (0,c0) (1,c0) (0,c1) (1,c1) (2,c0) (3,c0) (2,c1) (3,c1); backward k runs chunk 1 - chunk(k).
+  // After F2 (c1): {2, 1}; B0 frees c1 -> {2, 0}; F3 (c1): {2, 1}; B1 (c1) -> {2, 0}; F4 (c0):
+  // {3, 0}; B2 (c0) -> {2, 0}; F5 (c0) {3, 0}. Counts peak at 3 either way; a heavy chunk 1
+  // picks the instant {2, 1}, a heavy chunk 0 the instant {3, 0}.
+  EXPECT_EQ(in_flight(Schedule::interleaved, 1, 2, 2, 4, std::vector<std::uint64_t>{1, 5}).per_chunk, (I64s{2, 1}));
+  EXPECT_EQ(in_flight(Schedule::interleaved, 1, 2, 2, 4, std::vector<std::uint64_t>{5, 1}).per_chunk, (I64s{3, 0}));
+  // m not a multiple of pp: the last group holds the remainder (pp 2, v 2, m 3, rank 1: table
+  // (0,c0) (1,c0) (0,c1) (1,c1) (2,c0) (2,c1)).
+  EXPECT_EQ(in_flight(Schedule::interleaved, 1, 2, 2, 3).total, 3);
 }
 
 // DeepSeek-V3 report, Table 2, and deepseek-ai/DualPipe's README ("based on the same number of
