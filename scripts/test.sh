@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies (Debian packages), then builds and runs every test twice: an optimised
 # build with warnings as errors, and a debug build under AddressSanitizer and
-# UndefinedBehaviorSanitizer. Also builds the benchmarks and runs each once, briefly.
+# UndefinedBehaviorSanitizer. Also checks the predictions against the public measurements
+# (moemem validate, issue 7's thresholds) and builds the benchmarks and runs each once, briefly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -11,6 +12,9 @@ echo "== release build (warnings are errors)"
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"
+
+echo "== moemem validate: the public measurements, high confidence, median <= 5% and max <= 15%"
+./build/release/moemem validate --max-median-error 5 --max-error 15
 
 echo "== benchmarks build and run (smoke run, not a measurement)"
 ./build/release/bench/moemem_bench --benchmark_min_time=0.01 >/dev/null

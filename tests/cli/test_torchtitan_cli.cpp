@@ -1,0 +1,158 @@
+// The torchtitan (FSDP2) profile: shards, working copies, checkpointing modes, loss variants and
+// the settings it refuses. Expected values follow from the Llama-3.1-8B shapes (hidden 4096,
+// ffn 14336, 32 heads, 8 KV heads of 128, vocabulary 128256, 32 layers, untied) and the rules in
+// docs/formulas.md, not from running moemem.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/run_cli.hpp"
+
+namespace {
+
+using moemem::test::run_cli;
+using nlohmann::json;
+
+json titan(std::vector<std::string> extra, const char* dp = "8", const char* seq = "8192") {
+  std::vector<std::string> args = {"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--dp", dp,
+                                   "--seq-len", seq, "--format", "json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto r = run_cli(args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return r.code == 0 ? json::parse(r.out) : json();
+}
+
+std::uint64_t bytes(const json& j, const char* field) { return j.at("stages")[0].at("bytes").at(field).get<std::uint64_t>(); }
+
+constexpr std::uint64_t kParams = 8'030'261'248;  // Llama-3.1-8B
+constexpr std::uint64_t kBlock = 4096ull * (4096 + 1024 + 1024) + 4096ull * 4096 + 3ull * 4096 * 14336 + 2 * 4096;
+constexpr std::uint64_t kRoot = 2ull * 128256 * 4096 + 4096;  // embedding, output, final norm
+constexpr std::uint64_t kTokens = 8192;
+
+TEST(TorchtitanCli, ShardsAndWorkingCopies) {
+  static_assert(32 * kBlock + kRoot == kParams);
+  const json j = titan({"--recompute", "selective"});
+  ASSERT_FALSE(j.is_null());
+  const std::uint64_t shard = (kParams + 7) / 8;
+  // fp32 shard + bf16 root + the last block (default policy), no gradients at the start of backward.
+  EXPECT_EQ(bytes(j, "weights"), 4 * shard + 2 * kRoot + 2 * kBlock);
+  EXPECT_EQ(bytes(j, "gradients"), 0u);
+  EXPECT_EQ(bytes(j, "optimizer"), 8 * shard);
+  // Policies: never keeps all 32 blocks, always none.
+  const json never = titan({"--recompute", "selective", "--reshard-after-forward", "never"});
+  const json always = titan({"--recompute", "selective", "--reshard-after-forward", "always"});
+  EXPECT_EQ(bytes(never, "weights") - bytes(j, "weights"), 31 * 2 * kBlock);
+  EXPECT_EQ(bytes(j, "weights") - bytes(always, "weights"), 2 * kBlock);
+  // FSDP over 64 instead of 8 shrinks the shards only.
+  const json wide = titan({"--recompute", "selective"}, "64");
+  EXPECT_EQ(bytes(wide, "optimizer"), 8 * ((kParams + 63) / 64));
+  EXPECT_EQ(bytes(wide, "activations"), bytes(j, "activations"));
+}
+
+TEST(TorchtitanCli, CheckpointingModesAndLoss) {
+  const json full = titan({"--recompute", "full"});
+  const json sac = titan({"--recompute", "selective"});
+  const json chunked = titan({"--recompute", "selective", "--loss", "chunked"});
+  ASSERT_FALSE(full.is_null());
+  // Loss (upcast, tp 1): three fp32 copies of 8192 x 128256 logits at the start of backward.
+  const std::uint64_t logits = kTokens * 128256;
+  EXPECT_EQ(full.at("stages")[0].at("loss_transient").get<std::uint64_t>(), 3 * 4 * logits);
+  // Full AC keeps 32 block inputs (8192 x 4096 bf16) and the head's two inputs, plus the loss.
+  const std::uint64_t held = 32 * 2 * kTokens * 4096 + 2 * 2 * kTokens * 4096 + 8 * kTokens;
+  EXPECT_EQ(bytes(full, "activations"), held + 3 * 4 * logits);
+  // Per-op SAC keeps, per block, input, wq, wv, SDPA output (4096, 4096, 1024, 4096 bf16 per
+  // token), log-sum-exp (32 fp32), w1 (14336) and w2 (4096) outputs.
+  const std::uint64_t sac_block = kTokens * (2 * (4096 + 4096 + 1024 + 4096 + 14336 + 4096) + 4 * 32);
+  EXPECT_EQ(bytes(sac, "activations"), 32 * sac_block + held - 32 * 2 * kTokens * 4096 + 3 * 4 * logits);
+  // --compile drops w2's output (no backward reads it) and fuses the loss (bf16 logits + gradient).
+  const json compiled = titan({"--recompute", "selective", "--compile"});
+  EXPECT_EQ(bytes(sac, "activations") - bytes(compiled, "activations"), 32 * 2 * kTokens * 4096 + 12 * logits - 4 * logits);
+  // Chunked: fp32 log-probabilities plus two of eight chunks.
+  EXPECT_EQ(chunked.at("stages")[0].at("loss_transient").get<std::uint64_t>(), 4 * logits + (2 * 4 * logits + 7) / 8);
+  EXPECT_LT(bytes(chunked, "reserved"), bytes(sac, "reserved"));
+}
+
+TEST(TorchtitanCli, OptimizerStepPeakWhenActivationsAreSmall) {
+  // One GPU-sized shard and a short sequence: the step (shard, gradient, moments, one temporary:
+  // 20 bytes per parameter) outweighs the start of backward.
+  const json j = titan({}, "1", "128");
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(bytes(j, "gradients"), 4 * kParams);
+  EXPECT_EQ(bytes(j, "optimizer"), 12 * kParams);
+  EXPECT_EQ(bytes(j, "activations"), 0u);
+}
+
+TEST(TorchtitanCli, ExplainAddsUp) {
+  struct Case {
+    const char* dp;
+    const char* seq;
+    std::vector<std::string> extra;
+  };
+  for (const auto& c : std::vector<Case>{{"8", "8192", {"--recompute", "selective"}},
+                                         {"4", "8192", {"--recompute", "full", "--tp", "2"}},
+                                         {"4", "8192", {"--compile", "--cp", "2"}},
+                                         {"1", "128", {}},
+                                         {"8", "8192", {"--fp8", "tensorwise", "--fsdp-float8-all-gather", "--recompute", "selective"}}}) {
+    std::vector<std::string> args = {"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--dp", c.dp,
+                                     "--seq-len", c.seq, "--format", "json"};
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    const auto a = run_cli(args);
+    ASSERT_EQ(a.code, 0) << a.err;
+    args.push_back("--explain");
+    args.push_back("0");
+    const auto e = run_cli(args);
+    ASSERT_EQ(e.code, 0) << e.err;
+    const json ej = json::parse(e.out), aj = json::parse(a.out);
+    std::uint64_t sum = 0;
+    for (const auto& item : ej.at("items")) sum += item.at("bytes").get<std::uint64_t>();
+    EXPECT_EQ(sum, aj.at("stages")[0].at("bytes").at("total").get<std::uint64_t>()) << c.dp << " " << c.seq;
+  }
+}
+
+TEST(TorchtitanCli, RefusesWhatItDoesNotModel) {
+  const std::vector<std::string> base = {"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--dp", "8"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  const auto zero = with({"--zero", "1"});
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_NE(zero.err.find("--zero"), std::string::npos);
+  EXPECT_EQ(with({"--fsdp-float8-all-gather"}).code, 2);
+  EXPECT_EQ(with({"--dp-replicate", "3"}).code, 2);
+  const auto loss = with({"--loss", "sparse"});
+  EXPECT_EQ(loss.code, 2);
+  EXPECT_NE(loss.err.find("upcast, fused or chunked"), std::string::npos);
+  EXPECT_EQ(with({"--reshard-after-forward", "sometimes"}).code, 2);
+  // MoE models: not modelled for torchtitan yet, said so.
+  const auto moe = run_cli({"analyze", "--model", "mixtral-8x7b", "--profile", "torchtitan", "--dp", "8"});
+  EXPECT_EQ(moe.code, 2);
+  EXPECT_NE(moe.err.find("torchtitan"), std::string::npos);
+  // torchtitan-only settings with another profile.
+  EXPECT_EQ(run_cli({"analyze", "--model", "llama-3.1-8b", "--compile"}).code, 2);
+  // HSDP: 2 replicas of 4 shards hold twice the shard of 8.
+  const auto hsdp = with({"--dp-replicate", "2", "--format", "json"});
+  ASSERT_EQ(hsdp.code, 0) << hsdp.err;
+  EXPECT_EQ(json::parse(hsdp.out).at("stages")[0].at("bytes").at("optimizer").get<std::uint64_t>(), 8 * ((kParams + 3) / 4));
+}
+
+TEST(TorchtitanValidate, EveryHighConfidenceRecordIsPredictedAndTheThresholdsHold) {
+  const auto r = run_cli({"validate", "--format", "json"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out);
+  int predicted = 0, unpredicted = 0;
+  for (const auto& rec : j.at("records")) {
+    if (rec.at("error_pct").is_null()) {
+      ++unpredicted;
+      EXPECT_FALSE(rec.at("reason").get<std::string>().empty());
+    } else {
+      ++predicted;
+      EXPECT_LE(std::abs(rec.at("error_pct").get<double>()), 15.0) << rec.at("id");
+    }
+  }
+  EXPECT_EQ(predicted, 33);
+  EXPECT_EQ(unpredicted, 1);  // FlagPerf's OOM row has no measured value
+}
+
+}  // namespace
