@@ -33,9 +33,9 @@ std::vector<ExplainItem> explain_stage(const ModelSpec& m, const Inventory& inv,
   // FSDP2 (torchtitan): shards, working copies and the side-stream caches.
   if (profile.fsdp2) {
     const std::int64_t group = p.dp / t.dp_replicate * p.cp;
-    const Count params = st.params.non_expert + st.params.expert;
-    const Count shard(ceil_div(params.value(), static_cast<std::uint64_t>(group)));
-    const std::string shard_text = fmt::format("ceil({} / (dp/dp_replicate*cp {}))", params.value(), group);
+    const Count shard = st.fsdp_shard_params;
+    const std::string shard_text =
+        fmt::format("ceil({} / (dp/dp_replicate*cp {}))", (st.params.non_expert + st.params.expert).value(), group);
     out.push_back({"weights", "fsdp", "fp32 parameter shard", shard_text + " x fp32", bytes_of(shard, DType::fp32)});
     if (st.optimizer_step_peak) {
       out.push_back({"gradients", "fsdp", "fp32 gradient shard", shard_text + " x fp32 (optimizer step)", bytes_of(shard, DType::fp32)});
@@ -153,7 +153,7 @@ std::vector<ExplainItem> explain_stage(const ModelSpec& m, const Inventory& inv,
   } else if (st.loss.allocated > st.recompute_transient) {
     out.push_back({"activations", "output_head", "loss backward transient",
                    profile.fsdp2 ? fmt::format("loss {} at the start of backward (more than the recomputation transient)",
-                                               name_of(t.loss.value_or(t.compile ? LossImpl::fused : LossImpl::upcast)))
+                                               name_of(effective_loss(t)))
                                  : "bf16 copy of the logits' fp32 gradient (more than the recomputation transient)",
                    st.loss.allocated});
   } else if (st.recompute_transient.value() > 0) {

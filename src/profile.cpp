@@ -508,7 +508,7 @@ LossPeak titan_loss_peak(const ActivationContext& c) {
   const auto d = titan_dims(c);
   const Count logits = elems({d.tokens, c.padded_vocab}, d.tp);
   const Bytes fp32 = bytes_of(logits, DType::fp32), bf16 = bytes_of(logits, c.training.activation_dtype);
-  switch (c.training.loss.value_or(c.training.compile ? LossImpl::fused : LossImpl::upcast)) {
+  switch (effective_loss(c.training)) {
     case LossImpl::upcast:
       return {Bytes(checked_mul(fp32.value(), d.tp > 1 ? 4 : 3, "loss")), bf16};
     case LossImpl::fused: return {bf16 + bf16, Bytes{}};

@@ -193,7 +193,8 @@ static void fsdp2_state(StageReport& st, const Layout& layout, const TrainingCon
   const auto& p = layout.config;
   const std::uint64_t shard_group = static_cast<std::uint64_t>(p.dp / t.dp_replicate * p.cp);
   const Count params = st.params.non_expert + st.params.expert;
-  const Count shard(ceil_div(params.value(), shard_group));
+  st.fsdp_shard_params = Count(ceil_div(params.value(), shard_group));
+  const Count shard = st.fsdp_shard_params;
   const auto bytes = [](Count c, std::uint64_t per) { return Bytes(checked_mul(c.value(), per, "fsdp bytes")); };
   st.fsdp_blocks_kept = t.reshard == ReshardPolicy::always  ? 0
                         : t.reshard == ReshardPolicy::never ? st.layers.num_layers
@@ -222,12 +223,6 @@ static void fsdp2_state(StageReport& st, const Layout& layout, const TrainingCon
     st.fsdp_all_gather_cache = std::max(st.fsdp_root_unsharded, two_blocks);
     const Count reduced = st.fsdp_root_params + Count(checked_mul(st.fsdp_block_params.value(), 2, "fsdp"));
     st.fsdp_reduce_scatter_cache = bytes(reduced, 4) + bytes(Count(ceil_div(reduced.value(), shard_group)), 4);
-  }
-  st.bytes.buffers = Bytes{};
-  st.bytes.fragmentation = st.fsdp_all_gather_cache + st.fsdp_reduce_scatter_cache + st.loss.cached;
-  if (t.fragmentation_pct) {
-    st.bytes.fragmentation += Bytes(static_cast<std::uint64_t>(std::llround(static_cast<double>(st.bytes.allocated().value()) *
-                                                                            *t.fragmentation_pct / 100.0)));
   }
 }
 
@@ -515,22 +510,21 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
     }
     if (profile.fsdp2) {
       fsdp2_state(st, layout, t);
-      st.bytes.runtime = runtime;
-      continue;
+    } else {
+      const StateBytes sb = state_bytes(st.params, dense_group, layout.edp, t.zero, t.precision);
+      st.bytes.weights = sb.weights;
+      if (t.fp8 != Fp8Recipe::none && !t.fp8_online_weights) {
+        // Row- and column-wise FP8 copies of every FP8-GEMM weight, and their scales.
+        const Count copies(checked_mul(st.fp8_weight_params.value(), 2, "fp8 weights"));
+        const Count scales = t.fp8 == Fp8Recipe::blockwise ? Count(ceil_div(copies.value(), 128 * 128))
+                             : t.fp8 == Fp8Recipe::mxfp8   ? fp8_scale_elements(copies, t.fp8)
+                                                           : Count(2);
+        st.fp8_weight_copies = bytes_of(copies, DType::fp8) + bytes_of(scales, fp8_scale_dtype(t.fp8));
+        st.bytes.weights += st.fp8_weight_copies;
+      }
+      st.bytes.gradients = sb.gradients;
+      st.bytes.optimizer = sb.optimizer;
     }
-    const StateBytes sb = state_bytes(st.params, dense_group, layout.edp, t.zero, t.precision);
-    st.bytes.weights = sb.weights;
-    if (t.fp8 != Fp8Recipe::none && !t.fp8_online_weights) {
-      // Row- and column-wise FP8 copies of every FP8-GEMM weight, and their scales.
-      const Count copies(checked_mul(st.fp8_weight_params.value(), 2, "fp8 weights"));
-      const Count scales = t.fp8 == Fp8Recipe::blockwise ? Count(ceil_div(copies.value(), 128 * 128))
-                           : t.fp8 == Fp8Recipe::mxfp8   ? fp8_scale_elements(copies, t.fp8)
-                                                         : Count(2);
-      st.fp8_weight_copies = bytes_of(copies, DType::fp8) + bytes_of(scales, fp8_scale_dtype(t.fp8));
-      st.bytes.weights += st.fp8_weight_copies;
-    }
-    st.bytes.gradients = sb.gradients;
-    st.bytes.optimizer = sb.optimizer;
     std::uint64_t milli_pct = 0;  // thousandths of a percent, so integral percentages stay exact
     switch (t.overhead) {
       case OverheadPoint::none: break;
@@ -545,8 +539,11 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
     }
     if (t.fragmentation_pct) milli_pct = static_cast<std::uint64_t>(std::llround(*t.fragmentation_pct * 1000.0));
     if (t.deepep) st.bytes.buffers += profile.overhead.deepep_buffer;
+    // The profile's percentage, plus what is known to sit in the allocator's cache (FSDP's
+    // side-stream buffers, a loss block too small to reuse; zero elsewhere).
     st.bytes.fragmentation =
-        Bytes(ceil_div(checked_mul(st.bytes.allocated().value(), milli_pct, "fragmentation"), 100000));
+        Bytes(ceil_div(checked_mul(st.bytes.allocated().value(), milli_pct, "fragmentation"), 100000)) +
+        st.fsdp_all_gather_cache + st.fsdp_reduce_scatter_cache + st.loss.cached;
     st.bytes.runtime = runtime;
   }
 

@@ -104,6 +104,11 @@ struct TrainingConfig {
   std::int64_t dp_replicate = 1;        // HSDP: replicas; parameters shard over dp / dp_replicate x cp
 };
 
+// The loss implementation in effect: --loss, else fused with --compile and upcast without.
+[[nodiscard]] inline LossImpl effective_loss(const TrainingConfig& t) {
+  return t.loss.value_or(t.compile ? LossImpl::fused : LossImpl::upcast);
+}
+
 // Micro-batches per step and pipeline: global_batch / (micro_batch * dp), or nullopt.
 [[nodiscard]] std::optional<std::int64_t> microbatches_per_step(const TrainingConfig& t, const Layout& layout);
 

@@ -49,6 +49,7 @@ struct StageReport {
   std::int64_t model_chunks = 1;
   LossPeak loss;                                      // the loss's transient (stages holding the head)
   // FSDP2 (torchtitan profile): what the shards and working copies come to on this device.
+  Count fsdp_shard_params;                            // ceil(params / (dp/dp_replicate x cp))
   Count fsdp_root_params;                             // embedding, final norm, output held (after TP)
   Count fsdp_block_params, fsdp_block_fp8_params;     // one decoder block (after TP), its FP8-GEMM part
   std::int64_t fsdp_blocks_kept = 0;                  // blocks left unsharded after forward
