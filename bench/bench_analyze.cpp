@@ -3,7 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "moemem/config.hpp"
-#include "moemem/report.hpp"
+#include "moemem/analyze.hpp"
 
 namespace {
 

@@ -53,7 +53,7 @@ void BM_EvaluateOneLayoutDeepSeekV3(benchmark::State& state) {
   MemoryReport r;
   const EvalCachePtr cache = make_eval_cache();
   for (auto _ : state) {
-    analyze_into(f.cm, l, t, r, cache.get(), false);
+    analyze_into(f.cm, l, t, r, cache.get(), Detail::totals);
     benchmark::DoNotOptimize(r);
   }
   state.SetItemsProcessed(state.iterations());

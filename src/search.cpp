@@ -325,7 +325,7 @@ SearchResult search(const CompiledModel& cm, const SearchSpace& space, int threa
       const auto& c = candidates[i];
       const auto& lc = layouts[c.layout];
       try {
-        analyze_into(cm, lc.layout, c.training, r, cache.get(), false);
+        analyze_into(cm, lc.layout, c.training, r, cache.get(), Detail::totals);
         SearchEntry& e = entries[i];
         e.index = static_cast<std::int64_t>(i);
         e.parallel = lc.layout.config;

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moemem/errors.hpp"
-#include "moemem/report.hpp"
+#include "moemem/analyze.hpp"
 
 namespace moemem {
 

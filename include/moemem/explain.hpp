@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "moemem/report.hpp"
+#include "moemem/analyze.hpp"
 
 namespace moemem {
 

@@ -4,6 +4,7 @@
 // (the worst rank of a group holds the ceiling).
 #pragma once
 
+#include <compare>
 #include <cstdint>
 
 #include "moemem/dtype.hpp"
@@ -17,6 +18,7 @@ struct PrecisionRecipe {
   DType master = DType::fp32;      // master copy of the weights kept by the optimizer
   DType exp_avg = DType::bf16;     // Adam first moment
   DType exp_avg_sq = DType::bf16;  // Adam second moment
+  auto operator<=>(const PrecisionRecipe&) const = default;
 };
 
 struct ParamSplit {

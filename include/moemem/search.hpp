@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "moemem/report.hpp"
+#include "moemem/analyze.hpp"
 
 namespace moemem {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "moemem/explain.hpp"
-#include "moemem/report.hpp"
+#include "moemem/analyze.hpp"
 
 namespace moemem::cli {
 

@@ -5,7 +5,7 @@
 
 #include "cli/commands.hpp"
 #include "moemem/errors.hpp"
-#include "moemem/report.hpp"
+#include "moemem/analyze.hpp"
 #include "moemem/sharding.hpp"
 
 namespace moemem::cli {

@@ -25,7 +25,7 @@
 #include "moemem/inventory.hpp"
 #include "moemem/parallel.hpp"
 #include "moemem/profile.hpp"
-#include "moemem/report.hpp"
+#include "moemem/analyze.hpp"
 
 namespace {
 

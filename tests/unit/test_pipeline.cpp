@@ -26,7 +26,7 @@
 #include "moemem/parallel.hpp"
 #include "moemem/pipeline.hpp"
 #include "moemem/profile.hpp"
-#include "moemem/report.hpp"
+#include "moemem/analyze.hpp"
 
 namespace {
 

@@ -1,0 +1,71 @@
+// Evaluation: the inventory compiled once per model and profile, then every stage of a layout
+// costed under one training configuration into a MemoryReport (report.hpp) whose totals are sums
+// over each stage's ledger (ledger.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "moemem/report.hpp"
+
+namespace moemem {
+
+// The inventory folded once per model and profile: the tensors of one decoder layer of each kind
+// (every layer of a kind has the same tensors), of the embedding, the head and one MTP depth.
+// analyze() then costs O(tensor kinds + stages) per layout instead of O(tensors).
+struct CompiledModel {
+  const ModelSpec* model = nullptr;
+  const Profile* profile = nullptr;
+  Count total_params;  // every accounted tensor, unsharded
+  std::vector<Tensor> dense_layer, moe_layer, embedding, head, mtp_depth;
+  std::vector<std::int64_t> moe_before;  // MoE layers among decoder layers [0, i), for i in [0, L]
+  [[nodiscard]] std::int64_t moe_layers_in(std::int64_t first, std::int64_t count) const {
+    return moe_before[static_cast<std::size_t>(first + count)] - moe_before[static_cast<std::size_t>(first)];
+  }
+};
+// Throws std::logic_error if the inventory's layers of one kind differ (a bug, never user input).
+[[nodiscard]] CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile);
+
+// How a chunk's layers (its decoder layers, then its MTP depths) keep their activations under the
+// recomputation settings, counted per layer kind (indexed by LayerKind): `whole` keep every term,
+// `mode` keep what the mode keeps (none or selective), `input` keep only their input (a
+// checkpointed layer, or the first layer of a checkpointed group); the others keep nothing.
+struct ChunkLayerCounts {
+  std::array<std::int64_t, 2> whole{}, mode{}, input{};
+};
+[[nodiscard]] ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& chunk, const TrainingConfig& t);
+
+// Activation terms of one decoder layer of `kind` for one micro-batch on one device.
+[[nodiscard]] std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const ModelSpec& m,
+                                                                 const Layout& layout, const TrainingConfig& t,
+                                                                 LayerKind kind);
+
+// What an evaluation records besides the totals: `totals` only (search), also the parameters
+// by module, or also every ledger item (explain, paper).
+enum class Detail : std::uint8_t { totals, modules, items };
+
+// Evaluates every stage. `inv` must be build_inventory(m). Throws InputError on inconsistent
+// training settings; the layout must come from resolve_layout(m, ...).
+[[nodiscard]] MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& profile,
+                                   const Layout& layout, const TrainingConfig& t, Detail detail = Detail::modules);
+// The same from a compiled model (the model and profile it was compiled from must outlive it).
+[[nodiscard]] MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t,
+                                   Detail detail = Detail::modules);
+// Memoized pieces of evaluations of one compiled model: each tensor group's per-device share
+// for a (tp, ep, etp, vocabulary), and each layer kind's and chunk kind's activation bytes for a
+// batch, parallel and recompute setting. They are pure functions of their keys, so a search that
+// evaluates many layouts reuses them; the numbers are the same as without the cache.
+class EvalCache;
+struct EvalCacheDeleter {
+  void operator()(EvalCache* c) const;
+};
+using EvalCachePtr = std::unique_ptr<EvalCache, EvalCacheDeleter>;
+[[nodiscard]] EvalCachePtr make_eval_cache();
+
+// The same into `r`, reusing its storage (a search evaluates many layouts into one report), and
+// the cache's memoized pieces when one is given (one cache per thread).
+void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
+                  EvalCache* cache = nullptr, Detail detail = Detail::modules);
+
+}  // namespace moemem

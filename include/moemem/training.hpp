@@ -1,0 +1,167 @@
+// The training settings: batch, recomputation, optimizer states and their dtypes, numerics
+// (activation dtypes, FP8, attention kernel), MoE routing, overheads and FSDP2's settings, each
+// a small part of TrainingConfig, with the checks that tie them to a layout.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "moemem/dtype.hpp"
+#include "moemem/optimizer.hpp"
+#include "moemem/parallel.hpp"
+#include "moemem/units.hpp"
+
+namespace moemem {
+
+enum class Recompute : std::uint8_t { none, selective, full };
+
+// Megatron-Core's recompute_modules. Output-discarding (the output is freed and recomputed in
+// backward): layernorm, mla_up_proj, moe_act. Checkpointed blocks (only the input is kept):
+// core_attn, mlp, moe, shared_experts.
+enum RecomputeModule : std::uint16_t {
+  kRecomputeCoreAttn = 1 << 0,
+  kRecomputeMlaUpProj = 1 << 1,
+  kRecomputeLayernorm = 1 << 2,
+  kRecomputeMoeAct = 1 << 3,
+  kRecomputeMlp = 1 << 4,
+  kRecomputeMoe = 1 << 5,
+  kRecomputeSharedExperts = 1 << 6,
+};
+// Parses "core_attn,mla_up_proj,..." into a RecomputeModule mask; throws InputError naming `field`.
+[[nodiscard]] std::uint16_t parse_recompute_modules(std::string_view text, std::string_view field);
+[[nodiscard]] std::string recompute_modules_text(std::uint16_t mask);
+
+// Full recomputation: uniform checkpoints groups of N layers (keeping one input per group),
+// block checkpoints the first N layers of each chunk and keeps the others whole.
+enum class RecomputeMethod : std::uint8_t { uniform, block };
+
+// Attention kernel: eager keeps the score and softmax matrices, flash only output and log-sum-exp.
+enum class AttentionKernel : std::uint8_t { eager, flash };
+
+// FP8 training recipes (Transformer Engine's names): per-tensor scaling (current or delayed),
+// DeepSeek-V3's blockwise scaling (1x128 activation tiles, 128x128 weight blocks, fp32 scales),
+// and MXFP8 (1x32 blocks, one e8m0 byte each).
+enum class Fp8Recipe : std::uint8_t { none, tensorwise, delayed, blockwise, mxfp8 };
+[[nodiscard]] std::string_view name_of(Fp8Recipe f);
+[[nodiscard]] Fp8Recipe parse_fp8_recipe(std::string_view text);
+// Scale-tensor elements for `n` FP8 values, and their dtype.
+[[nodiscard]] Count fp8_scale_elements(Count n, Fp8Recipe f);
+[[nodiscard]] DType fp8_scale_dtype(Fp8Recipe f);
+
+// How the loss keeps the logits (torchtitan): `upcast` is cross_entropy(logits.float()) in eager
+// mode (fp32 copies of the logits), `fused` the same under torch.compile (bf16 logits and bf16
+// gradient, the fp32 math fused away), `chunked` the logits upcast and reduced chunk by chunk.
+enum class LossImpl : std::uint8_t { upcast, fused, chunked };
+[[nodiscard]] std::string_view name_of(LossImpl l);
+[[nodiscard]] LossImpl parse_loss_impl(std::string_view text);
+
+// FSDP2's reshard_after_forward policy as torchtitan sets it: `standard` (its "default": every
+// block resharded after forward but the last, none with pipeline parallelism), always, never.
+enum class ReshardPolicy : std::uint8_t { standard, always, never };
+[[nodiscard]] std::string_view name_of(ReshardPolicy r);
+[[nodiscard]] ReshardPolicy parse_reshard_policy(std::string_view text);
+
+// Which point of a profile's buffer/fragmentation range enters the totals.
+enum class OverheadPoint : std::uint8_t { none, low, high };
+
+// Largest accepted micro-batch and sequence length.
+inline constexpr std::int64_t kMaxMicroBatch = std::int64_t{1} << 20;
+inline constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 24;
+
+// The training settings, in parts. Each part compares with <=> so that memo keys are built from
+// whole parts (a field added to a part is part of every key that uses it).
+
+// What one step processes.
+struct Batch {
+  std::int64_t micro_batch = 1;
+  std::int64_t seq_len = 4096;
+  std::optional<std::int64_t> global_batch;  // sequences per step; nullopt: enough to fill the pipeline
+  auto operator<=>(const Batch&) const = default;
+};
+
+// Activation recomputation.
+struct RecomputePolicy {
+  Recompute recompute = Recompute::none;
+  std::uint16_t recompute_modules = kRecomputeCoreAttn;  // selective: Megatron's default
+  RecomputeMethod recompute_method = RecomputeMethod::uniform;
+  std::int64_t recompute_num_layers = 1;
+  auto operator<=>(const RecomputePolicy&) const = default;
+};
+
+// Weights, gradients and optimizer states: their dtypes and the ZeRO stage that shards them.
+struct StateSettings {
+  int zero = 0;  // ZeRO stage 0..3
+  PrecisionRecipe precision;
+  auto operator<=>(const StateSettings&) const = default;
+};
+
+// How activations are computed and kept: dtypes, FP8, attention kernel, vocabulary padding.
+struct Numerics {
+  DType activation_dtype = DType::bf16;
+  std::optional<AttentionKernel> attention;  // nullopt: the profile's default
+  DType logits_dtype = DType::fp32;          // dtype in which the loss keeps the logits
+  std::optional<std::int64_t> vocab_multiple;  // pad the vocabulary to a multiple of this x tp
+  Fp8Recipe fp8 = Fp8Recipe::none;
+  bool fp8_swiglu_input = false;  // DeepSeek-V3: the SwiGLU input of the experts cached in FP8 too
+  bool fp8_online_weights = false;  // DeepSeek-V3: weights quantized online per GEMM, no resident FP8 copies
+  auto operator<=>(const Numerics&) const = default;
+};
+
+// Routed-expert token routing and dispatch.
+struct MoeRouting {
+  double moe_imbalance = 1.0;     // the hottest expert rank receives this many times the average tokens
+  std::optional<double> moe_capacity_factor;  // tokens beyond capacity x average are dropped
+  bool deepep = false;            // DeepEP dispatcher (its communication buffer is resident)
+  auto operator<=>(const MoeRouting&) const = default;
+};
+
+// Memory beyond tensors: buffers, the allocator's cache, the runtime outside the allocator.
+struct Overheads {
+  OverheadPoint overhead = OverheadPoint::low;
+  std::optional<double> fragmentation_pct;    // reserved - allocated, % of allocated (profile default)
+  std::optional<Bytes> cuda_context;           // overrides the profile's CUDA context size
+  std::optional<Bytes> nccl_per_group;         // overrides the profile's per-process-group NCCL size
+  auto operator<=>(const Overheads&) const = default;
+};
+
+// torchtitan (FSDP2) settings.
+struct FsdpSettings {
+  bool compile = false;                 // torch.compile of each block (and of the loss where torchtitan does)
+  std::optional<LossImpl> loss;         // nullopt: fused with --compile, upcast without
+  ReshardPolicy reshard = ReshardPolicy::standard;
+  bool fsdp_float8_all_gather = false;  // FSDP all-gathers FP8 linear weights (1 byte per parameter)
+  std::int64_t dp_replicate = 1;        // HSDP: replicas; parameters shard over dp / dp_replicate x cp
+  auto operator<=>(const FsdpSettings&) const = default;
+};
+
+// Every training setting: the parts above (their fields are reached directly, t.micro_batch).
+struct TrainingConfig : Batch, RecomputePolicy, StateSettings, Numerics, MoeRouting, Overheads, FsdpSettings {
+  [[nodiscard]] const Batch& batch() const { return *this; }
+  [[nodiscard]] const RecomputePolicy& recomputation() const { return *this; }
+  [[nodiscard]] const StateSettings& states() const { return *this; }
+  [[nodiscard]] const Numerics& numerics() const { return *this; }
+  [[nodiscard]] const MoeRouting& routing() const { return *this; }
+  [[nodiscard]] const Overheads& overheads() const { return *this; }
+  [[nodiscard]] const FsdpSettings& fsdp() const { return *this; }
+};
+
+// The loss implementation in effect: --loss, else fused with --compile and upcast without.
+[[nodiscard]] inline LossImpl effective_loss(const TrainingConfig& t) {
+  return t.loss.value_or(t.compile ? LossImpl::fused : LossImpl::upcast);
+}
+
+// Micro-batches per step and pipeline: global_batch / (micro_batch * dp), or nullopt.
+[[nodiscard]] std::optional<std::int64_t> microbatches_per_step(const TrainingConfig& t, const Layout& layout);
+
+// Checks batch, sequence and ZeRO settings against the layout (e.g. the sequence must split
+// evenly over cp, and over tp when sequence parallelism is on). Throws InputError.
+void validate_training(const TrainingConfig& t, const Layout& layout);
+
+[[nodiscard]] std::string_view name_of(Recompute r);
+[[nodiscard]] std::string_view name_of(AttentionKernel a);
+[[nodiscard]] std::string_view name_of(OverheadPoint p);
+
+}  // namespace moemem

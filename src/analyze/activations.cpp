@@ -1,0 +1,237 @@
+// Activations: the terms one micro-batch keeps in each layer kind (a profile's rules), how a
+// chunk's layers keep them under recomputation, what is recomputed at once in backward, and a
+// stage's micro-batches in flight under its schedule.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "analyze/internal.hpp"
+#include "moemem/errors.hpp"
+
+namespace moemem {
+
+using detail::idx;
+
+ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& ch, const TrainingConfig& t) {
+  ChunkLayerCounts c;
+  const LayerKind mtp_kind = m.is_moe() ? LayerKind::moe : LayerKind::dense;
+  const std::int64_t n = ch.num_layers + ch.mtp_depths;
+  const auto kind_at = [&](std::int64_t l) {
+    return static_cast<std::size_t>(l < ch.num_layers ? m.layer_kinds[idx(ch.first_layer + l)] : mtp_kind);
+  };
+  for (std::int64_t l = 0; l < n; ++l) {
+    if (t.recompute != Recompute::full) ++c.mode[kind_at(l)];
+    else if (t.recompute_method == RecomputeMethod::uniform) {
+      if (l % t.recompute_num_layers == 0) ++c.input[kind_at(l)];  // one input per group of N
+    } else {
+      ++(l < t.recompute_num_layers ? c.input : c.whole)[kind_at(l)];  // block: the first N checkpointed
+    }
+  }
+  return c;
+}
+
+std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const ModelSpec& m, const Layout& layout,
+                                                   const TrainingConfig& t, LayerKind kind) {
+  std::vector<ActivationTerm> terms;
+  const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
+  profile.layer_activations(ActivationContext{m, layout, t, t.attention.value_or(profile.default_attention), vocab},
+                            kind, terms);
+  return terms;
+}
+
+namespace detail {
+
+namespace {
+
+std::array<KindBytes, 2> kind_bytes(const EvalContext& c) {
+  std::array<KindBytes, 2> kinds{};
+  for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
+    if (kind == LayerKind::moe && !c.model.is_moe()) continue;
+    thread_local std::vector<ActivationTerm> terms;
+    terms.clear();
+    c.profile.layer_activations(c.activation_context(), kind, terms);
+    auto& k = kinds[static_cast<std::size_t>(kind)];
+    k.all = kept_bytes(terms, Recompute::none);
+    k.kept = kept_bytes(terms, c.t.recompute, c.t.recompute_modules);
+    k.input = kept_bytes(terms, Recompute::full);
+  }
+  return kinds;
+}
+
+// What is recomputed at once during backward: an output-discarding module's output one layer at
+// a time; a whole group of N layers (uniform); one checkpointed layer at a time (block).
+Bytes chunk_transient(const EvalContext& c, const Chunk& ch, const ChunkLayerCounts& counts,
+                      const std::array<KindBytes, 2>& kinds) {
+  const auto& t = c.t;
+  const LayerKind mtp_kind = c.model.is_moe() ? LayerKind::moe : LayerKind::dense;
+  const auto all_at = [&](std::int64_t l) {
+    const LayerKind k = l < ch.num_layers ? c.model.layer_kinds[idx(ch.first_layer + l)] : mtp_kind;
+    return kinds[static_cast<std::size_t>(k)].all;
+  };
+  const std::int64_t n = ch.num_layers + ch.mtp_depths;
+  Bytes transient;
+  if (t.recompute != Recompute::full) {
+    for (const std::size_t k : {std::size_t{0}, std::size_t{1}}) {
+      if (counts.mode[k] > 0) transient = std::max(transient, Bytes(kinds[k].all.value() - kinds[k].kept.value()));
+    }
+  } else if (t.recompute_method == RecomputeMethod::uniform) {
+    for (std::int64_t g = 0; g < n; g += t.recompute_num_layers) {
+      Bytes group;
+      for (std::int64_t l = g; l < std::min(n, g + t.recompute_num_layers); ++l) group += all_at(l);
+      transient = std::max(transient, group);
+    }
+  } else {
+    for (std::int64_t l = 0; l < std::min(n, t.recompute_num_layers); ++l) transient = std::max(transient, all_at(l));
+  }
+  return transient;
+}
+
+Bytes chunk_extras(const EvalContext& c, const Chunk& ch, Acts& acts) {
+  const ChunkKey key{ch.embedding, ch.loss, ch.mtp_depths};
+  auto found = acts.extras.find(key);
+  if (found == acts.extras.end()) {
+    thread_local std::vector<ActivationTerm> extra;
+    extra.clear();
+    c.profile.chunk_activations(c.activation_context(), ch, extra);
+    found = acts.extras.emplace(key, kept_bytes(extra, Recompute::none)).first;
+  }
+  return found->second;
+}
+
+}  // namespace
+
+void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations& out) {
+  const auto& p = c.layout.config;
+  const ActKey key{p.tp, p.cp, p.ep, p.etp, p.sp, c.vocab, c.attention, c.t.batch(), c.t.recomputation(),
+                   c.t.numerics(), c.t.routing(), c.t.fsdp()};
+  Acts local;
+  Acts* acts = nullptr;
+  if (cache != nullptr) {
+    const auto it = cache->acts.find(key);
+    if (it != cache->acts.end()) acts = &it->second;
+  }
+  out.bytes.assign(c.layout.chunks.size(), Bytes{});
+  out.transient.assign(c.layout.chunks.size(), Bytes{});
+  try {
+    if (acts == nullptr) {
+      local.kinds = kind_bytes(c);
+      acts = cache != nullptr ? &cache->acts.emplace(key, std::move(local)).first->second : &local;
+    }
+    for (std::size_t i = 0; i < c.layout.chunks.size(); ++i) {
+      const auto& ch = c.layout.chunks[i];
+      const ChunkLayerCounts counts = chunk_layer_counts(c.model, ch, c.t);
+      Bytes b;
+      for (const std::size_t k : {std::size_t{0}, std::size_t{1}}) {
+        const auto& kb = acts->kinds[k];
+        b += times(kb.all, counts.whole[k], "activations") + times(kb.kept, counts.mode[k], "activations") +
+             times(kb.input, counts.input[k], "activations");
+      }
+      out.bytes[i] = b + chunk_extras(c, ch, *acts);
+      out.transient[i] = chunk_transient(c, ch, counts, acts->kinds);
+    }
+  } catch (const OverflowError&) {
+    throw InputError("--micro-batch/--seq-len", fmt::format("{} x {}", c.t.micro_batch, c.t.seq_len),
+                     "a batch and sequence whose activation sizes fit in 64 bits");
+  }
+}
+
+void stage_activations(const EvalContext& c, const ChunkActivations& chunks, Bytes cp_kv_block, StageReport& st) {
+  const auto& p = c.layout.config;
+  for (const auto ci : st.chunks) {
+    st.chunk_activations.push_back(chunks.bytes[idx(ci)]);
+    st.activations_per_microbatch += chunks.bytes[idx(ci)];
+  }
+  if (c.profile.single_microbatch) {
+    st.chunk_in_flight.assign(st.chunks.size(), 1);
+    st.in_flight_microbatches = 1;
+  } else {
+    thread_local InFlight f;
+    thread_local std::vector<std::uint64_t> weights;
+    weights.clear();
+    for (const auto& b : st.chunk_activations) weights.push_back(b.value());
+    in_flight_into(p.schedule, st.stage, p.pp, st.model_chunks, c.microbatches, f, weights);
+    st.chunk_in_flight.assign(f.per_chunk.begin(), f.per_chunk.end());
+    st.in_flight_microbatches = f.total;
+  }
+  if (c.profile.recompute_transient && c.t.recompute != Recompute::none) {
+    for (const auto ci : st.chunks) st.recompute_transient = std::max(st.recompute_transient, chunks.transient[idx(ci)]);
+  }
+  // The loss's backward comes before any layer's recomputation: the larger of the two enters.
+  if (c.profile.loss_peak != nullptr && st.has_head) st.loss = c.profile.loss_peak(c.activation_context());
+  // Ring attention (context parallelism over p2p): the K and V block being sent and the one being
+  // received for the layer in flight.
+  if (c.profile.models_fp8_and_routing && p.cp > 1 && st.layers.num_layers > 0) {
+    st.cp_ring_buffers = Bytes(checked_mul(cp_kv_block.value(), 2, "cp ring buffers"));
+  }
+}
+
+namespace {
+
+std::string layers_text(std::int64_t n) { return n == 1 ? "1 layer" : fmt::format("{} layers", n); }
+
+// Every saved tensor of one held chunk, times its layers and the chunk's micro-batches in flight.
+void record_chunk_terms(const EvalContext& c, std::int64_t chunk, std::int64_t mb, Ledger& ledger) {
+  const auto& ch = c.layout.chunks[idx(chunk)];
+  const ChunkLayerCounts counts = chunk_layer_counts(c.model, ch, c.t);
+  const std::string where = fmt::format("chunk {}", chunk);
+  for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
+    const auto ki = static_cast<std::size_t>(kind);
+    if (counts.whole[ki] == 0 && counts.mode[ki] == 0 && counts.input[ki] == 0) continue;
+    const auto terms = layer_activation_terms(c.profile, c.model, c.layout, c.t, kind);
+    const char* kind_name = kind == LayerKind::moe ? "moe" : "dense";
+    for (const auto& term : terms) {
+      // Whole layers keep every term, the mode's layers what the mode keeps, checkpointed ones their input.
+      std::int64_t count = counts.whole[ki];
+      if (is_kept(term, c.t.recompute, c.t.recompute_modules)) count += counts.mode[ki];
+      if (term.kept_under_full) count += counts.input[ki];
+      if (count == 0) continue;
+      ledger.add(Category::activations, times(times(term.bytes(), count, "activations"), mb, "activations"), [&] {
+        return ledger_item(std::string(name_of(term.module)), std::string(term.name),
+                           fmt::format("{} ({}, {}) x {} {} x {} micro-batches, {}", term.elements.value(), term.rule,
+                                       name_of(term.dtype), layers_text(count), kind_name, mb, where),
+                           term.elements, term.dtype, count * mb);
+      });
+    }
+  }
+  std::vector<ActivationTerm> extra;
+  c.profile.chunk_activations(c.activation_context(), ch, extra);
+  for (const auto& term : extra) {
+    ledger.add(Category::activations, times(term.bytes(), mb, "activations"), [&] {
+      return ledger_item(std::string(name_of(term.module)), std::string(term.name),
+                         fmt::format("{} ({}, {}) x {} micro-batches, {}", term.elements.value(), term.rule,
+                                     name_of(term.dtype), mb, where),
+                         term.elements, term.dtype, mb);
+    });
+  }
+}
+
+}  // namespace
+
+void record_activations(const EvalContext& c, const StageReport& st, Ledger& ledger) {
+  for (std::size_t i = 0; i < st.chunks.size(); ++i) {
+    const std::int64_t mb = st.chunk_in_flight[i];
+    if (mb == 0) continue;
+    if (ledger.detail()) record_chunk_terms(c, st.chunks[i], mb, ledger);
+    else ledger.add(Category::activations, times(st.chunk_activations[i], mb, "activation bytes"), [] { return LedgerItem{}; });
+  }
+  if (st.loss.allocated > st.recompute_transient) {
+    ledger.add(Category::activations, st.loss.allocated, [&] {
+      return ledger_item("output_head", "loss backward transient",
+                         st.fsdp ? fmt::format("loss {} at the start of backward (more than the recomputation transient)",
+                                               name_of(effective_loss(c.t)))
+                                 : "bf16 copy of the logits' fp32 gradient (more than the recomputation transient)");
+    });
+  } else if (st.recompute_transient.value() > 0) {
+    ledger.add(Category::activations, st.recompute_transient, [] {
+      return ledger_item("recompute", "recomputation transient", "the largest layer or group recomputed at once during backward");
+    });
+  }
+  if (st.cp_ring_buffers.value() > 0) {
+    ledger.add(Category::activations, st.cp_ring_buffers, [] {
+      return ledger_item("attention", "context-parallel ring buffers", "2 x one layer's local K and V block");
+    });
+  }
+}
+
+}  // namespace detail
+}  // namespace moemem

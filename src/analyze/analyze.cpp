@@ -1,0 +1,165 @@
+// analyze_into: every stage of a layout costed under one training configuration. Each stage's
+// bytes are recorded in its ledger (itemised with Detail::items) and its totals are the ledger's
+// sums by category.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "analyze/internal.hpp"
+#include "moemem/errors.hpp"
+
+namespace moemem {
+
+using detail::idx;
+
+namespace {
+
+// Settings a profile does not model are refused by name.
+void check_settings(const ModelSpec& m, const Profile& profile, const TrainingConfig& t, AttentionKernel attention) {
+  if (!profile.models_fp8_and_routing) {
+    if (t.fp8 != Fp8Recipe::none) {
+      throw InputError("--fp8", std::string(name_of(t.fp8)), fmt::format("none for the {} profile (BF16 only)", profile.name));
+    }
+    if (t.moe_imbalance != 1.0 || t.moe_capacity_factor || t.deepep) {
+      throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
+                       fmt::format("balanced routing with all-to-all dispatch for the {} profile", profile.name));
+    }
+  }
+  if (!m.is_moe() && (t.moe_imbalance != 1.0 || t.moe_capacity_factor || t.deepep)) {
+    throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
+                     fmt::format("no routing options for {}, a model without routed experts", m.name));
+  }
+  if (profile.fsdp2) {
+    if (t.zero != 0) {
+      throw InputError("--zero", std::to_string(t.zero), "0 with the torchtitan profile (FSDP2 shards parameters, gradients and states)");
+    }
+    if (t.fsdp_float8_all_gather && t.fp8 == Fp8Recipe::none) {
+      throw InputError("--fsdp-float8-all-gather", "set", "together with --fp8 (float8 linear layers)");
+    }
+  } else if (t.compile || t.loss || t.reshard != ReshardPolicy::standard || t.fsdp_float8_all_gather || t.dp_replicate != 1) {
+    throw InputError("--compile/--loss/--reshard-after-forward/--fsdp-float8-all-gather/--dp-replicate", "set",
+                     fmt::format("the torchtitan profile (not {})", profile.name));
+  }
+  if (attention == AttentionKernel::flash && !profile.supports_flash) {
+    throw InputError("--attention", "flash", fmt::format("eager for the {} profile (it models materialised scores)", profile.name));
+  }
+}
+
+// Every report field is (re)assigned: `r` may hold a previous evaluation whose storage is reused.
+void init_report(const detail::EvalContext& c, MemoryReport& r) {
+  r.model_name = c.model.name;
+  r.profile = c.profile.name;
+  r.layout = c.layout;
+  r.training = c.t;
+  r.attention = c.attention;
+  r.microbatches = c.microbatches;
+  r.padded_vocab = c.vocab;
+  r.peak_stage = 0;
+  r.overhead = c.profile.overhead;
+  r.total_params = c.cm.total_params;
+  r.assumptions.assign(c.profile.assumptions.begin(), c.profile.assumptions.end());
+  const auto& layout = c.layout;
+  r.stages.resize(layout.rank_chunks.size());
+  for (std::size_t s = 0; s < r.stages.size(); ++s) {
+    auto& st = r.stages[s];
+    // Keep the vectors' storage.
+    std::vector<std::int64_t> chunks = std::move(st.chunks), in_flight = std::move(st.chunk_in_flight);
+    std::vector<Bytes> chunk_activations = std::move(st.chunk_activations);
+    std::vector<LedgerItem> ledger = std::move(st.ledger);
+    st = StageReport{};
+    st.chunks = std::move(chunks);
+    st.chunk_in_flight = std::move(in_flight);
+    st.chunk_in_flight.clear();
+    st.chunk_activations = std::move(chunk_activations);
+    st.chunk_activations.clear();
+    st.ledger = std::move(ledger);
+    st.ledger.clear();
+    st.stage = static_cast<std::int64_t>(s);
+    st.layers = layout.stages[s];
+    st.chunks.assign(layout.rank_chunks[s].begin(), layout.rank_chunks[s].end());
+    st.model_chunks = static_cast<std::int64_t>(st.chunks.size());
+    for (const auto ci : st.chunks) {
+      const auto& ch = layout.chunks[idx(ci)];
+      st.has_embedding = st.has_embedding || ch.embedding;
+      st.has_head = st.has_head || ch.loss;
+      st.mtp_depths += ch.mtp_depths;
+      if (ch.num_layers > 0) st.last_layer = std::max(st.last_layer, ch.first_layer + ch.num_layers - 1);
+    }
+    if (c.profile.fsdp2) st.fsdp = FsdpDetail{};
+  }
+}
+
+// One stage's ledger, in the order explain shows it: states, activations, buffers, fragmentation,
+// runtime. Activations are recorded first (FSDP2's peak depends on them), then moved after the states.
+void cost_stage(const detail::EvalContext& c, const detail::ChunkActivations& chunks, Bytes cp_block, Bytes runtime,
+                StageReport& st) {
+  Ledger ledger(&st.ledger, c.detail == Detail::items);
+  detail::stage_activations(c, chunks, cp_block, st);
+  detail::record_activations(c, st, ledger);
+  detail::stage_states(c, st, ledger.total(Category::activations));
+  if (st.fsdp && st.fsdp->optimizer_step_peak) ledger.drop(Category::activations);  // none alive at the step
+  const auto activation_items = static_cast<std::ptrdiff_t>(st.ledger.size());
+  detail::record_states(c, st, ledger);
+  std::rotate(st.ledger.begin(), st.ledger.begin() + activation_items, st.ledger.end());
+  detail::record_overheads(c, st, runtime, ledger);
+  st.bytes = StageBytes{ledger.total(Category::weights),       ledger.total(Category::gradients),
+                        ledger.total(Category::optimizer),     ledger.total(Category::activations),
+                        ledger.total(Category::buffers),       ledger.total(Category::fragmentation),
+                        ledger.total(Category::runtime)};
+}
+
+}  // namespace
+
+void EvalCacheDeleter::operator()(EvalCache* c) const { delete c; }
+EvalCachePtr make_eval_cache() { return EvalCachePtr(new EvalCache()); }
+
+MemoryReport analyze(const ModelSpec& m, const Inventory& inv, const Profile& profile, const Layout& layout,
+                     const TrainingConfig& t, Detail detail) {
+  return analyze(compile_model(m, inv, profile), layout, t, detail);
+}
+
+MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, Detail detail) {
+  MemoryReport r;
+  analyze_into(cm, layout, t, r, nullptr, detail);
+  return r;
+}
+
+void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
+                  EvalCache* cache, Detail detail) {
+  const ModelSpec& m = *cm.model;
+  const Profile& profile = *cm.profile;
+  validate_training(t, layout);
+  const AttentionKernel attention = t.attention.value_or(profile.default_attention);
+  check_settings(m, profile, t, attention);
+  const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
+  const detail::EvalContext c{cm, m, profile, layout, t, attention, vocab, microbatches_per_step(t, layout), detail};
+  init_report(c, r);
+  detail::Shares local;
+  detail::assign_params(c, detail::shares_for(c, cache, local), r);
+  thread_local detail::ChunkActivations chunks;
+  detail::chunk_activations(c, cache, chunks);
+  const Bytes runtime = detail::runtime_bytes(c), cp_block = detail::cp_kv_block(c);
+  for (auto& st : r.stages) cost_stage(c, chunks, cp_block, runtime, st);
+  for (const auto& st : r.stages) {
+    if (st.bytes.total() > r.stages[idx(r.peak_stage)].bytes.total()) r.peak_stage = st.stage;
+  }
+}
+
+std::vector<StageFit> fit(const MemoryReport& r, Bytes capacity) {
+  std::vector<StageFit> out;
+  for (const auto& st : r.stages) {
+    const std::uint64_t total = st.bytes.total().value(), cap = capacity.value();
+    StageFit f;
+    f.stage = st.stage;
+    f.fits = total <= cap;
+    // Both are far below 2^63 for any real report; saturate rather than wrap otherwise.
+    const auto diff = [](std::uint64_t a, std::uint64_t b) {
+      return static_cast<std::int64_t>(std::min<std::uint64_t>(a - b, static_cast<std::uint64_t>(INT64_MAX)));
+    };
+    f.headroom_bytes = f.fits ? diff(cap, total) : -diff(total, cap);
+    out.push_back(f);
+  }
+  return out;
+}
+
+}  // namespace moemem

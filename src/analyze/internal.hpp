@@ -1,0 +1,117 @@
+// Private to the evaluator (src/analyze/): the memoized pieces and the steps of analyze_into.
+#pragma once
+
+#include <array>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "moemem/analyze.hpp"
+
+namespace moemem::detail {
+
+inline std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
+
+inline Bytes times(Bytes b, std::int64_t n, const char* what) {
+  return Bytes(checked_mul(b.value(), static_cast<std::uint64_t>(n), what));
+}
+
+// The parameters one device holds of a group of tensors.
+struct Share {
+  ParamSplit params;
+  std::array<Count, kModuleCount> by_module{};
+  ParamSplit fp8;  // parameters whose GEMMs run in FP8, by ZeRO group
+  void add(const Share& o, std::int64_t times, bool modules);
+};
+
+// Each tensor group's share on one device: decoder layers of each kind, embedding, head, one MTP
+// depth, and the MTP depth's copies of the embedding and head (shared with the main model's).
+struct Shares {
+  Share dense, moe, emb, head, mtp, mtp_emb, mtp_head;
+};
+struct SharesKey {
+  std::int64_t tp, ep, etp, vocab;
+  bool fp8;
+  auto operator<=>(const SharesKey&) const = default;
+};
+
+// A layer kind's activation bytes: nothing recomputed; kept under the mode; kept under full
+// recomputation (its input).
+struct KindBytes {
+  Bytes all, kept, input;
+};
+// Everything the activation terms depend on besides the model: the degrees, the resolved
+// vocabulary and kernel, and whole parts of the training settings.
+struct ActKey {
+  std::int64_t tp, cp, ep, etp;
+  bool sp;
+  std::int64_t vocab;
+  AttentionKernel attention;
+  Batch batch;
+  RecomputePolicy recompute;
+  Numerics numerics;
+  MoeRouting routing;
+  FsdpSettings fsdp;
+  auto operator<=>(const ActKey&) const = default;
+};
+struct ChunkKey {
+  bool embedding, loss;
+  std::int64_t mtp;
+  auto operator<=>(const ChunkKey&) const = default;
+};
+struct Acts {
+  std::array<KindBytes, 2> kinds{};
+  std::map<ChunkKey, Bytes> extras;
+};
+
+// What one evaluation shares across its stages.
+struct EvalContext {
+  const CompiledModel& cm;
+  const ModelSpec& model;
+  const Profile& profile;
+  const Layout& layout;
+  const TrainingConfig& t;
+  AttentionKernel attention;
+  std::int64_t vocab;  // padded
+  std::optional<std::int64_t> microbatches;  // per step and pipeline, if the global batch is known
+  Detail detail;
+  [[nodiscard]] ActivationContext activation_context() const { return {model, layout, t, attention, vocab}; }
+};
+
+// params.cpp: the tensor groups' shares (memoized in `cache` when given), and each stage's sum.
+const Shares& shares_for(const EvalContext& c, EvalCache* cache, Shares& local);
+void assign_params(const EvalContext& c, const Shares& sh, MemoryReport& r);
+// Weights by tensor role on the stage's device (Detail::items).
+void record_weights_by_role(const EvalContext& c, const StageReport& st, Ledger& ledger);
+
+// activations.cpp: one micro-batch's bytes in each chunk of the layout, and each chunk's
+// recomputation transient; then a stage's activations under its schedule, and their items.
+struct ChunkActivations {
+  std::vector<Bytes> bytes, transient;
+};
+void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations& out);
+void stage_activations(const EvalContext& c, const ChunkActivations& chunks, Bytes cp_kv_block, StageReport& st);
+void record_activations(const EvalContext& c, const StageReport& st, Ledger& ledger);
+
+// states.cpp: weights, gradients and optimizer states (ZeRO / distributed optimizer, or FSDP2).
+// stage_states works out what the ledger needs (FP8 weight copies; FSDP2's shards and whether
+// the optimizer step, with no activations alive, is the peak); record_states itemises them.
+void stage_states(const EvalContext& c, StageReport& st, Bytes activations);
+void record_states(const EvalContext& c, const StageReport& st, Ledger& ledger);
+
+// overheads.cpp: outside the allocator, CP ring blocks, buffers and fragmentation.
+Bytes runtime_bytes(const EvalContext& c);
+Bytes cp_kv_block(const EvalContext& c);
+void record_overheads(const EvalContext& c, const StageReport& st, Bytes runtime, Ledger& ledger);
+
+}  // namespace moemem::detail
+
+namespace moemem {
+
+class EvalCache {
+ public:
+  std::map<detail::SharesKey, detail::Shares> shares;
+  std::map<detail::ActKey, detail::Acts> acts;
+};
+
+}  // namespace moemem

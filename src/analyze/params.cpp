@@ -1,0 +1,224 @@
+// Parameters: the compiled model's tensor groups, each group's share on one device, and the sum
+// over the chunks a stage holds; with Detail::items, the same by tensor role.
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "analyze/internal.hpp"
+#include "moemem/sharding.hpp"
+
+namespace moemem {
+
+CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile) {
+  using detail::idx;
+  CompiledModel cm;
+  cm.model = &m;
+  cm.profile = &profile;
+  std::int64_t first_of_kind[2] = {-1, -1};
+  for (std::int64_t l = 0; l < m.num_layers; ++l) {
+    auto& f = first_of_kind[static_cast<int>(m.layer_kinds[idx(l)])];
+    if (f < 0) f = l;
+  }
+  cm.moe_before.assign(idx(m.num_layers + 1), 0);
+  for (std::int64_t l = 0; l < m.num_layers; ++l) {
+    cm.moe_before[idx(l + 1)] = cm.moe_before[idx(l)] + (m.layer_kinds[idx(l)] == LayerKind::moe ? 1 : 0);
+  }
+  for (const auto& tensor : inv.tensors) {
+    if (!profile.accounts(tensor)) continue;
+    cm.total_params += tensor.params();
+    switch (tensor.placement) {
+      case Placement::embedding: cm.embedding.push_back(tensor); break;
+      case Placement::head: cm.head.push_back(tensor); break;
+      case Placement::mtp:
+        if (tensor.layer == m.num_layers) cm.mtp_depth.push_back(tensor);
+        break;
+      case Placement::decoder: {
+        const LayerKind kind = m.layer_kinds[idx(tensor.layer)];
+        if (tensor.layer == first_of_kind[static_cast<int>(kind)]) {
+          (kind == LayerKind::moe ? cm.moe_layer : cm.dense_layer).push_back(tensor);
+        }
+        break;
+      }
+    }
+  }
+  // Every layer of a kind must have the same tensors: recount the model from the classes.
+  auto sum = [](const std::vector<Tensor>& ts) {
+    Count c;
+    for (const auto& x : ts) c += x.params();
+    return c;
+  };
+  const auto mul = [](Count c, std::int64_t n) { return Count(checked_mul(c.value(), static_cast<std::uint64_t>(n), "parameters")); };
+  const std::int64_t moe_layers = m.num_moe_layers();
+  const Count check = mul(sum(cm.dense_layer), m.num_layers - moe_layers) + mul(sum(cm.moe_layer), moe_layers) +
+                      sum(cm.embedding) + sum(cm.head) + mul(sum(cm.mtp_depth), m.mtp_layers);
+  if (check != cm.total_params) throw std::logic_error("compile_model: layers of one kind differ in their tensors");
+  return cm;
+}
+
+namespace detail {
+
+void Share::add(const Share& o, std::int64_t n, bool modules) {
+  if (n == 0) return;
+  const auto k = static_cast<std::uint64_t>(n);
+  auto mul = [k](Count c) { return Count(checked_mul(c.value(), k, "parameters")); };
+  params.non_expert += mul(o.params.non_expert);
+  params.expert += mul(o.params.expert);
+  if (modules) {
+    for (std::size_t i = 0; i < kModuleCount; ++i) by_module[i] += mul(o.by_module[i]);
+  }
+  fp8.non_expert += mul(o.fp8.non_expert);
+  fp8.expert += mul(o.fp8.expert);
+}
+
+namespace {
+
+// Which tensors of an MTP depth a group takes: its own, or its copy of the embedding or head
+// (the main model's tensors where the rank already holds those).
+enum class Copies : std::uint8_t { own, embedding, head };
+
+Copies copies_of(const Tensor& t) {
+  if (!t.shared_in_training) return Copies::own;
+  return t.role == Role::mtp_embedding ? Copies::embedding : Copies::head;
+}
+
+Share share_of(const std::vector<Tensor>& ts, const Profile& profile, const ParallelConfig& p, std::int64_t vocab,
+               bool fp8, Copies which) {
+  Share s;
+  for (const auto& t : ts) {
+    if (copies_of(t) != which) continue;
+    const Count c = device_params(t, profile, p, vocab);
+    const bool expert = profile.zero_group(t.role) == ZeroGroup::expert;
+    (expert ? s.params.expert : s.params.non_expert) += c;
+    s.by_module[static_cast<std::size_t>(t.module)] += c;
+    if (fp8 && fp8_gemm_weight(t.role)) (expert ? s.fp8.expert : s.fp8.non_expert) += c;
+  }
+  return s;
+}
+
+Shares compute_shares(const EvalContext& c) {
+  const auto& p = c.layout.config;
+  const bool fp8 = c.t.fp8 != Fp8Recipe::none;
+  const auto of = [&](const std::vector<Tensor>& ts, Copies which) { return share_of(ts, c.profile, p, c.vocab, fp8, which); };
+  return Shares{of(c.cm.dense_layer, Copies::own), of(c.cm.moe_layer, Copies::own),  of(c.cm.embedding, Copies::own),
+                of(c.cm.head, Copies::own),        of(c.cm.mtp_depth, Copies::own), of(c.cm.mtp_depth, Copies::embedding),
+                of(c.cm.mtp_depth, Copies::head)};
+}
+
+}  // namespace
+
+const Shares& shares_for(const EvalContext& c, EvalCache* cache, Shares& local) {
+  if (cache == nullptr) {
+    local = compute_shares(c);
+    return local;
+  }
+  const auto& p = c.layout.config;
+  const SharesKey key{p.tp, p.ep, p.etp, c.vocab, c.t.fp8 != Fp8Recipe::none};
+  auto it = cache->shares.find(key);
+  if (it == cache->shares.end()) it = cache->shares.emplace(key, compute_shares(c)).first;
+  return it->second;
+}
+
+// Each rank's parameters: the groups of the chunks it holds (a chunk held by two ranks, as in
+// DualPipe, counts on both); MTP's embedding/head copies are the main model's own tensors on a
+// rank holding those.
+void assign_params(const EvalContext& c, const Shares& sh, MemoryReport& r) {
+  const auto& layout = c.layout;
+  const bool modules = c.detail != Detail::totals;
+  const std::int64_t embedding_chunk = layout.chunk_with_embedding(), loss_chunk = layout.chunk_with_loss();
+  for (auto& st : r.stages) {
+    Share total;
+    const bool holds_embedding = layout.rank_holds(st.stage, embedding_chunk);
+    const bool holds_loss = layout.rank_holds(st.stage, loss_chunk);
+    for (const auto ci : st.chunks) {
+      const auto& ch = layout.chunks[idx(ci)];
+      const std::int64_t n_moe = c.cm.moe_layers_in(ch.first_layer, ch.num_layers);
+      total.add(sh.dense, ch.num_layers - n_moe, modules);
+      total.add(sh.moe, n_moe, modules);
+      if (ch.embedding) total.add(sh.emb, 1, modules);
+      if (ch.loss) total.add(sh.head, 1, modules);
+      total.add(sh.mtp, ch.mtp_depths, modules);
+      if (!holds_embedding) total.add(sh.mtp_emb, ch.mtp_depths, modules);
+      if (!holds_loss) total.add(sh.mtp_head, ch.mtp_depths, modules);
+    }
+    st.params = total.params;
+    st.params_by_module = total.by_module;
+    st.fp8_weight_params = total.fp8.non_expert + total.fp8.expert;
+    // ZeRO-3 shards the working weights, and with them their FP8 copies.
+    if (c.t.zero >= 3) st.fp8_weight_params = zero_shard(total.fp8, layout.config.dp * layout.config.cp, layout.edp);
+    if (st.fsdp) {
+      Share root;
+      if (st.has_embedding) root.add(sh.emb, 1, false);
+      if (st.has_head) root.add(sh.head, 1, false);
+      st.fsdp->root_params = root.params.non_expert + root.params.expert;
+      st.fsdp->block_params = sh.dense.params.non_expert;
+      st.fsdp->block_fp8_params = sh.dense.fp8.non_expert;
+    }
+  }
+}
+
+namespace {
+
+// Parameters on this device by (module, role [part]), in the order the checkpoint first names them.
+class RoleCounts {
+ public:
+  void add(const Tensor& t, Count c) {
+    std::string module(name_of(t.module));
+    std::string role = std::string(name_of(t.role)) + (t.part.empty() ? "" : fmt::format(" [{}]", t.part));
+    const auto it = std::find_if(rows_.begin(), rows_.end(),
+                                 [&](const Row& r) { return r.module == module && r.role == role; });
+    if (it != rows_.end()) it->count += c;
+    else rows_.push_back({std::move(module), std::move(role), c});
+  }
+  struct Row {
+    std::string module, role;
+    Count count;
+  };
+  [[nodiscard]] const std::vector<Row>& rows() const { return rows_; }
+
+ private:
+  std::vector<Row> rows_;
+};
+
+}  // namespace
+
+void record_weights_by_role(const EvalContext& c, const StageReport& st, Ledger& ledger) {
+  const auto& layout = c.layout;
+  const auto& p = layout.config;
+  const bool holds_embedding = layout.rank_holds(st.stage, layout.chunk_with_embedding());
+  const bool holds_loss = layout.rank_holds(st.stage, layout.chunk_with_loss());
+  // Held decoder layers of each kind, and the first of each (the checkpoint's order).
+  std::array<std::int64_t, 2> count{}, first{INT64_MAX, INT64_MAX};
+  for (const auto ci : st.chunks) {
+    const auto& ch = layout.chunks[idx(ci)];
+    for (std::int64_t l = ch.first_layer; l < ch.first_layer + ch.num_layers; ++l) {
+      const auto k = static_cast<std::size_t>(c.model.layer_kinds[idx(l)]);
+      ++count[k];
+      first[k] = std::min(first[k], l);
+    }
+  }
+  RoleCounts roles;
+  const auto walk = [&](const std::vector<Tensor>& group, std::int64_t n) {
+    for (const auto& t : group) {
+      if (t.shared_in_training && (t.role == Role::mtp_embedding ? holds_embedding : holds_loss)) continue;
+      roles.add(t, Count(checked_mul(device_params(t, c.profile, p, c.vocab).value(), static_cast<std::uint64_t>(n), "parameters")));
+    }
+  };
+  if (holds_embedding) walk(c.cm.embedding, 1);
+  const std::size_t d = static_cast<std::size_t>(LayerKind::dense), e = static_cast<std::size_t>(LayerKind::moe);
+  for (const std::size_t k : first[d] <= first[e] ? std::array{d, e} : std::array{e, d}) {
+    if (count[k] > 0) walk(k == e ? c.cm.moe_layer : c.cm.dense_layer, count[k]);
+  }
+  if (holds_loss) walk(c.cm.head, 1);
+  if (st.mtp_depths > 0) walk(c.cm.mtp_depth, st.mtp_depths);
+  const DType w = c.t.precision.weights;
+  for (const auto& row : roles.rows()) {
+    ledger.add(Category::weights, bytes_of(row.count, w), [&] {
+      return ledger_item(row.module, row.role, fmt::format("{} parameters on this device x {}", row.count.value(), name_of(w)),
+                         row.count, w);
+    });
+  }
+}
+
+}  // namespace detail
+}  // namespace moemem
