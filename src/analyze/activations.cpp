@@ -180,10 +180,12 @@ void record_chunk_terms(const EvalContext& c, std::int64_t chunk, std::int64_t m
     const auto terms = layer_activation_terms(c.profile, c.model, c.layout, c.t, kind);
     const char* kind_name = kind == LayerKind::moe ? "moe" : "dense";
     for (const auto& term : terms) {
-      // Whole layers keep every term, the mode's layers what the mode keeps, checkpointed ones their input.
-      std::int64_t count = counts.whole[ki];
+      // Whole layers keep what no recomputation keeps, the mode's layers what the mode keeps,
+      // checkpointed ones their input (the same rules as kept_bytes, so the items sum to the totals).
+      std::int64_t count = 0;
+      if (is_kept(term, Recompute::none, 0)) count += counts.whole[ki];
       if (is_kept(term, c.t.recompute, c.t.recompute_modules)) count += counts.mode[ki];
-      if (term.kept_under_full) count += counts.input[ki];
+      if (is_kept(term, Recompute::full, 0)) count += counts.input[ki];
       if (count == 0) continue;
       ledger.add(Category::activations, times(times(term.bytes(), count, "activations"), mb, "activations"), [&] {
         return ledger_item(std::string(name_of(term.module)), std::string(term.name),
