@@ -138,11 +138,10 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const char* fi
   return out;
 }
 
+ModelRequest to_model_request(const ModelOptions& o) { return ModelRequest{o.model, o.spec, o.mtp}; }
+
 ModelSpec load_model_for(const ModelOptions& o, const Profile& profile) {
-  ModelSpec m = o.spec ? *o.spec : load_model(o.model);
-  if (o.mtp) set_mtp_layers(m, o.mtp);
-  else if (!profile.include_mtp_by_default) m.mtp_layers = 0;
-  return m;
+  return load_requested_model(to_model_request(o), profile);
 }
 
 ParallelConfig to_parallel(const LayoutOptions& o) {
@@ -162,14 +161,6 @@ ParallelConfig to_parallel(const LayoutOptions& o) {
   p.account_for_embedding = o.account_for_embedding;
   p.account_for_loss = o.account_for_loss;
   if (!o.layers_per_stage.empty()) p.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
-  const int ways = (p.pipeline_layout.empty() ? 0 : 1) + (p.layers_per_stage.empty() ? 0 : 1) +
-                   (p.first_stage_layers || p.last_stage_layers ? 1 : 0) +
-                   (p.account_for_embedding || p.account_for_loss ? 1 : 0);
-  if (ways > 1) {
-    throw InputError("pipeline split", "several ways given",
-                     "one of --pipeline-model-parallel-layout, --layers-per-stage, --decoder-first/last-pipeline-num-layers, "
-                     "--account-for-embedding/loss-in-pipeline-split");
-  }
   return p;
 }
 
@@ -182,111 +173,73 @@ double parse_double_impl(const std::string& text, const char* field) {
   return v;
 }
 
-// A recipe fills in what the user did not say.
-TrainingOptions with_recipe(TrainingOptions o) {
-  if (o.recipe.empty()) return o;
-  if (o.recipe != "deepseek-v3") throw InputError("--recipe", o.recipe, "deepseek-v3");
-  // DeepSeek-V3 technical report (arXiv 2412.19437) §3.2-3.3: FP8 GEMMs with 1x128 / 128x128
-  // scaling and FP8-cached activations (SwiGLU inputs included, its output recomputed), BF16
-  // AdamW moments, FP32 master weights and gradient accumulation, recomputation of all RMSNorm
-  // and MLA up-projections, ZeRO-1 data parallelism; the EMA lives in CPU memory.
-  auto fill = [](std::string& field, const char* value) {
-    if (field.empty()) field = value;
-  };
-  fill(o.fp8, "blockwise");
-  fill(o.main_grads_dtype, "fp32");
-  fill(o.main_params_dtype, "fp32");
-  fill(o.exp_avg_dtype, "bf16");
-  fill(o.exp_avg_sq_dtype, "bf16");
-  if (o.recompute.empty() && o.recompute_modules.empty()) {
-    o.recompute = "selective";
-    o.recompute_modules = "layernorm,mla_up_proj,moe_act";
-  }
-  if (!o.zero) o.distributed_optimizer = true;
-  return o;
+namespace {
+
+// Text options parsed into a typed value when given.
+template <class T, class Parse>
+std::optional<T> given(const std::string& text, Parse&& parse) {
+  if (text.empty()) return std::nullopt;
+  return parse(text);
 }
 
-TrainingConfig to_training(const TrainingOptions& opts, const Profile& profile) {
-  const TrainingOptions o = with_recipe(opts);
-  TrainingConfig t;
-  t.micro_batch = o.micro_batch;
-  t.seq_len = o.seq_len;
-  const std::int64_t zero = o.zero.value_or(0);
-  if (zero < 0 || zero > 3) throw InputError("--zero", std::to_string(zero), "0, 1, 2 or 3");
-  t.zero = static_cast<int>(zero);
-  if (o.distributed_optimizer) {
-    if (zero > 1) {
-      throw InputError("--distributed-optimizer", "with --zero " + std::to_string(zero), "--zero 0 or 1 (it is ZeRO-1)");
-    }
-    t.zero = 1;
-  }
-  t.global_batch = o.global_batch;
-  t.vocab_multiple = o.vocab_multiple;
-  if (!o.attention.empty()) {
-    if (o.attention == "flash") t.attention = AttentionKernel::flash;
-    else if (o.attention == "eager") t.attention = AttentionKernel::eager;
-    else throw InputError("--attention", o.attention, "flash or eager");
-  }
-  t.logits_dtype = parse_dtype(o.logits_dtype, "--logits-dtype");
-  if (!o.fp8.empty()) t.fp8 = parse_fp8_recipe(o.fp8);
-  t.fp8_swiglu_input = o.recipe == "deepseek-v3" && t.fp8 != Fp8Recipe::none;
-  // DeepSeek-V3 report §3.3.2: scales are computed and weights quantized online for each 128x128
-  // block, so no FP8 weight copy stays resident (Transformer Engine's recipes keep one).
-  t.fp8_online_weights = o.recipe == "deepseek-v3" && t.fp8 == Fp8Recipe::blockwise;
-  if (!o.moe_imbalance.empty()) t.moe_imbalance = parse_double_impl(o.moe_imbalance, "--moe-imbalance");
-  if (!o.moe_capacity_factor.empty()) t.moe_capacity_factor = parse_double_impl(o.moe_capacity_factor, "--moe-capacity-factor");
-  if (o.dispatcher == "deepep") t.deepep = true;
-  else if (o.dispatcher != "alltoall") throw InputError("--moe-token-dispatcher", o.dispatcher, "alltoall or deepep");
-  if (!o.cuda_context.empty()) t.cuda_context = parse_memory_size(o.cuda_context, "--cuda-context", true);
-  if (!o.nccl_per_group.empty()) t.nccl_per_group = parse_memory_size(o.nccl_per_group, "--nccl-per-group", true);
-  if (!o.fragmentation_pct.empty()) t.fragmentation_pct = parse_double_impl(o.fragmentation_pct, "--fragmentation-pct");
-  t.compile = o.compile;
-  if (!o.loss.empty()) t.loss = parse_loss_impl(o.loss);
-  t.reshard = parse_reshard_policy(o.reshard_after_forward);
-  t.fsdp_float8_all_gather = o.fsdp_float8_all_gather;
-  t.dp_replicate = o.dp_replicate;
-  if (o.recompute.empty() || o.recompute == "none") t.recompute = Recompute::none;
-  else if (o.recompute == "full") t.recompute = Recompute::full;
-  else if (o.recompute == "selective") t.recompute = Recompute::selective;
-  else throw InputError("--recompute", o.recompute, "none, selective or full");
-  if (!o.recompute_modules.empty()) {
-    if (t.recompute == Recompute::none) t.recompute = Recompute::selective;  // modules imply selective
-    if (t.recompute != Recompute::selective) {
-      throw InputError("--recompute-modules", o.recompute_modules, "to be used with --recompute selective");
-    }
-    t.recompute_modules = parse_recompute_modules(o.recompute_modules, "--recompute-modules");
-  }
-  if (o.recompute_method == "uniform") t.recompute_method = RecomputeMethod::uniform;
-  else if (o.recompute_method == "block") t.recompute_method = RecomputeMethod::block;
-  else throw InputError("--recompute-method", o.recompute_method, "uniform or block");
-  t.recompute_num_layers = o.recompute_num_layers;
-  if (profile.name == "paper" && (t.recompute == Recompute::selective || t.recompute_method != RecomputeMethod::uniform ||
-                                  t.recompute_num_layers != 1)) {
-    throw InputError("--recompute", o.recompute + " " + o.recompute_method,
-                     "none or full (uniform, one layer) in the paper profile, as the report analyses");
-  }
-  if (o.overhead == "none") t.overhead = OverheadPoint::none;
-  else if (o.overhead == "low") t.overhead = OverheadPoint::low;
-  else if (o.overhead == "high") t.overhead = OverheadPoint::high;
-  else throw InputError("--overhead", o.overhead, "none, low or high");
-  t.precision = profile.default_precision;
-  if (!o.params_dtype.empty()) t.precision.weights = parse_dtype(o.params_dtype, "--params-dtype");
-  if (!o.main_grads_dtype.empty()) t.precision.gradients = parse_dtype(o.main_grads_dtype, "--main-grads-dtype");
-  if (!o.main_params_dtype.empty()) t.precision.master = parse_dtype(o.main_params_dtype, "--main-params-dtype");
-  if (!o.exp_avg_dtype.empty()) t.precision.exp_avg = parse_dtype(o.exp_avg_dtype, "--exp-avg-dtype");
-  if (!o.exp_avg_sq_dtype.empty()) t.precision.exp_avg_sq = parse_dtype(o.exp_avg_sq_dtype, "--exp-avg-sq-dtype");
-  return t;
+}  // namespace
+
+TrainingRequest to_training_request(const TrainingOptions& o) {
+  TrainingRequest r;
+  if (!o.recipe.empty()) r.recipe = parse_recipe(o.recipe, "--recipe");
+  r.micro_batch = o.micro_batch;
+  r.seq_len = o.seq_len;
+  r.global_batch = o.global_batch;
+  r.zero = o.zero;
+  r.distributed_optimizer = o.distributed_optimizer;
+  r.vocab_multiple = o.vocab_multiple;
+  r.attention = given<AttentionKernel>(o.attention, [](const std::string& v) { return parse_attention_kernel(v, "--attention"); });
+  r.logits_dtype = parse_dtype(o.logits_dtype, "--logits-dtype");
+  r.fp8 = given<Fp8Recipe>(o.fp8, [](const std::string& v) { return parse_fp8_recipe(v); });
+  r.moe_imbalance = given<double>(o.moe_imbalance, [](const std::string& v) { return parse_double_impl(v, "--moe-imbalance"); });
+  r.moe_capacity_factor =
+      given<double>(o.moe_capacity_factor, [](const std::string& v) { return parse_double_impl(v, "--moe-capacity-factor"); });
+  r.dispatcher = parse_dispatcher(o.dispatcher, "--moe-token-dispatcher");
+  r.cuda_context = given<Bytes>(o.cuda_context, [](const std::string& v) { return parse_memory_size(v, "--cuda-context", true); });
+  r.nccl_per_group =
+      given<Bytes>(o.nccl_per_group, [](const std::string& v) { return parse_memory_size(v, "--nccl-per-group", true); });
+  r.fragmentation_pct =
+      given<double>(o.fragmentation_pct, [](const std::string& v) { return parse_double_impl(v, "--fragmentation-pct"); });
+  r.fsdp.compile = o.compile;
+  r.fsdp.loss = given<LossImpl>(o.loss, [](const std::string& v) { return parse_loss_impl(v); });
+  r.fsdp.reshard = parse_reshard_policy(o.reshard_after_forward);
+  r.fsdp.fsdp_float8_all_gather = o.fsdp_float8_all_gather;
+  r.fsdp.dp_replicate = o.dp_replicate;
+  r.recompute = given<Recompute>(o.recompute, [](const std::string& v) { return parse_recompute(v, "--recompute"); });
+  r.recompute_modules = given<std::uint16_t>(
+      o.recompute_modules, [](const std::string& v) { return parse_recompute_modules(v, "--recompute-modules"); });
+  r.recompute_method = parse_recompute_method(o.recompute_method, "--recompute-method");
+  r.recompute_num_layers = o.recompute_num_layers;
+  r.overhead = parse_overhead_point(o.overhead, "--overhead");
+  const auto dtype = [](const char* flag) { return [flag](const std::string& v) { return parse_dtype(v, flag); }; };
+  r.params_dtype = given<DType>(o.params_dtype, dtype("--params-dtype"));
+  r.main_grads_dtype = given<DType>(o.main_grads_dtype, dtype("--main-grads-dtype"));
+  r.main_params_dtype = given<DType>(o.main_params_dtype, dtype("--main-params-dtype"));
+  r.exp_avg_dtype = given<DType>(o.exp_avg_dtype, dtype("--exp-avg-dtype"));
+  r.exp_avg_sq_dtype = given<DType>(o.exp_avg_sq_dtype, dtype("--exp-avg-sq-dtype"));
+  return r;
+}
+
+TrainingConfig to_training(const TrainingOptions& o, const Profile& profile) {
+  return resolve_training(to_training_request(o), profile);
+}
+
+Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to) {
+  Request r;
+  r.model = to_model_request(mo);
+  r.parallel = to_parallel(lo);
+  r.training = to_training_request(to);
+  r.profile = to.profile;
+  return r;
 }
 
 Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to) {
-  Evaluation e;
-  e.profile = &get_profile(to.profile);
-  e.model = load_model_for(mo, *e.profile);
-  e.inventory = build_inventory(e.model);
-  e.layout = resolve_layout(e.model, to_parallel(lo));
-  e.training = to_training(to, *e.profile);
-  validate_training(e.training, e.layout);
-  return e;
+  return make_scenario(to_request(mo, lo, to));
 }
 
 double parse_double(const std::string& text, const char* field) { return parse_double_impl(text, field); }

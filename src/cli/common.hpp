@@ -15,6 +15,7 @@
 #include "moemem/inventory.hpp"
 #include "moemem/parallel.hpp"
 #include "moemem/profile.hpp"
+#include "moemem/scenario.hpp"
 
 namespace moemem::cli {
 
@@ -72,18 +73,16 @@ double parse_double(const std::string& text, const char* field);
 // Parses "4,4,4,1"; every item must be a non-negative integer.
 std::vector<std::int64_t> parse_int_list(const std::string& text, const char* field);
 
+// Options into the library's request (typed; parse errors name the flag), and the request resolved.
+ModelRequest to_model_request(const ModelOptions& o);
 ModelSpec load_model_for(const ModelOptions& o, const Profile& profile);
 ParallelConfig to_parallel(const LayoutOptions& o);
+TrainingRequest to_training_request(const TrainingOptions& o);
 TrainingConfig to_training(const TrainingOptions& o, const Profile& profile);
+Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to);
 
 // Everything analyze needs, resolved and validated.
-struct Evaluation {
-  const Profile* profile = nullptr;
-  ModelSpec model;
-  Inventory inventory;
-  Layout layout;
-  TrainingConfig training;
-};
+using Evaluation = Scenario;
 Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to);
 
 // The GPU capacity the user asked about (--gpu or --gpu-memory), if any.

@@ -1,0 +1,73 @@
+// One request, one scenario. A Request is what a user asks to evaluate — from CLI flags, a
+// Megatron launch script, a recipe, a validation record or a search candidate — with every
+// setting that has a default left unset. make_scenario resolves it, with all checks, into a
+// Scenario: the model and its inventory, the resolved layout, the training settings and the
+// profile, ready for analyze().
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "moemem/enums.hpp"
+#include "moemem/inventory.hpp"
+#include "moemem/parallel.hpp"
+#include "moemem/profile.hpp"
+#include "moemem/recipes.hpp"
+#include "moemem/training.hpp"
+
+namespace moemem {
+
+struct ModelRequest {
+  std::string source = "deepseek-v3";  // preset name or path of a config.json
+  std::optional<ModelSpec> spec;       // a model described directly (a Megatron script's architecture)
+  std::optional<std::int64_t> mtp;     // MTP depths to include (unset: the config's; 0 where the profile drops MTP)
+};
+
+// Training settings as asked; unset ones take the recipe's, then the profile's defaults.
+struct TrainingRequest {
+  std::int64_t micro_batch = 1, seq_len = 4096;
+  std::optional<std::int64_t> global_batch;
+  std::optional<std::int64_t> zero;     // unset: 0 (or the recipe's)
+  bool distributed_optimizer = false;   // Megatron's distributed optimizer (= ZeRO 1)
+  std::optional<Recompute> recompute;   // unset: none (or the recipe's)
+  std::optional<std::uint16_t> recompute_modules;  // selective modules (given: selective recomputation)
+  RecomputeMethod recompute_method = RecomputeMethod::uniform;
+  std::int64_t recompute_num_layers = 1;
+  OverheadPoint overhead = OverheadPoint::low;
+  std::optional<DType> params_dtype, main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
+  std::optional<AttentionKernel> attention;  // unset: the profile's kernel
+  DType logits_dtype = DType::fp32;
+  std::optional<std::int64_t> vocab_multiple;
+  std::optional<Fp8Recipe> fp8;
+  std::optional<double> moe_imbalance, moe_capacity_factor;
+  Dispatcher dispatcher = Dispatcher::alltoall;
+  std::optional<double> fragmentation_pct;
+  std::optional<Bytes> cuda_context, nccl_per_group;
+  FsdpSettings fsdp;
+  std::optional<Recipe> recipe;
+};
+
+struct Request {
+  ModelRequest model;
+  ParallelConfig parallel;
+  TrainingRequest training;
+  std::string profile = "megatron";
+};
+
+struct Scenario {
+  const Profile* profile = nullptr;
+  ModelSpec model;
+  Inventory inventory;
+  Layout layout;
+  TrainingConfig training;
+};
+
+// The model a request names, with the MTP depths it asks for (or the profile's default).
+[[nodiscard]] ModelSpec load_requested_model(const ModelRequest& r, const Profile& profile);
+// The training settings: recipe, then profile defaults, then the checks that need no layout.
+[[nodiscard]] TrainingConfig resolve_training(const TrainingRequest& r, const Profile& profile);
+// Everything resolved and checked. Throws InputError naming the field of the first bad setting.
+[[nodiscard]] Scenario make_scenario(const Request& r);
+
+}  // namespace moemem

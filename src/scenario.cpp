@@ -1,0 +1,114 @@
+#include "moemem/scenario.hpp"
+
+#include <fmt/format.h>
+
+#include "moemem/config.hpp"
+#include "moemem/errors.hpp"
+
+namespace moemem {
+
+ModelSpec load_requested_model(const ModelRequest& r, const Profile& profile) {
+  ModelSpec m = r.spec ? *r.spec : load_model(r.source);
+  if (r.mtp) set_mtp_layers(m, r.mtp);
+  else if (!profile.include_mtp_by_default) m.mtp_layers = 0;
+  return m;
+}
+
+namespace {
+
+void resolve_states(const TrainingRequest& r, const Profile& profile, TrainingConfig& t) {
+  const std::int64_t zero = r.zero.value_or(0);
+  if (zero < 0 || zero > 3) throw InputError("--zero", std::to_string(zero), "0, 1, 2 or 3");
+  t.zero = static_cast<int>(zero);
+  if (r.distributed_optimizer) {
+    if (zero > 1) {
+      throw InputError("--distributed-optimizer", "with --zero " + std::to_string(zero), "--zero 0 or 1 (it is ZeRO-1)");
+    }
+    t.zero = 1;
+  }
+  t.precision = profile.default_precision;
+  if (r.params_dtype) t.precision.weights = *r.params_dtype;
+  if (r.main_grads_dtype) t.precision.gradients = *r.main_grads_dtype;
+  if (r.main_params_dtype) t.precision.master = *r.main_params_dtype;
+  if (r.exp_avg_dtype) t.precision.exp_avg = *r.exp_avg_dtype;
+  if (r.exp_avg_sq_dtype) t.precision.exp_avg_sq = *r.exp_avg_sq_dtype;
+}
+
+void resolve_recompute(const TrainingRequest& r, const Profile& profile, TrainingConfig& t) {
+  t.recompute = r.recompute.value_or(Recompute::none);
+  if (r.recompute_modules) {
+    if (t.recompute == Recompute::none) t.recompute = Recompute::selective;  // modules imply selective
+    if (t.recompute != Recompute::selective) {
+      throw InputError("--recompute-modules", recompute_modules_text(*r.recompute_modules), "to be used with --recompute selective");
+    }
+    t.recompute_modules = *r.recompute_modules;
+  }
+  t.recompute_method = r.recompute_method;
+  t.recompute_num_layers = r.recompute_num_layers;
+  if (profile.name == "paper" && (t.recompute == Recompute::selective || t.recompute_method != RecomputeMethod::uniform ||
+                                  t.recompute_num_layers != 1)) {
+    throw InputError("--recompute", fmt::format("{} {}", r.recompute ? name_of(*r.recompute) : "", name_of(t.recompute_method)),
+                     "none or full (uniform, one layer) in the paper profile, as the report analyses");
+  }
+}
+
+}  // namespace
+
+TrainingConfig resolve_training(const TrainingRequest& request, const Profile& profile) {
+  TrainingRequest r = request;
+  if (r.recipe) apply_recipe(*r.recipe, r);
+  TrainingConfig t;
+  t.micro_batch = r.micro_batch;
+  t.seq_len = r.seq_len;
+  t.global_batch = r.global_batch;
+  resolve_states(r, profile, t);
+  t.vocab_multiple = r.vocab_multiple;
+  t.attention = r.attention;
+  t.logits_dtype = r.logits_dtype;
+  t.fp8 = r.fp8.value_or(Fp8Recipe::none);
+  // DeepSeek-V3 report §3.3.2: the SwiGLU inputs of the experts are cached in FP8 too, and scales
+  // are computed and weights quantized online for each 128x128 block, so no FP8 weight copy stays
+  // resident (Transformer Engine's recipes keep one).
+  const bool deepseek = r.recipe == Recipe::deepseek_v3;
+  t.fp8_swiglu_input = deepseek && t.fp8 != Fp8Recipe::none;
+  t.fp8_online_weights = deepseek && t.fp8 == Fp8Recipe::blockwise;
+  t.moe_imbalance = r.moe_imbalance.value_or(1.0);
+  t.moe_capacity_factor = r.moe_capacity_factor;
+  t.deepep = r.dispatcher == Dispatcher::deepep;
+  t.overhead = r.overhead;
+  t.fragmentation_pct = r.fragmentation_pct;
+  t.cuda_context = r.cuda_context;
+  t.nccl_per_group = r.nccl_per_group;
+  static_cast<FsdpSettings&>(t) = r.fsdp;
+  resolve_recompute(r, profile, t);
+  return t;
+}
+
+namespace {
+
+void check_one_pipeline_split(const ParallelConfig& p) {
+  const int ways = (p.pipeline_layout.empty() ? 0 : 1) + (p.layers_per_stage.empty() ? 0 : 1) +
+                   (p.first_stage_layers || p.last_stage_layers ? 1 : 0) +
+                   (p.account_for_embedding || p.account_for_loss ? 1 : 0);
+  if (ways > 1) {
+    throw InputError("pipeline split", "several ways given",
+                     "one of --pipeline-model-parallel-layout, --layers-per-stage, --decoder-first/last-pipeline-num-layers, "
+                     "--account-for-embedding/loss-in-pipeline-split");
+  }
+}
+
+}  // namespace
+
+Scenario make_scenario(const Request& r) {
+  Scenario s;
+  s.profile = &get_profile(r.profile);
+  s.model = load_requested_model(r.model, *s.profile);
+  s.inventory = build_inventory(s.model);
+  check_one_pipeline_split(r.parallel);
+  s.layout = resolve_layout(s.model, r.parallel);
+  s.training = resolve_training(r.training, *s.profile);
+  validate_training(s.training, s.layout);
+  return s;
+}
+
+}  // namespace moemem
