@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "moemem/errors.hpp"
 #include "moemem/report.hpp"
 
 namespace moemem {
@@ -76,5 +77,9 @@ struct SearchResult {
 // The cost model alone (documented in docs/formulas.md).
 [[nodiscard]] CostBreakdown estimate_cost(const ModelSpec& m, const ParallelConfig& p, const TrainingConfig& t,
                                           std::int64_t gpus_per_node);
+
+// Non-throwing form of validate_training (activation.hpp): the first rule `t` breaks against
+// `layout`, or none. Defined next to validate_training in src/activation.cpp, which throws it.
+[[nodiscard]] std::optional<InputError> check_training(const TrainingConfig& t, const Layout& layout);
 
 }  // namespace moemem
