@@ -1,5 +1,6 @@
 // The search's cost model (docs/formulas.md, "Search"): pipeline bubble, recomputed FLOPs and
-// inter-node traffic, as fractions of a step's compute.
+// inter-node traffic, as fractions of a step's compute. The GEMM FLOPs of each layer kind come
+// from the compiled model's tensors, the same inventory every memory figure folds over.
 #include <algorithm>
 
 #include "moemem/search.hpp"
@@ -8,39 +9,64 @@ namespace moemem {
 
 namespace {
 
-// Forward FLOPs per token of one layer of each kind, by recomputable part (2 x parameters for a
-// GEMM, 2 x s x heads x (d_qk + d_v) for causal attention).
+// Whether a tensor of an MLA layer is an up-projection from a latent (Megatron's mla_up_proj):
+// kv_b_proj's parts always; q_b_proj's parts only with a query latent (q_lora_rank), since
+// without one the q_up/q_rope rows are a plain q_proj reading the hidden state.
+bool is_mla_up(const ModelSpec& m, Role role) {
+  if (m.attention != AttentionKind::mla) return false;
+  if (role == Role::k_up || role == Role::v_up) return true;
+  return (role == Role::q_up || role == Role::q_rope) && m.mla.q_lora_rank > 0;
+}
+
+LayerGemms gemms_of(const ModelSpec& m, const std::vector<Tensor>& layer) {
+  LayerGemms g;
+  for (const auto& t : layer) {
+    if (t.is_vector()) continue;  // norms and biases: elementwise, not GEMMs
+    // A token passes through top_k of the routed experts, and through every other matrix once.
+    const Count per_token = t.is_routed_expert
+                                ? Count(checked_mul(checked_mul(static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols), "FLOPs"),
+                                                    static_cast<std::uint64_t>(m.moe.top_k), "FLOPs"))
+                                : t.params();
+    switch (t.module) {
+      case Module::attention:
+        g.attention += per_token;
+        if (is_mla_up(m, t.role)) g.mla_up += per_token;
+        break;
+      case Module::dense_mlp: g.mlp += per_token; break;
+      case Module::router:
+      case Module::routed_experts: g.moe += per_token; break;
+      case Module::shared_experts:
+        g.moe += per_token;
+        g.shared += per_token;
+        break;
+      default: break;  // norms are vectors; embedding, head and MTP are not in a decoder layer
+    }
+  }
+  return g;
+}
+
+double flops(Count params) { return 2 * static_cast<double>(params.value()); }
+
+// Forward FLOPs per token of one layer of a kind, by recomputable part: 2 x parameters for a
+// GEMM, 2 x s x heads x (d_qk + d_v) for causal attention (no parameters: a formula of the
+// model's dimensions). The parameter counts are exact integers, converted here, so the doubles
+// are exact too (below 2^53) and do not depend on the order they are summed in.
 struct LayerFlops {
   double total = 0, core_attn = 0, mla_up = 0, mlp = 0, moe = 0, shared = 0;
 };
 
-LayerFlops layer_flops(const ModelSpec& m, LayerKind kind, std::int64_t seq) {
+LayerFlops layer_flops(const ModelSpec& m, const LayerGemms& g, std::int64_t seq) {
+  const bool mla = m.attention == AttentionKind::mla;
+  const double nh = static_cast<double>(m.num_heads);
+  const double qk = static_cast<double>(mla ? m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim : m.head_dim);
+  const double v = static_cast<double>(mla ? m.mla.v_head_dim : m.head_dim);
   LayerFlops f;
-  const double h = static_cast<double>(m.hidden), nh = static_cast<double>(m.num_heads);
-  double attn_params = 0, qk = 0, v = 0;
-  if (m.attention == AttentionKind::mla) {
-    const auto& l = m.mla;
-    const double dq = static_cast<double>(l.q_lora_rank), dc = static_cast<double>(l.kv_lora_rank);
-    qk = static_cast<double>(l.qk_nope_head_dim + l.qk_rope_head_dim);
-    v = static_cast<double>(l.v_head_dim);
-    const double up = (dq > 0 ? dq * nh * qk : 0) + dc * nh * (static_cast<double>(l.qk_nope_head_dim) + v);
-    f.mla_up = 2 * up;
-    attn_params = (dq > 0 ? dq * h : h * nh * qk) + (dc + static_cast<double>(l.qk_rope_head_dim)) * h + up + h * nh * v;
-  } else {
-    qk = v = static_cast<double>(m.head_dim);
-    attn_params = h * nh * qk + 2 * h * static_cast<double>(m.num_kv_heads) * qk + h * nh * v;
-  }
   f.core_attn = 2 * static_cast<double>(seq) * nh * (qk + v);  // causal: half of 4 s (qk + v) per head
-  f.total = 2 * attn_params + f.core_attn;
-  if (kind == LayerKind::dense) {
-    f.mlp = 2 * 3 * h * static_cast<double>(m.dense_ffn);
-    f.total += f.mlp;
-  } else {
-    const auto& e = m.moe;
-    f.shared = 2 * 3 * h * static_cast<double>(e.shared_ffn);
-    f.moe = 2 * (h * static_cast<double>(e.num_routed_experts) + 3 * h * static_cast<double>(e.expert_ffn * e.top_k)) + f.shared;
-    f.total += f.moe;
-  }
+  f.mla_up = flops(g.mla_up);
+  f.mlp = flops(g.mlp);
+  f.moe = flops(g.moe);
+  f.shared = flops(g.shared);
+  f.total = flops(g.attention) + f.core_attn + f.mlp + f.moe;
   return f;
 }
 
@@ -93,8 +119,17 @@ void add_traffic(const ModelSpec& m, LayerKind kind, double count, const Paralle
 
 }  // namespace
 
-CostBreakdown estimate_cost(const ModelSpec& m, const ParallelConfig& p, const TrainingConfig& t,
+LayerKindGemms layer_gemms(const CompiledModel& cm) {
+  return {gemms_of(*cm.model, cm.dense_layer), gemms_of(*cm.model, cm.moe_layer)};
+}
+
+CostBreakdown estimate_cost(const CompiledModel& cm, const ParallelConfig& p, const TrainingConfig& t,
                             std::int64_t gpus_per_node) {
+  return estimate_cost(*cm.model, layer_gemms(cm), p, t, gpus_per_node);
+}
+
+CostBreakdown estimate_cost(const ModelSpec& m, const LayerKindGemms& gemms, const ParallelConfig& p,
+                            const TrainingConfig& t, std::int64_t gpus_per_node) {
   CostBreakdown c;
   c.bubble = bubble(p, t);
   // Recomputation: recomputed forward FLOPs over a step's forward + backward (3x forward).
@@ -104,7 +139,7 @@ CostBreakdown estimate_cost(const ModelSpec& m, const ParallelConfig& p, const T
   for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
     const double count = kind == LayerKind::moe ? moe_layers : static_cast<double>(m.num_layers) - moe_layers;
     if (count == 0) continue;
-    const LayerFlops one = layer_flops(m, kind, t.seq_len);
+    const LayerFlops one = layer_flops(m, gemms[static_cast<std::size_t>(kind)], t.seq_len);
     LayerFlops f;
     f.total = one.total * count;
     f.core_attn = one.core_attn * count;

@@ -23,6 +23,7 @@ Verdict invalid_verdict(const InputError& e) {
 struct Evaluator {
   const CompiledModel& cm;
   const SearchPlan& plan;
+  const LayerKindGemms& gemms;
   std::int64_t gpus_per_node;
   MemoryReport report;  // reused across this thread's candidates
   EvalCachePtr cache = make_eval_cache();
@@ -54,7 +55,7 @@ struct Evaluator {
     e.peak_stage = report.peak_stage;
     e.peak = report.stages[static_cast<std::size_t>(report.peak_stage)].bytes.total();
     e.fits = e.peak <= plan.usable;
-    e.cost = estimate_cost(*cm.model, e.parallel, e.training, gpus_per_node);
+    e.cost = estimate_cost(*cm.model, gemms, e.parallel, e.training, gpus_per_node);
     Verdict v;
     v.kind = e.fits ? VerdictKind::fits : VerdictKind::does_not_fit;
     v.margin = e.fits ? Bytes(plan.usable.value() - e.peak.value()) : Bytes(e.peak.value() - plan.usable.value());
@@ -113,8 +114,9 @@ Evaluation evaluate_candidates(const CompiledModel& cm, const SearchPlan& plan, 
   Evaluation ev;
   ev.verdicts.resize(n);
   ev.entries.resize(n);
+  const LayerKindGemms gemms = layer_gemms(cm);
   auto work = [&](std::size_t begin, std::size_t end) {
-    Evaluator evaluator{cm, plan, gpus_per_node, {}, make_eval_cache()};
+    Evaluator evaluator{cm, plan, gemms, gpus_per_node, {}, make_eval_cache()};
     for (std::size_t i = begin; i < end; ++i) {
       ev.verdicts[i] = evaluator.evaluate(i, ev.entries[i]);
       if (progress != nullptr) progress->fetch_add(1, std::memory_order_relaxed);

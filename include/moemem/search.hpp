@@ -9,6 +9,7 @@
 // rule broken) and rank (feasible by cost, the Pareto front, the nearest misses).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -164,8 +165,24 @@ void rank_candidates(Evaluation&& ev, std::int64_t keep_infeasible, SearchResult
 
 // --- The cost model (documented in docs/formulas.md). -------------------------------------------
 
-[[nodiscard]] CostBreakdown estimate_cost(const ModelSpec& m, const ParallelConfig& p, const TrainingConfig& t,
+// The parameters one token passes through in the GEMMs of one decoder layer, by the part a
+// recomputation choice repeats, from the compiled model's tensors (vectors, i.e. norms and
+// biases, are not GEMMs; routed experts count for top_k of num_experts).
+struct LayerGemms {
+  Count attention;  // every attention projection (q, k, v, o; MLA's down- and up-projections)
+  Count mla_up;     // MLA's up-projections from the latents: q_up and q_rope (with a q latent), k_up, v_up
+  Count mlp;        // dense MLP
+  Count moe;        // router, routed experts (top_k) and shared experts
+  Count shared;     // shared experts (and their gate)
+};
+using LayerKindGemms = std::array<LayerGemms, 2>;  // indexed by LayerKind
+[[nodiscard]] LayerKindGemms layer_gemms(const CompiledModel& cm);
+
+[[nodiscard]] CostBreakdown estimate_cost(const CompiledModel& cm, const ParallelConfig& p, const TrainingConfig& t,
                                           std::int64_t gpus_per_node);
+// The same with the layers' GEMMs already derived (layer_gemms(cm) for cm.model == &m).
+[[nodiscard]] CostBreakdown estimate_cost(const ModelSpec& m, const LayerKindGemms& gemms, const ParallelConfig& p,
+                                          const TrainingConfig& t, std::int64_t gpus_per_node);
 
 // Non-throwing form of validate_training (activation.hpp): the first rule `t` breaks against
 // `layout`, or none. Defined next to validate_training in src/activation.cpp, which throws it.
