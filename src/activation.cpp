@@ -1,5 +1,6 @@
 #include "moemem/activation.hpp"
 
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -8,47 +9,52 @@
 
 namespace moemem {
 
-void validate_training(const TrainingConfig& t, const Layout& layout) {
+std::optional<InputError> check_training(const TrainingConfig& t, const Layout& layout) {
   if (t.micro_batch < 1 || t.micro_batch > kMaxMicroBatch) {
-    throw InputError("--micro-batch", std::to_string(t.micro_batch), fmt::format("an integer from 1 to {}", kMaxMicroBatch));
+    return InputError("--micro-batch", std::to_string(t.micro_batch), fmt::format("an integer from 1 to {}", kMaxMicroBatch));
   }
   if (t.seq_len < 1 || t.seq_len > kMaxSeqLen) {
-    throw InputError("--seq-len", std::to_string(t.seq_len), fmt::format("an integer from 1 to {}", kMaxSeqLen));
+    return InputError("--seq-len", std::to_string(t.seq_len), fmt::format("an integer from 1 to {}", kMaxSeqLen));
   }
-  if (t.zero < 0 || t.zero > 3) throw InputError("--zero", std::to_string(t.zero), "0, 1, 2 or 3");
+  if (t.zero < 0 || t.zero > 3) return InputError("--zero", std::to_string(t.zero), "0, 1, 2 or 3");
   if (t.recompute_num_layers < 1 || t.recompute_num_layers > kMaxDegree) {
-    throw InputError("--recompute-num-layers", std::to_string(t.recompute_num_layers),
-                     fmt::format("an integer from 1 to {}", kMaxDegree));
+    return InputError("--recompute-num-layers", std::to_string(t.recompute_num_layers),
+                      fmt::format("an integer from 1 to {}", kMaxDegree));
   }
   const auto& p = layout.config;
   if (t.global_batch) {
     const std::int64_t per_step = t.micro_batch * p.dp;
     if (*t.global_batch < 1 || *t.global_batch % per_step != 0) {
-      throw InputError("--global-batch", std::to_string(*t.global_batch),
+      return InputError("--global-batch", std::to_string(*t.global_batch),
                        fmt::format("a positive multiple of micro-batch x dp = {}", per_step));
     }
   }
   if (t.vocab_multiple && (*t.vocab_multiple < 1 || *t.vocab_multiple > kMaxDegree)) {
-    throw InputError("--make-vocab-size-divisible-by", std::to_string(*t.vocab_multiple),
-                     fmt::format("an integer from 1 to {}", kMaxDegree));
+    return InputError("--make-vocab-size-divisible-by", std::to_string(*t.vocab_multiple),
+                      fmt::format("an integer from 1 to {}", kMaxDegree));
   }
   if (!(t.moe_imbalance >= 1.0) || t.moe_imbalance > 1e6) {
-    throw InputError("--moe-imbalance", fmt::format("{}", t.moe_imbalance), "a factor from 1 (balanced) upward");
+    return InputError("--moe-imbalance", fmt::format("{}", t.moe_imbalance), "a factor from 1 (balanced) upward");
   }
   if (t.moe_capacity_factor && (!(*t.moe_capacity_factor > 0.0) || *t.moe_capacity_factor > 1e6)) {
-    throw InputError("--moe-capacity-factor", fmt::format("{}", *t.moe_capacity_factor), "a positive factor");
+    return InputError("--moe-capacity-factor", fmt::format("{}", *t.moe_capacity_factor), "a positive factor");
   }
   if (t.fragmentation_pct && (!(*t.fragmentation_pct >= 0.0) || *t.fragmentation_pct > 100.0)) {
-    throw InputError("--fragmentation-pct", fmt::format("{}", *t.fragmentation_pct), "a percentage from 0 to 100");
+    return InputError("--fragmentation-pct", fmt::format("{}", *t.fragmentation_pct), "a percentage from 0 to 100");
   }
   if (t.dp_replicate < 1 || p.dp % t.dp_replicate != 0) {
-    throw InputError("--dp-replicate", std::to_string(t.dp_replicate), fmt::format("a divisor of dp = {}", p.dp));
+    return InputError("--dp-replicate", std::to_string(t.dp_replicate), fmt::format("a divisor of dp = {}", p.dp));
   }
   const std::int64_t split = p.cp * (p.sp ? p.tp : 1);
   if (t.seq_len % split != 0) {
-    throw InputError("--seq-len", std::to_string(t.seq_len),
-                     fmt::format("a multiple of cp{} = {}", p.sp ? "*tp (sequence parallelism is on)" : "", split));
+    return InputError("--seq-len", std::to_string(t.seq_len),
+                      fmt::format("a multiple of cp{} = {}", p.sp ? "*tp (sequence parallelism is on)" : "", split));
   }
+  return std::nullopt;
+}
+
+void validate_training(const TrainingConfig& t, const Layout& layout) {
+  if (auto problem = check_training(t, layout)) throw *problem;
 }
 
 bool is_kept(const ActivationTerm& t, Recompute r, std::uint16_t modules) {

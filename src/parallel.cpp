@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "moemem/errors.hpp"
@@ -13,31 +14,52 @@ namespace moemem {
 
 namespace {
 
-void check_degree(std::int64_t v, const char* flag) {
+// The first rule a layout breaks, or none. Every check returns one instead of throwing, so that
+// check_layout() can say why a layout is invalid and resolve_layout() throws the same error.
+using Problem = std::optional<InputError>;
+
+Problem check_degree(std::int64_t v, const char* flag) {
   if (v < 1 || v > kMaxDegree) {
-    throw InputError(flag, std::to_string(v), fmt::format("an integer from 1 to {}", kMaxDegree));
+    return InputError(flag, std::to_string(v), fmt::format("an integer from 1 to {}", kMaxDegree));
   }
+  return std::nullopt;
 }
 
-void check_divides(std::int64_t whole, const char* what, std::int64_t by, const char* flag) {
+Problem check_divides(std::int64_t whole, const char* what, std::int64_t by, const char* flag) {
   if (whole % by != 0) {
-    throw InputError(flag, std::to_string(by), fmt::format("a divisor of {} ({})", what, whole));
+    return InputError(flag, std::to_string(by), fmt::format("a divisor of {} ({})", what, whole));
   }
+  return std::nullopt;
 }
 
 std::string list_text(const std::vector<std::int64_t>& v) { return fmt::format("{}", fmt::join(v, ",")); }
 
+// Default split: ceil(L/chunks) layers per chunk, the last taking what remains.
+Problem even_split(std::int64_t num_layers, std::int64_t pp, std::vector<std::int64_t>& split) {
+  const std::int64_t per = (num_layers + pp - 1) / pp;
+  const std::int64_t last = num_layers - per * (pp - 1);
+  if (last < 0) {
+    return InputError("pipeline chunks (--pp x --vpp)", std::to_string(pp),
+                      fmt::format("a chunk count for which ceil({0}/chunks) layers on each chunk but the last leaves "
+                                  "the last at least 0 (or give --layers-per-stage or a layout string)",
+                                  num_layers));
+  }
+  split.assign(static_cast<std::size_t>(pp), per);
+  split.back() = last;
+  return std::nullopt;
+}
+
 // Decoder layers per chunk for Megatron's uneven first/last split: the given end stages, the
 // rest divided evenly over the middle ones.
-std::vector<std::int64_t> first_last_split(const ModelSpec& m, const ParallelConfig& p, std::int64_t n) {
+Problem first_last_split(const ModelSpec& m, const ParallelConfig& p, std::int64_t n, std::vector<std::int64_t>& split) {
   if (n != p.pp) {
-    throw InputError("--decoder-first/last-pipeline-num-layers", "with virtual stages",
-                     "no --vpp and no dualpipev (use --pipeline-model-parallel-layout for those)");
+    return InputError("--decoder-first/last-pipeline-num-layers", "with virtual stages",
+                      "no --vpp and no dualpipev (use --pipeline-model-parallel-layout for those)");
   }
   for (const auto& [v, flag] : {std::pair{p.first_stage_layers, "--decoder-first-pipeline-num-layers"},
                                std::pair{p.last_stage_layers, "--decoder-last-pipeline-num-layers"}}) {
     if (v && (*v < 0 || *v > m.num_layers)) {
-      throw InputError(flag, std::to_string(*v), fmt::format("a layer count from 0 to {}", m.num_layers));
+      return InputError(flag, std::to_string(*v), fmt::format("a layer count from 0 to {}", m.num_layers));
     }
   }
   const std::int64_t first = p.first_stage_layers.value_or(-1), last = p.last_stage_layers.value_or(-1);
@@ -45,47 +67,102 @@ std::vector<std::int64_t> first_last_split(const ModelSpec& m, const ParallelCon
   const std::int64_t rest = m.num_layers - std::max<std::int64_t>(first, 0) - std::max<std::int64_t>(last, 0);
   const std::int64_t middle = n - fixed_stages;
   if (n < fixed_stages || rest < 0 || (middle == 0 && rest != 0) || (middle > 0 && rest % middle != 0)) {
-    throw InputError("--decoder-first/last-pipeline-num-layers", fmt::format("first {} last {}", first, last),
-                     fmt::format("counts leaving the other {} stages an equal share of the remaining {} of {} layers",
-                                 std::max<std::int64_t>(middle, 0), rest, m.num_layers));
+    return InputError("--decoder-first/last-pipeline-num-layers", fmt::format("first {} last {}", first, last),
+                      fmt::format("counts leaving the other {} stages an equal share of the remaining {} of {} layers",
+                                  std::max<std::int64_t>(middle, 0), rest, m.num_layers));
   }
-  std::vector<std::int64_t> split(static_cast<std::size_t>(n), middle > 0 ? rest / middle : 0);
+  split.assign(static_cast<std::size_t>(n), middle > 0 ? rest / middle : 0);
   if (first >= 0) split.front() = first;
   if (last >= 0) split.back() = last;
-  return split;
+  return std::nullopt;
 }
 
-std::vector<Chunk> chunks_from_layout_string(const ModelSpec& m, const ParallelConfig& p, std::int64_t n) {
-  const auto stages = parse_pipeline_layout(p.pipeline_layout);
+// --layers-per-stage as given: one count per chunk, each within the model, summing to it.
+Problem given_split(const ModelSpec& m, const std::vector<std::int64_t>& split, std::int64_t n) {
+  if (static_cast<std::int64_t>(split.size()) != n) {
+    return InputError("--layers-per-stage", list_text(split),
+                      fmt::format("exactly {} comma-separated layer counts (one per pipeline chunk)", n));
+  }
+  std::int64_t sum = 0;
+  for (const auto k : split) {
+    if (k < 0 || k > m.num_layers) {
+      return InputError("--layers-per-stage", std::to_string(k), fmt::format("layer counts from 0 to {}", m.num_layers));
+    }
+    sum += k;
+  }
+  if (sum != m.num_layers) {
+    return InputError("--layers-per-stage", fmt::format("{} (sum {})", list_text(split), sum),
+                      fmt::format("layer counts that sum to the model's {} layers", m.num_layers));
+  }
+  return std::nullopt;
+}
+
+// Megatron: the embedding and/or the loss count as one layer each in an even split.
+Problem embedding_loss_split(const ModelSpec& m, const ParallelConfig& p, std::int64_t n, std::vector<std::int64_t>& split) {
+  const std::int64_t e = p.account_for_embedding ? 1 : 0, l = p.account_for_loss ? 1 : 0;
+  const std::int64_t units = m.num_layers + e + l;
+  if (units % n != 0) {
+    return InputError("--account-for-embedding/loss-in-pipeline-split", fmt::format("{} layers + {} + {}", m.num_layers, e, l),
+                      fmt::format("a total divisible by the {} pipeline chunks", n));
+  }
+  split.assign(static_cast<std::size_t>(n), units / n);
+  split.front() -= e;
+  split.back() -= l;
+  if (split.front() < 0 || split.back() < 0) {
+    return InputError("--account-for-embedding/loss-in-pipeline-split", "on", "chunks large enough to hold a layer");
+  }
+  return std::nullopt;
+}
+
+// The layout string's stages. The parser (src/pipeline.cpp) reports a malformed string by
+// throwing; this one catch turns that into the check's answer.
+Problem parse_layout_string(const std::string& text, std::vector<LayoutStage>& stages) {
+  try {
+    stages = parse_pipeline_layout(text);
+  } catch (const InputError& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+// Megatron's validate_layer_layout on the parsed stages: one E first, one L last, every decoder
+// layer before any MTP layer, one t per decoder layer, as many m as MTP depths (or none).
+Problem check_layout_string(const ModelSpec& m, const ParallelConfig& p, const std::vector<LayoutStage>& stages,
+                            std::int64_t n) {
   const char* flag = "--pipeline-model-parallel-layout";
   if (static_cast<std::int64_t>(stages.size()) != n) {
-    throw InputError(flag, p.pipeline_layout,
-                     fmt::format("{} stages separated by '|' (pp {} x virtual stages), not {}", n, p.pp, stages.size()));
+    return InputError(flag, p.pipeline_layout,
+                      fmt::format("{} stages separated by '|' (pp {} x virtual stages), not {}", n, p.pp, stages.size()));
   }
   std::int64_t e = 0, t = 0, mt = 0, l = 0;
+  std::string all;
   for (const auto& s : stages) {
     e += s.embedding;
     t += s.decoder;
     mt += s.mtp;
     l += s.loss;
+    all += s.items;
   }
-  if (e != 1 || l != 1) throw InputError(flag, p.pipeline_layout, "exactly one E (embedding) and one L (loss)");
-  // Megatron's validate_layer_layout: E first, L last, every decoder layer before any MTP layer.
-  std::string all;
-  for (const auto& s : stages) all += s.items;
-  if (all.front() != 'E') throw InputError(flag, p.pipeline_layout, "a layout whose first item is E (the embedding)");
-  if (all.back() != 'L') throw InputError(flag, p.pipeline_layout, "a layout whose last item is L (the loss)");
+  if (e != 1 || l != 1) return InputError(flag, p.pipeline_layout, "exactly one E (embedding) and one L (loss)");
+  if (all.front() != 'E') return InputError(flag, p.pipeline_layout, "a layout whose first item is E (the embedding)");
+  if (all.back() != 'L') return InputError(flag, p.pipeline_layout, "a layout whose last item is L (the loss)");
   if (mt > 0 && all.rfind('t') != std::string::npos && all.rfind('t') > all.find('m')) {
-    throw InputError(flag, p.pipeline_layout, "every decoder layer (t) placed before the MTP layers (m)");
+    return InputError(flag, p.pipeline_layout, "every decoder layer (t) placed before the MTP layers (m)");
   }
   if (t != m.num_layers) {
-    throw InputError(flag, fmt::format("{} ({} t)", p.pipeline_layout, t), fmt::format("{} t, one per decoder layer", m.num_layers));
+    return InputError(flag, fmt::format("{} ({} t)", p.pipeline_layout, t), fmt::format("{} t, one per decoder layer", m.num_layers));
   }
   if (mt != 0 && mt != m.mtp_layers) {
-    throw InputError(flag, fmt::format("{} ({} m)", p.pipeline_layout, mt),
-                     fmt::format("as many m as MTP depths ({}; set --mtp)", m.mtp_layers));
+    return InputError(flag, fmt::format("{} ({} m)", p.pipeline_layout, mt),
+                      fmt::format("as many m as MTP depths ({}; set --mtp)", m.mtp_layers));
   }
-  std::vector<Chunk> chunks;
+  return std::nullopt;
+}
+
+Problem chunks_from_layout_string(const ModelSpec& m, const ParallelConfig& p, std::int64_t n, std::vector<Chunk>& chunks) {
+  std::vector<LayoutStage> stages;
+  if (auto problem = parse_layout_string(p.pipeline_layout, stages)) return problem;
+  if (auto problem = check_layout_string(m, p, stages, n)) return problem;
   std::int64_t layer = 0, mtp = 0;
   for (const auto& s : stages) {
     Chunk c;
@@ -99,60 +176,36 @@ std::vector<Chunk> chunks_from_layout_string(const ModelSpec& m, const ParallelC
     mtp += s.mtp;
     chunks.push_back(c);
   }
-  if (mt == 0) {  // MTP not placed by the layout: it goes with the loss
+  if (mtp == 0) {  // MTP not placed by the layout: it goes with the loss
     for (auto& c : chunks) {
       if (c.loss) c.mtp_depths = m.mtp_layers;
     }
   }
-  return chunks;
+  return std::nullopt;
 }
 
-std::vector<Chunk> cut_into_chunks(const ModelSpec& m, const ParallelConfig& p, std::int64_t n) {
-  if (!p.pipeline_layout.empty()) return chunks_from_layout_string(m, p, n);
-  if (n > m.num_layers) {
-    throw InputError("--pp", std::to_string(p.pp),
-                     fmt::format("at most the number of layers ({}) in pipeline chunks (here {}); a layout string "
-                                 "can place more",
-                                 m.num_layers, n));
-  }
-  std::vector<std::int64_t> split;
+// Decoder layers per chunk: --layers-per-stage, else the first/last counts, else E/L counted as
+// layers, else the default split.
+Problem layer_split(const ModelSpec& m, const ParallelConfig& p, std::int64_t n, std::vector<std::int64_t>& split) {
   if (!p.layers_per_stage.empty()) {
     split = p.layers_per_stage;
-    if (static_cast<std::int64_t>(split.size()) != n) {
-      throw InputError("--layers-per-stage", list_text(split),
-                       fmt::format("exactly {} comma-separated layer counts (one per pipeline chunk)", n));
-    }
-    std::int64_t sum = 0;
-    for (const auto k : split) {
-      if (k < 0 || k > m.num_layers) {
-        throw InputError("--layers-per-stage", std::to_string(k), fmt::format("layer counts from 0 to {}", m.num_layers));
-      }
-      sum += k;
-    }
-    if (sum != m.num_layers) {
-      throw InputError("--layers-per-stage", fmt::format("{} (sum {})", list_text(split), sum),
-                       fmt::format("layer counts that sum to the model's {} layers", m.num_layers));
-    }
-  } else if (p.first_stage_layers || p.last_stage_layers) {
-    split = first_last_split(m, p, n);
-  } else if (p.account_for_embedding || p.account_for_loss) {
-    // Megatron: the embedding and/or the loss count as one layer each in an even split.
-    const std::int64_t e = p.account_for_embedding ? 1 : 0, l = p.account_for_loss ? 1 : 0;
-    const std::int64_t units = m.num_layers + e + l;
-    if (units % n != 0) {
-      throw InputError("--account-for-embedding/loss-in-pipeline-split", fmt::format("{} layers + {} + {}", m.num_layers, e, l),
-                       fmt::format("a total divisible by the {} pipeline chunks", n));
-    }
-    split.assign(static_cast<std::size_t>(n), units / n);
-    split.front() -= e;
-    split.back() -= l;
-    if (split.front() < 0 || split.back() < 0) {
-      throw InputError("--account-for-embedding/loss-in-pipeline-split", "on", "chunks large enough to hold a layer");
-    }
-  } else {
-    split = default_layer_split(m.num_layers, n);
+    return given_split(m, split, n);
   }
-  std::vector<Chunk> chunks;
+  if (p.first_stage_layers || p.last_stage_layers) return first_last_split(m, p, n, split);
+  if (p.account_for_embedding || p.account_for_loss) return embedding_loss_split(m, p, n, split);
+  return even_split(m.num_layers, n, split);
+}
+
+Problem cut_into_chunks(const ModelSpec& m, const ParallelConfig& p, std::int64_t n, std::vector<Chunk>& chunks) {
+  if (!p.pipeline_layout.empty()) return chunks_from_layout_string(m, p, n, chunks);
+  if (n > m.num_layers) {
+    return InputError("--pp", std::to_string(p.pp),
+                      fmt::format("at most the number of layers ({}) in pipeline chunks (here {}); a layout string "
+                                  "can place more",
+                                  m.num_layers, n));
+  }
+  std::vector<std::int64_t> split;
+  if (auto problem = layer_split(m, p, n, split)) return problem;
   std::int64_t first = 0;
   for (const auto k : split) {
     chunks.push_back(Chunk{first, k, false, false, 0, 0});
@@ -161,7 +214,94 @@ std::vector<Chunk> cut_into_chunks(const ModelSpec& m, const ParallelConfig& p, 
   chunks.front().embedding = true;
   chunks.back().loss = true;
   chunks.back().mtp_depths = m.mtp_layers;
-  return chunks;
+  return std::nullopt;
+}
+
+// The degrees and the world size they make.
+Problem check_degrees(const ParallelConfig& p, Layout& out) {
+  for (const auto& [v, flag] : {std::pair{p.tp, "--tp"}, std::pair{p.pp, "--pp"}, std::pair{p.dp, "--dp"},
+                               std::pair{p.cp, "--cp"}, std::pair{p.ep, "--ep"}, std::pair{p.etp, "--etp"}}) {
+    if (auto problem = check_degree(v, flag)) return problem;
+  }
+  std::uint64_t world = 1;
+  bool overflow = false;
+  for (const auto d : {p.tp, p.pp, p.cp, p.dp}) overflow |= __builtin_mul_overflow(world, static_cast<std::uint64_t>(d), &world);
+  if (overflow || world > static_cast<std::uint64_t>(kMaxWorld)) {
+    return InputError("world size (tp*pp*cp*dp)",
+                      fmt::format("{}*{}*{}*{} = {}", p.tp, p.pp, p.cp, p.dp, overflow ? "more than 2^64" : std::to_string(world)),
+                      fmt::format("at most {} GPUs", kMaxWorld));
+  }
+  out.world_size = static_cast<std::int64_t>(world);
+  return std::nullopt;
+}
+
+// Heads over tp; experts over ep and etp; whole expert groups in every stage (gives edp).
+Problem check_model_split(const ModelSpec& m, const ParallelConfig& p, Layout& out) {
+  if (auto problem = check_divides(m.num_heads, "num_attention_heads", p.tp, "--tp")) return problem;
+  if (m.attention == AttentionKind::gqa) {
+    if (auto problem = check_divides(m.num_kv_heads, "num_key_value_heads", p.tp, "--tp")) return problem;
+  }
+  if (!m.is_moe()) {
+    if (p.ep != 1) return InputError("--ep", std::to_string(p.ep), "1 for a model without routed experts");
+    if (p.etp != 1) return InputError("--etp", std::to_string(p.etp), "1 for a model without routed experts");
+  } else {
+    if (auto problem = check_divides(m.moe.num_routed_experts, "n_routed_experts", p.ep, "--ep")) return problem;
+    if (auto problem = check_divides(m.moe.expert_ffn, "moe_intermediate_size", p.etp, "--etp")) return problem;
+  }
+  const std::int64_t dense_ranks = p.tp * p.cp * p.dp;  // ranks of one pipeline stage
+  if (dense_ranks % (p.ep * p.etp) != 0) {
+    return InputError("--ep/--etp", fmt::format("ep*etp = {}", p.ep * p.etp),
+                      fmt::format("a divisor of tp*cp*dp = {} (every stage's ranks must form whole expert groups)",
+                                  dense_ranks));
+  }
+  out.edp = dense_ranks / (p.ep * p.etp);
+  return std::nullopt;
+}
+
+// The schedule in effect (vpp > 1 with 1f1b: interleaved) and the rules it brings.
+Problem resolve_schedule(const ParallelConfig& p, Schedule& sched) {
+  if (auto problem = check_degree(p.vpp, "--vpp")) return problem;
+  if (p.vpp > 1) {
+    if (sched == Schedule::one_f_one_b) sched = Schedule::interleaved;
+    if (sched != Schedule::interleaved) {
+      return InputError("--schedule", std::string(name_of(sched)), "1f1b or interleaved when --vpp > 1");
+    }
+  } else if (sched == Schedule::interleaved) {
+    return InputError("--vpp", std::to_string(p.vpp), "at least 2 for the interleaved schedule");
+  }
+  if (sched == Schedule::dualpipe && p.pp % 2 != 0) {
+    return InputError("--pp", std::to_string(p.pp), "an even number of stages for dualpipe");
+  }
+  return std::nullopt;
+}
+
+// The chunks each rank holds and the decoder layers they make.
+void assign_chunks_to_ranks(Layout& out, std::int64_t num_chunks) {
+  const std::int64_t pp = out.config.pp;
+  const Schedule sched = out.config.schedule;
+  out.rank_chunks.resize(static_cast<std::size_t>(pp));
+  for (std::int64_t r = 0; r < pp; ++r) {
+    auto& held = out.rank_chunks[static_cast<std::size_t>(r)];
+    if (sched == Schedule::dualpipe) {
+      // DualPipe: each rank holds stage r for one direction and stage pp-1-r for the other.
+      held = {r, pp - 1 - r};
+    } else if (sched == Schedule::dualpipev) {
+      // DualPipeV: 2pp chunks folded into a V, rank r holding chunks r and 2pp-1-r.
+      held = {r, 2 * pp - 1 - r};
+    } else {
+      for (std::int64_t c = r; c < num_chunks; c += pp) held.push_back(c);
+    }
+    StageRange range{-1, 0};
+    for (const auto c : held) {
+      const auto& ch = out.chunks[static_cast<std::size_t>(c)];
+      if (ch.num_layers > 0 && (range.first_layer < 0 || ch.first_layer < range.first_layer)) {
+        range.first_layer = ch.first_layer;
+      }
+      range.num_layers += ch.num_layers;
+    }
+    if (range.first_layer < 0) range.first_layer = 0;
+    out.stages.push_back(range);
+  }
 }
 
 }  // namespace
@@ -202,99 +342,34 @@ bool Layout::rank_holds(std::int64_t rank, std::int64_t chunk) const {
 }
 
 std::vector<std::int64_t> default_layer_split(std::int64_t num_layers, std::int64_t pp) {
-  const std::int64_t per = (num_layers + pp - 1) / pp;
-  std::vector<std::int64_t> split(static_cast<std::size_t>(pp), per);
-  const std::int64_t last = num_layers - per * (pp - 1);
-  if (last < 0) {
-    throw InputError("pipeline chunks (--pp x --vpp)", std::to_string(pp),
-                     fmt::format("a chunk count for which ceil({0}/chunks) layers on each chunk but the last leaves "
-                                 "the last at least 0 (or give --layers-per-stage or a layout string)",
-                                 num_layers));
-  }
-  split.back() = last;
+  std::vector<std::int64_t> split;
+  if (auto problem = even_split(num_layers, pp, split)) throw *problem;
   return split;
 }
 
-Layout resolve_layout(const ModelSpec& m, const ParallelConfig& p) {
-  check_degree(p.tp, "--tp");
-  check_degree(p.pp, "--pp");
-  check_degree(p.dp, "--dp");
-  check_degree(p.cp, "--cp");
-  check_degree(p.ep, "--ep");
-  check_degree(p.etp, "--etp");
-
+LayoutVerdict check_layout(const ModelSpec& m, const ParallelConfig& p) {
+  LayoutVerdict v;
   Layout out;
   out.config = p;
-  std::uint64_t world = 1;
-  bool overflow = false;
-  for (const auto d : {p.tp, p.pp, p.cp, p.dp}) overflow |= __builtin_mul_overflow(world, static_cast<std::uint64_t>(d), &world);
-  if (overflow || world > static_cast<std::uint64_t>(kMaxWorld)) {
-    throw InputError("world size (tp*pp*cp*dp)",
-                     fmt::format("{}*{}*{}*{} = {}", p.tp, p.pp, p.cp, p.dp, overflow ? "more than 2^64" : std::to_string(world)),
-                     fmt::format("at most {} GPUs", kMaxWorld));
-  }
-  out.world_size = static_cast<std::int64_t>(world);
-
-  check_divides(m.num_heads, "num_attention_heads", p.tp, "--tp");
-  if (m.attention == AttentionKind::gqa) check_divides(m.num_kv_heads, "num_key_value_heads", p.tp, "--tp");
-
-  if (!m.is_moe()) {
-    if (p.ep != 1) throw InputError("--ep", std::to_string(p.ep), "1 for a model without routed experts");
-    if (p.etp != 1) throw InputError("--etp", std::to_string(p.etp), "1 for a model without routed experts");
-  } else {
-    check_divides(m.moe.num_routed_experts, "n_routed_experts", p.ep, "--ep");
-    check_divides(m.moe.expert_ffn, "moe_intermediate_size", p.etp, "--etp");
-  }
-  const std::int64_t dense_ranks = p.tp * p.cp * p.dp;  // ranks of one pipeline stage
-  if (dense_ranks % (p.ep * p.etp) != 0) {
-    throw InputError("--ep/--etp", fmt::format("ep*etp = {}", p.ep * p.etp),
-                     fmt::format("a divisor of tp*cp*dp = {} (every stage's ranks must form whole expert groups)",
-                                 dense_ranks));
-  }
-  out.edp = dense_ranks / (p.ep * p.etp);
-
-  check_degree(p.vpp, "--vpp");
-  Schedule& sched = out.config.schedule;
-  if (p.vpp > 1) {
-    if (sched == Schedule::one_f_one_b) sched = Schedule::interleaved;
-    if (sched != Schedule::interleaved) {
-      throw InputError("--schedule", std::string(name_of(sched)), "1f1b or interleaved when --vpp > 1");
-    }
-  } else if (sched == Schedule::interleaved) {
-    throw InputError("--vpp", std::to_string(p.vpp), "at least 2 for the interleaved schedule");
-  }
-  if (sched == Schedule::dualpipe && p.pp % 2 != 0) {
-    throw InputError("--pp", std::to_string(p.pp), "an even number of stages for dualpipe");
-  }
+  v.error = check_degrees(p, out);
+  if (!v.error) v.error = check_model_split(m, p, out);
+  if (!v.error) v.error = resolve_schedule(p, out.config.schedule);
+  if (v.error) return v;
+  const Schedule sched = out.config.schedule;
   const std::int64_t num_chunks = sched == Schedule::interleaved ? p.pp * p.vpp
                                   : sched == Schedule::dualpipev ? 2 * p.pp
                                                                  : p.pp;
-  out.chunks = cut_into_chunks(m, p, num_chunks);
+  v.error = cut_into_chunks(m, p, num_chunks, out.chunks);
+  if (v.error) return v;
+  assign_chunks_to_ranks(out, num_chunks);
+  v.layout = std::move(out);
+  return v;
+}
 
-  out.rank_chunks.resize(static_cast<std::size_t>(p.pp));
-  for (std::int64_t r = 0; r < p.pp; ++r) {
-    auto& held = out.rank_chunks[static_cast<std::size_t>(r)];
-    if (sched == Schedule::dualpipe) {
-      // DualPipe: each rank holds stage r for one direction and stage pp-1-r for the other.
-      held = {r, p.pp - 1 - r};
-    } else if (sched == Schedule::dualpipev) {
-      // DualPipeV: 2pp chunks folded into a V, rank r holding chunks r and 2pp-1-r.
-      held = {r, 2 * p.pp - 1 - r};
-    } else {
-      for (std::int64_t c = r; c < num_chunks; c += p.pp) held.push_back(c);
-    }
-    StageRange range{-1, 0};
-    for (const auto c : held) {
-      const auto& ch = out.chunks[static_cast<std::size_t>(c)];
-      if (ch.num_layers > 0 && (range.first_layer < 0 || ch.first_layer < range.first_layer)) {
-        range.first_layer = ch.first_layer;
-      }
-      range.num_layers += ch.num_layers;
-    }
-    if (range.first_layer < 0) range.first_layer = 0;
-    out.stages.push_back(range);
-  }
-  return out;
+Layout resolve_layout(const ModelSpec& m, const ParallelConfig& p) {
+  LayoutVerdict v = check_layout(m, p);
+  if (v.error) throw *v.error;
+  return std::move(*v.layout);
 }
 
 }  // namespace moemem

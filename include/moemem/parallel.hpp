@@ -1,8 +1,9 @@
 // The parallel layout: tensor (tp), pipeline (pp), data (dp), context (cp), expert (ep) and
 // expert-tensor (etp) parallel degrees, sequence parallelism, virtual pipeline stages and the
 // schedule, and the cut of the model into pipeline chunks held by each rank (pipeline.hpp).
-// resolve_layout() checks every rule against the model and derives the expert data-parallel
-// degree edp = tp*cp*dp / (ep*etp), the world size and the chunks.
+// check_layout() checks every rule against the model and derives the expert data-parallel
+// degree edp = tp*cp*dp / (ep*etp), the world size and the chunks, or says which rule is broken;
+// resolve_layout() is the same check, throwing.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "moemem/errors.hpp"
 #include "moemem/model.hpp"
 #include "moemem/pipeline.hpp"
 
@@ -56,8 +58,20 @@ struct Layout {
 // Default pipeline split: ceil(L/pp) layers per stage, the last stage taking what remains.
 [[nodiscard]] std::vector<std::int64_t> default_layer_split(std::int64_t num_layers, std::int64_t pp);
 
+// A resolved layout, or the first rule `p` breaks (the error resolve_layout would throw: the
+// flag, the value and what would be accepted).
+struct LayoutVerdict {
+  std::optional<Layout> layout;     // set when every rule holds
+  std::optional<InputError> error;  // set otherwise
+  [[nodiscard]] bool valid() const { return layout.has_value(); }
+};
+
+// Checks `p` against `m` without throwing (InputError is not thrown, only returned); the rules
+// and their order are resolve_layout's, which is this check.
+[[nodiscard]] LayoutVerdict check_layout(const ModelSpec& m, const ParallelConfig& p);
+
 // Validates `p` against `m` and returns the resolved layout. Throws InputError naming the flag
-// and the rule broken.
+// and the rule broken (check_layout's error).
 [[nodiscard]] Layout resolve_layout(const ModelSpec& m, const ParallelConfig& p);
 
 }  // namespace moemem

@@ -2,15 +2,24 @@
 // sharding, recomputation, micro-batch and pipeline split for a number of GPUs, each evaluated
 // on every stage with analyze(), then the ones that fit ranked by a simple, documented cost
 // model (pipeline bubble, recomputation, inter-node TP/EP traffic).
+//
+// search() runs three steps, each public below: enumerate (degree combinations, their pipeline
+// splits, each checked by check_layout; then candidates: layout x micro-batch x ZeRO stage x
+// recomputation), evaluate (a Verdict per candidate: fits, does not fit, or invalid with the
+// rule broken) and rank (feasible by cost, the Pareto front, the nearest misses).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "moemem/analyze.hpp"
+#include "moemem/errors.hpp"
 
 namespace moemem {
 
@@ -66,6 +75,11 @@ struct SearchResult {
   std::int64_t evaluated = 0;             // valid layouts evaluated on every stage
   double seconds = 0;
   Bytes usable;
+  // Not printed by the CLI: what was refused, by the flag of the rule broken.
+  std::int64_t invalid = 0;                              // candidates (enumerated - evaluated)
+  std::map<std::string, std::int64_t> invalid_by_field;  // candidates
+  std::int64_t rejected_layouts = 0;                     // degree and split combinations
+  std::map<std::string, std::int64_t> rejected_by_field;
 };
 
 // Checks the space (named errors), enumerates, evaluates on `threads` threads (results do not
@@ -73,8 +87,103 @@ struct SearchResult {
 [[nodiscard]] SearchResult search(const CompiledModel& cm, const SearchSpace& space, int threads,
                                   std::atomic<std::int64_t>* progress = nullptr, std::int64_t keep_infeasible = 5);
 
-// The cost model alone (documented in docs/formulas.md).
-[[nodiscard]] CostBreakdown estimate_cost(const ModelSpec& m, const ParallelConfig& p, const TrainingConfig& t,
+// Throws InputError naming the flag when the space (or the thread count) is out of range.
+void check_search_space(const SearchSpace& space, int threads);
+
+// --- Step 1: enumerate. -------------------------------------------------------------------------
+
+// The degree combinations (tp, pp, cp, dp, ep, etp, vpp, schedule; sp on when tp > 1 if the space
+// says so), in enumeration order: tp, pp, cp, ep, etp, vpp, schedule, each ascending.
+[[nodiscard]] std::vector<ParallelConfig> enumerate_degrees(const ModelSpec& m, const SearchSpace& space);
+
+struct SplitChoice {
+  ParallelConfig config;
+  std::string name;  // "even", "first X last Y", "account E+L"
+};
+// The pipeline splits tried for one degree combination: even; for 3 or more chunks the two
+// first/last adjustments closest to even; Megatron's account-for-E+L when it divides.
+[[nodiscard]] std::vector<SplitChoice> pipeline_splits(const ModelSpec& m, const ParallelConfig& p);
+
+struct LayoutChoice {
+  Layout layout;
+  std::string split;
+};
+struct LayoutEnumeration {
+  std::vector<LayoutChoice> layouts;  // every split check_layout accepts, in enumeration order
+  std::int64_t rejected = 0;          // the others
+  std::map<std::string, std::int64_t> rejected_by_field;
+};
+[[nodiscard]] LayoutEnumeration enumerate_layouts(const ModelSpec& m, const SearchSpace& space);
+
+struct Candidate {
+  std::size_t layout = 0;  // index into the layouts
+  TrainingConfig training;
+  std::size_t recompute = 0;  // index into the recomputation choices
+};
+// Each layout x micro-batch (divisors of global_batch / dp) x ZeRO stage x recomputation choice.
+[[nodiscard]] std::vector<Candidate> enumerate_candidates(const std::vector<LayoutChoice>& layouts,
+                                                          const SearchSpace& space,
+                                                          const std::vector<RecomputeChoice>& recomputes);
+
+// Everything step 1 produces for a space (checked with check_search_space(space, 1)).
+struct SearchPlan {
+  Bytes usable;  // capacity x max_memory_fraction
+  std::vector<RecomputeChoice> recomputes;
+  LayoutEnumeration layouts;
+  std::vector<Candidate> candidates;
+};
+[[nodiscard]] SearchPlan plan_search(const ModelSpec& m, const SearchSpace& space);
+
+// --- Step 2: evaluate. --------------------------------------------------------------------------
+
+enum class VerdictKind : std::uint8_t { fits, does_not_fit, invalid };
+[[nodiscard]] std::string_view name_of(VerdictKind k);
+
+// What evaluating one candidate found.
+struct Verdict {
+  VerdictKind kind = VerdictKind::invalid;
+  Bytes margin;        // fits: usable - peak (headroom); does_not_fit: peak - usable (overflow)
+  std::string field;   // invalid: the flag of the rule broken (InputError::field())
+  std::string reason;  // invalid: the whole message (InputError::what())
+};
+
+struct Evaluation {
+  std::vector<Verdict> verdicts;     // one per candidate
+  std::vector<SearchEntry> entries;  // one per candidate; filled where the verdict is not invalid
+};
+// Evaluates every candidate of the plan on every stage, on `threads` threads each filling its
+// own slice (so the result does not depend on the thread count). `progress`, if given, counts
+// evaluated candidates.
+[[nodiscard]] Evaluation evaluate_candidates(const CompiledModel& cm, const SearchPlan& plan, std::int64_t gpus_per_node,
+                                             int threads, std::atomic<std::int64_t>* progress = nullptr);
+
+// --- Step 3: rank. ------------------------------------------------------------------------------
+
+// Fills result.feasible (by cost, then peak, then index), result.pareto, result.infeasible (the
+// `keep_infeasible` nearest misses, by peak), result.evaluated and the invalid counts.
+void rank_candidates(Evaluation&& ev, std::int64_t keep_infeasible, SearchResult& result);
+
+// --- The cost model (documented in docs/formulas.md). -------------------------------------------
+
+// The parameters one token passes through in the GEMMs of one decoder layer, by the part a
+// recomputation choice repeats, from the compiled model's tensors (vectors, i.e. norms and
+// biases, are not GEMMs; routed experts count for top_k of num_experts).
+struct LayerGemms {
+  Count attention;  // every attention projection (q, k, v, o; MLA's down- and up-projections)
+  Count mla_up;     // MLA's up-projections from the latents: q_up and q_rope (with a q latent), k_up, v_up
+  Count mlp;        // dense MLP
+  Count moe;        // router, routed experts (top_k) and shared experts
+  Count shared;     // shared experts (and their gate)
+};
+using LayerKindGemms = std::array<LayerGemms, 2>;  // indexed by LayerKind
+[[nodiscard]] LayerKindGemms layer_gemms(const CompiledModel& cm);
+
+[[nodiscard]] CostBreakdown estimate_cost(const CompiledModel& cm, const ParallelConfig& p, const TrainingConfig& t,
                                           std::int64_t gpus_per_node);
+// The same with the layers' GEMMs already derived (layer_gemms(cm) for cm.model == &m).
+[[nodiscard]] CostBreakdown estimate_cost(const ModelSpec& m, const LayerKindGemms& gemms, const ParallelConfig& p,
+                                          const TrainingConfig& t, std::int64_t gpus_per_node);
+
+
 
 }  // namespace moemem

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "moemem/dtype.hpp"
+#include "moemem/errors.hpp"
 #include "moemem/optimizer.hpp"
 #include "moemem/parallel.hpp"
 #include "moemem/units.hpp"
@@ -159,6 +160,8 @@ struct TrainingConfig : Batch, RecomputePolicy, StateSettings, Numerics, MoeRout
 // Checks batch, sequence and ZeRO settings against the layout (e.g. the sequence must split
 // evenly over cp, and over tp when sequence parallelism is on). Throws InputError.
 void validate_training(const TrainingConfig& t, const Layout& layout);
+// The same rules, returned instead of thrown: the first one `t` breaks, or nothing.
+[[nodiscard]] std::optional<InputError> check_training(const TrainingConfig& t, const Layout& layout);
 
 [[nodiscard]] std::string_view name_of(Recompute r);
 [[nodiscard]] std::string_view name_of(AttentionKernel a);

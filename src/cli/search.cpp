@@ -109,13 +109,102 @@ void SearchCommand::setup(CLI::App& root) {
   app->add_option("--format", format, "table|json|jsonl|csv")->capture_default_str();
 }
 
-int SearchCommand::run(std::ostream& out, std::ostream& err) const {
-  if (format != "table" && format != "json" && format != "jsonl" && format != "csv") {
-    throw InputError("--format", format, "one of table, json, jsonl, csv");
+namespace {
+
+// The flags that need no model, in the order they are checked.
+void check_flags(const SearchCommand& c) {
+  if (c.format != "table" && c.format != "json" && c.format != "jsonl" && c.format != "csv") {
+    throw InputError("--format", c.format, "one of table, json, jsonl, csv");
   }
-  if (gpus < 1) throw InputError("--gpus", std::to_string(gpus), "a positive number of GPUs (required)");
-  if (top < 1 || top > 1000000) throw InputError("--top", std::to_string(top), "an integer from 1 to 1000000");
-  if (threads < 0 || threads > 256) throw InputError("--threads", std::to_string(threads), "an integer from 0 (all cores) to 256");
+  if (c.gpus < 1) throw InputError("--gpus", std::to_string(c.gpus), "a positive number of GPUs (required)");
+  if (c.top < 1 || c.top > 1000000) throw InputError("--top", std::to_string(c.top), "an integer from 1 to 1000000");
+  if (c.threads < 0 || c.threads > 256) throw InputError("--threads", std::to_string(c.threads), "an integer from 0 (all cores) to 256");
+}
+
+// Runs the search on its own thread, showing progress on `err` after the first second.
+SearchResult search_with_progress(const CompiledModel& cm, const SearchSpace& space, int n_threads, std::ostream& err) {
+  std::atomic<std::int64_t> progress{0};
+  auto task = std::async(std::launch::async, [&] { return search(cm, space, n_threads, &progress); });
+  const auto start = std::chrono::steady_clock::now();
+  while (task.wait_for(std::chrono::milliseconds(250)) != std::future_status::ready) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (elapsed > 1.0) err << fmt::format("\rsearching: {} layouts evaluated, {:.1f} s", progress.load(), elapsed) << std::flush;
+  }
+  if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > 1.0) err << "\n";
+  return task.get();
+}
+
+// What every format prints about the run (and the JSON summary's fields).
+struct RunInfo {
+  const ModelSpec& model;
+  const GpuChoice& gpu;
+  const Profile& profile;
+  const SearchSpace& space;
+  int threads = 1;
+};
+
+std::string summary_line(const SearchResult& r, const RunInfo& run) {
+  return fmt::format("{} candidates, {} valid layouts evaluated on every stage in {:.3f} s with {} thread(s); {} fit in {} "
+                     "({} x {:.2f})",
+                     r.enumerated, r.evaluated, r.seconds, run.threads, r.feasible.size(), format_gib(r.usable),
+                     format_gib(run.space.capacity), run.space.max_memory_fraction);
+}
+
+// json: one document; jsonl: one line per layout, then the summary line.
+void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, bool lines, std::ostream& out) {
+  nlohmann::json feasible = nlohmann::json::array(), pareto = nlohmann::json::array(), misses = nlohmann::json::array();
+  std::int64_t rank = 0;
+  for (const auto& e : r.feasible) {
+    if (++rank > top) break;
+    if (lines) out << entry_json(e, rank).dump() << "\n";
+    else feasible.push_back(entry_json(e, rank));
+  }
+  for (const auto& e : r.pareto) pareto.push_back(entry_json(e, 0));
+  for (const auto& e : r.infeasible) {
+    auto j = entry_json(e, 0);
+    j["short_bytes"] = e.peak.value() - r.usable.value();
+    misses.push_back(j);
+  }
+  nlohmann::json s = {{"schema", "moemem.search/1"}, {"model", run.model.name}, {"gpus", run.space.gpus}, {"gpu", run.gpu.name},
+                      {"usable_bytes", r.usable.value()}, {"candidates", r.enumerated}, {"evaluated", r.evaluated},
+                      {"feasible", r.feasible.size()}, {"seconds", r.seconds}, {"threads", run.threads},
+                      {"pareto", pareto}, {"nearest_infeasible", misses}};
+  if (!lines) {
+    s["layouts"] = feasible;
+    out << s.dump(2) << "\n";
+  } else {
+    s["summary"] = true;
+    out << s.dump() << "\n";
+  }
+}
+
+// csv: the layouts that fit on `out`, the summary on `err`.
+void print_csv(const SearchResult& r, const RunInfo& run, std::int64_t top, std::ostream& out, std::ostream& err) {
+  render(entries_table("", r.feasible, top, r.usable), Format::csv, out);
+  err << summary_line(r, run) << "\n";
+}
+
+void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, std::ostream& out) {
+  out << fmt::format("moemem search: {} on {} x {} (profile {}); peak and margin in GiB (2^30 bytes)\n{}\n\n", run.model.name, run.space.gpus, run.gpu.name, run.profile.name, summary_line(r, run));
+  if (!r.feasible.empty()) {
+    render(entries_table(fmt::format("Best {} of {} layouts that fit, by estimated overhead", std::min<std::int64_t>(top, static_cast<std::int64_t>(r.feasible.size())), r.feasible.size()),
+                         r.feasible, top, r.usable),
+           Format::table, out);
+    render(entries_table("Pareto front (peak memory vs estimated overhead)", r.pareto, top, r.usable), Format::table, out);
+  } else {
+    out << "No layout fits.\n\n";
+  }
+  if (!r.infeasible.empty()) {
+    render(entries_table("Nearest layouts that do not fit (negative margin: short by)", r.infeasible, top, r.usable),
+           Format::table, out);
+  }
+  out << "cost = pipeline bubble + recomputation + inter-node communication, as fractions of compute (docs/formulas.md)\n";
+}
+
+}  // namespace
+
+int SearchCommand::run(std::ostream& out, std::ostream& err) const {
+  check_flags(*this);
   const auto gpu = gpu_choice(training);
   if (!gpu) throw InputError("--gpu/--gpu-memory", "missing", "the GPU to fit on (--gpu NAME or --gpu-memory SIZE)");
   if (!training.global_batch) throw InputError("--global-batch", "missing", "the sequences per optimizer step");
@@ -179,67 +268,11 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
 
   const int n_threads = threads > 0 ? static_cast<int>(threads)
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::atomic<std::int64_t> progress{0};
-  auto task = std::async(std::launch::async, [&] { return search(cm, space, n_threads, &progress); });
-  const auto start = std::chrono::steady_clock::now();
-  while (task.wait_for(std::chrono::milliseconds(250)) != std::future_status::ready) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (elapsed > 1.0) err << fmt::format("\rsearching: {} layouts evaluated, {:.1f} s", progress.load(), elapsed) << std::flush;
-  }
-  if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > 1.0) err << "\n";
-  const SearchResult r = task.get();
-
-  const std::string summary =
-      fmt::format("{} candidates, {} valid layouts evaluated on every stage in {:.3f} s with {} thread(s); {} fit in {} "
-                  "({} x {:.2f})",
-                  r.enumerated, r.evaluated, r.seconds, n_threads, r.feasible.size(), format_gib(r.usable),
-                  format_gib(space.capacity), space.max_memory_fraction);
-  if (format == "json" || format == "jsonl") {
-    nlohmann::json feasible = nlohmann::json::array(), pareto = nlohmann::json::array(), misses = nlohmann::json::array();
-    std::int64_t rank = 0;
-    for (const auto& e : r.feasible) {
-      if (++rank > top) break;
-      if (format == "jsonl") out << entry_json(e, rank).dump() << "\n";
-      else feasible.push_back(entry_json(e, rank));
-    }
-    for (const auto& e : r.pareto) pareto.push_back(entry_json(e, 0));
-    for (const auto& e : r.infeasible) {
-      auto j = entry_json(e, 0);
-      j["short_bytes"] = e.peak.value() - r.usable.value();
-      misses.push_back(j);
-    }
-    nlohmann::json s = {{"schema", "moemem.search/1"}, {"model", m.name}, {"gpus", gpus}, {"gpu", gpu->name},
-                        {"usable_bytes", r.usable.value()}, {"candidates", r.enumerated}, {"evaluated", r.evaluated},
-                        {"feasible", r.feasible.size()}, {"seconds", r.seconds}, {"threads", n_threads},
-                        {"pareto", pareto}, {"nearest_infeasible", misses}};
-    if (format == "json") {
-      s["layouts"] = feasible;
-      out << s.dump(2) << "\n";
-    } else {
-      s["summary"] = true;
-      out << s.dump() << "\n";
-    }
-    return r.feasible.empty() ? 1 : 0;
-  }
-  if (format == "csv") {
-    render(entries_table("", r.feasible, top, r.usable), Format::csv, out);
-    err << summary << "\n";
-    return r.feasible.empty() ? 1 : 0;
-  }
-  out << fmt::format("moemem search: {} on {} x {} (profile {}); peak and margin in GiB (2^30 bytes)\n{}\n\n", m.name, gpus, gpu->name, profile.name, summary);
-  if (!r.feasible.empty()) {
-    render(entries_table(fmt::format("Best {} of {} layouts that fit, by estimated overhead", std::min<std::int64_t>(top, static_cast<std::int64_t>(r.feasible.size())), r.feasible.size()),
-                         r.feasible, top, r.usable),
-           Format::table, out);
-    render(entries_table("Pareto front (peak memory vs estimated overhead)", r.pareto, top, r.usable), Format::table, out);
-  } else {
-    out << "No layout fits.\n\n";
-  }
-  if (!r.infeasible.empty()) {
-    render(entries_table("Nearest layouts that do not fit (negative margin: short by)", r.infeasible, top, r.usable),
-           Format::table, out);
-  }
-  out << "cost = pipeline bubble + recomputation + inter-node communication, as fractions of compute (docs/formulas.md)\n";
+  const SearchResult r = search_with_progress(cm, space, n_threads, err);
+  const RunInfo run{m, *gpu, profile, space, n_threads};
+  if (format == "json" || format == "jsonl") print_json(r, run, top, format == "jsonl", out);
+  else if (format == "csv") print_csv(r, run, top, out, err);
+  else print_table(r, run, top, out);
   return r.feasible.empty() ? 1 : 0;
 }
 

@@ -1,0 +1,180 @@
+// Search, step 1: enumerate the degree combinations, each one's pipeline splits (each checked
+// by check_layout), then the candidates. The order is the ranking's last tie-breaker, so every
+// loop here keeps it: tp, pp, cp, ep, etp, vpp, schedule, split; then per layout micro-batch,
+// ZeRO stage, recomputation choice.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "moemem/search.hpp"
+
+namespace moemem {
+
+namespace {
+
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d * d <= n; ++d) {
+    if (n % d != 0) continue;
+    out.push_back(d);
+    if (d * d != n) out.push_back(n / d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The values of `all` allowed by a fixed value, else by the bound `max` (0: none).
+std::vector<std::int64_t> choices(const std::optional<std::int64_t>& fixed, const std::vector<std::int64_t>& all,
+                                  std::int64_t max) {
+  std::vector<std::int64_t> out;
+  for (const auto v : all) {
+    if (fixed ? v == *fixed : (max <= 0 || v <= max)) out.push_back(v);
+  }
+  return out;
+}
+
+// vpp: 1, then powers of two up to vpp_max when there is a pipeline; only the fixed one if given.
+std::vector<std::int64_t> vpp_choices(const SearchSpace& space, std::int64_t pp) {
+  std::vector<std::int64_t> vpps;
+  if (!space.vpp || *space.vpp == 1) vpps.push_back(1);
+  for (std::int64_t v = 2; v <= space.vpp_max && pp > 1; v *= 2) {
+    if (!space.vpp || v == *space.vpp) vpps.push_back(v);
+  }
+  return vpps;
+}
+
+// Whether `sched` goes with vpp and pp: interleaving exactly when vpp > 1 (1f1b becomes
+// interleaved), DualPipe(V) only with a pipeline.
+bool schedule_applies(Schedule sched, std::int64_t vpp, std::int64_t pp) {
+  const bool interleaved = sched == Schedule::interleaved || (sched == Schedule::one_f_one_b && vpp > 1);
+  if (vpp > 1 && !interleaved) return false;
+  if (vpp == 1 && sched == Schedule::interleaved) return false;
+  return !((sched == Schedule::dualpipe || sched == Schedule::dualpipev) && pp < 2);
+}
+
+// The expert degrees of (tp, pp, cp, dp), then each vpp and schedule.
+void add_expert_and_pipeline_degrees(const ModelSpec& m, const SearchSpace& space, const std::vector<Schedule>& schedules,
+                                     ParallelConfig p, std::vector<ParallelConfig>& out) {
+  const auto eps = m.is_moe() ? choices(space.ep, divisors(m.moe.num_routed_experts), space.ep_max)
+                              : std::vector<std::int64_t>{1};
+  const auto etps = m.is_moe() ? choices(space.etp, divisors(p.tp), 0) : std::vector<std::int64_t>{1};
+  const auto vpps = vpp_choices(space, p.pp);
+  for (const auto ep : eps) {
+    for (const auto etp : etps) {
+      if ((p.tp * p.cp * p.dp) % (ep * etp) != 0) continue;
+      for (const auto vpp : vpps) {
+        for (const auto sched : schedules) {
+          if (!schedule_applies(sched, vpp, p.pp)) continue;
+          p.ep = ep;
+          p.etp = etp;
+          p.vpp = vpp;
+          p.schedule = sched;
+          out.push_back(p);
+        }
+      }
+    }
+  }
+}
+
+// Megatron's first/last adjustments for any number of chunks: x layers on the first chunk (the
+// embedding's), y on the last (the loss's), the rest even; the two closest to even (by how many
+// layers they take off the two ends), never the even split itself.
+void add_first_last_splits(const ModelSpec& m, const ParallelConfig& p, std::int64_t chunks,
+                           std::vector<SplitChoice>& splits) {
+  const std::int64_t q = (m.num_layers + chunks - 1) / chunks;
+  int found = 0;
+  for (std::int64_t cut = 1; cut <= 2 * q && found < 2; ++cut) {
+    for (std::int64_t x = q; x >= 0 && found < 2; --x) {
+      const std::int64_t y = 2 * q - cut - x;
+      if (y < 0 || y > q) continue;
+      const std::int64_t rest = m.num_layers - x - y;
+      if (rest <= 0 || rest % (chunks - 2) != 0) continue;
+      const std::int64_t per = rest / (chunks - 2);
+      if (per < x || per < y || (x == per && y == per)) continue;
+      // Not a new split if it is the even one (ceil(L/chunks) each, the last the rest).
+      if (x == q && per == q) continue;
+      ParallelConfig s = p;
+      s.layers_per_stage.assign(static_cast<std::size_t>(chunks), per);
+      s.layers_per_stage.front() = x;
+      s.layers_per_stage.back() = y;
+      splits.push_back({s, fmt::format("first {} last {}", x, y)});
+      ++found;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<ParallelConfig> enumerate_degrees(const ModelSpec& m, const SearchSpace& space) {
+  std::vector<Schedule> schedules = space.schedules;
+  if (schedules.empty()) schedules = {Schedule::one_f_one_b, Schedule::dualpipe};
+  std::vector<ParallelConfig> out;
+  for (const auto tp : choices(space.tp, divisors(space.gpus), space.tp_max)) {
+    for (const auto pp : choices(space.pp, divisors(space.gpus / tp), space.pp_max)) {
+      if (pp > m.num_layers) continue;
+      for (const auto cp : choices(space.cp, divisors(space.gpus / (tp * pp)), space.cp_max)) {
+        ParallelConfig p;
+        p.tp = tp;
+        p.pp = pp;
+        p.cp = cp;
+        p.dp = space.gpus / (tp * pp * cp);
+        p.sp = space.sequence_parallel && tp > 1;
+        add_expert_and_pipeline_degrees(m, space, schedules, p, out);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<SplitChoice> pipeline_splits(const ModelSpec& m, const ParallelConfig& p) {
+  std::vector<SplitChoice> splits{{p, "even"}};
+  const std::int64_t chunks = p.pp * (p.schedule == Schedule::dualpipev ? 2 : p.vpp);
+  if (chunks >= 3) add_first_last_splits(m, p, chunks, splits);
+  if (p.pp > 1 && (m.num_layers + 2) % chunks == 0) {
+    ParallelConfig s = p;
+    s.account_for_embedding = s.account_for_loss = true;
+    splits.push_back({s, "account E+L"});
+  }
+  return splits;
+}
+
+LayoutEnumeration enumerate_layouts(const ModelSpec& m, const SearchSpace& space) {
+  LayoutEnumeration out;
+  for (const auto& degrees : enumerate_degrees(m, space)) {
+    for (auto& [config, name] : pipeline_splits(m, degrees)) {
+      LayoutVerdict v = check_layout(m, config);
+      if (v.valid()) {
+        out.layouts.push_back({std::move(*v.layout), std::move(name)});
+      } else {
+        ++out.rejected;
+        ++out.rejected_by_field[v.error->field()];
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Candidate> enumerate_candidates(const std::vector<LayoutChoice>& layouts, const SearchSpace& space,
+                                            const std::vector<RecomputeChoice>& recomputes) {
+  std::vector<Candidate> candidates;
+  const std::int64_t global = *space.base.global_batch;
+  for (std::size_t li = 0; li < layouts.size(); ++li) {
+    const auto& p = layouts[li].layout.config;
+    if (global % p.dp != 0) continue;
+    for (const auto mb : choices(space.micro_batch, divisors(global / p.dp), space.micro_batch_max)) {
+      for (const int zero : space.zero_stages) {
+        for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
+          TrainingConfig t = space.base;
+          t.micro_batch = mb;
+          t.zero = zero;
+          t.recompute = recomputes[ri].mode;
+          t.recompute_modules = recomputes[ri].modules;
+          candidates.push_back({li, t, ri});
+        }
+      }
+    }
+  }
+  return candidates;
+}
+
+}  // namespace moemem
