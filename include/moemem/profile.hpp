@@ -12,19 +12,9 @@
 #include "moemem/activation.hpp"
 #include "moemem/inventory.hpp"
 #include "moemem/optimizer.hpp"
+#include "moemem/sharding.hpp"
 
 namespace moemem {
-
-// How tensor parallelism splits a (non-routed-expert) tensor.
-enum class TpSplit : std::uint8_t {
-  replicated,  // whole on every TP rank
-  column,      // output features (rows) split over tp
-  row,         // input features (cols) split over tp
-  vocab,       // vocabulary rows split over tp
-};
-
-// The data-parallel group over which ZeRO shards a tensor's states.
-enum class ZeroGroup : std::uint8_t { dense, expert };
 
 struct OverheadModel {
   Bytes buffers_low, buffers_high;           // communication/temporary buffers per device
