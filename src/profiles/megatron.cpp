@@ -238,6 +238,13 @@ LossPeak megatron_loss_peak(const ActivationContext& c) {
   return {bytes_of(elems({d.tokens, c.padded_vocab}, d.tp), c.training.activation_dtype), Bytes{}};
 }
 
+// Megatron-Core models FP8, routing imbalance and the flash kernel; it refuses torchtitan's
+// settings, and routing options for a model without routed experts.
+void megatron_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
+  refuse_routing_without_experts(m, t);
+  refuse_fsdp2_options(kMegatron.name, t);
+}
+
 }  // namespace
 
 const Profile kMegatron{
@@ -266,6 +273,7 @@ const Profile kMegatron{
             "loss backward: the fp32 gradient of the logits is cast to bf16 for the head (one more b*s/cp x vocab/tp "
             "bf16 tensor on the last stage), before any layer is recomputed",
         },
+    .check = megatron_check,
     .tp_split = megatron_tp_split,
     .zero_group = megatron_zero_group,
     .accounts = megatron_accounts,

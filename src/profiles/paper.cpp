@@ -136,6 +136,29 @@ void paper_layer_activations(const ActivationContext& c, LayerKind kind, std::ve
 // The report has no terms for embedding, head, loss or MTP.
 void paper_chunk_activations(const ActivationContext&, const Chunk&, std::vector<ActivationTerm>&) {}
 
+// The report analyses no recomputation but none and full (uniform, one layer per checkpoint), in
+// BF16 with balanced all-to-all routing and materialised attention scores, without FSDP2.
+void paper_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
+  if (t.recompute == Recompute::selective || t.recompute_method != RecomputeMethod::uniform ||
+      t.recompute_num_layers != 1) {
+    const std::string_view method = t.recompute_method == RecomputeMethod::uniform ? "uniform" : "block";
+    throw InputError("--recompute", fmt::format("{} {}", name_of(t.recompute), method),
+                     "none or full (uniform, one layer) in the paper profile, as the report analyses");
+  }
+  if (t.fp8 != Fp8Recipe::none) {
+    throw InputError("--fp8", std::string(name_of(t.fp8)), fmt::format("none for the {} profile (BF16 only)", kPaper.name));
+  }
+  if (routing_options_set(t)) {
+    throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
+                     fmt::format("balanced routing with all-to-all dispatch for the {} profile", kPaper.name));
+  }
+  refuse_routing_without_experts(m, t);
+  refuse_fsdp2_options(kPaper.name, t);
+  if (t.attention.value_or(kPaper.default_attention) == AttentionKernel::flash) {
+    throw InputError("--attention", "flash", fmt::format("eager for the {} profile (it models materialised scores)", kPaper.name));
+  }
+}
+
 }  // namespace
 
 const Profile kPaper{
@@ -152,6 +175,7 @@ const Profile kPaper{
             "no activations for embedding, head or loss",
             "buffers 0.8-2 GiB and fragmentation 5-30% are the report's ranges, not estimates",
         },
+    .check = paper_check,
     .tp_split = paper_tp_split,
     .zero_group = paper_zero_group,
     .accounts = paper_accounts,

@@ -1,6 +1,6 @@
 // Private to the profiles (src/profiles/*.cpp and the registry in src/profile.cpp): the three
-// profile objects, the parameter rules torchtitan borrows from megatron, and the helpers that size
-// activation terms.
+// profile objects, the parameter rules torchtitan borrows from megatron, the helpers that size
+// activation terms, and the validity checks more than one profile runs.
 #pragma once
 
 #include <cstdint>
@@ -64,5 +64,29 @@ struct Terms {
     add(scales, mod, fp8_scale_elements(n, f), fp8_scale_dtype(f), dropped_by, "FP8 scales of the tensor above");
   }
 };
+
+// ---- validity checks shared by more than one profile ----------------------------------------
+
+// Whether any routing option departs from balanced routing with all-to-all dispatch.
+[[nodiscard]] inline bool routing_options_set(const TrainingConfig& t) {
+  return t.moe_imbalance != 1.0 || t.moe_capacity_factor || t.deepep;
+}
+
+// Routing options need a model with routed experts (every profile checks this, in the same place).
+inline void refuse_routing_without_experts(const ModelSpec& m, const TrainingConfig& t) {
+  if (!m.is_moe() && routing_options_set(t)) {
+    throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
+                     fmt::format("no routing options for {}, a model without routed experts", m.name));
+  }
+}
+
+// torchtitan's settings (torch.compile, loss variants, FSDP2 resharding and float8 all-gather,
+// HSDP replicas) under a profile without FSDP2.
+inline void refuse_fsdp2_options(std::string_view profile, const TrainingConfig& t) {
+  if (t.compile || t.loss || t.reshard != ReshardPolicy::standard || t.fsdp_float8_all_gather || t.dp_replicate != 1) {
+    throw InputError("--compile/--loss/--reshard-after-forward/--fsdp-float8-all-gather/--dp-replicate", "set",
+                     fmt::format("the torchtitan profile (not {})", profile));
+  }
+}
 
 }  // namespace moemem::profiles

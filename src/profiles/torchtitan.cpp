@@ -116,6 +116,18 @@ LossPeak titan_loss_peak(const ActivationContext& c) {
   return {};
 }
 
+// FSDP2 shards every state itself (no ZeRO stage), and float8 all-gathers need float8 layers;
+// routing options need routed experts.
+void titan_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
+  refuse_routing_without_experts(m, t);
+  if (t.zero != 0) {
+    throw InputError("--zero", std::to_string(t.zero), "0 with the torchtitan profile (FSDP2 shards parameters, gradients and states)");
+  }
+  if (t.fsdp_float8_all_gather && t.fp8 == Fp8Recipe::none) {
+    throw InputError("--fsdp-float8-all-gather", "set", "together with --fp8 (float8 linear layers)");
+  }
+}
+
 }  // namespace
 
 const Profile kTorchtitan{
@@ -138,6 +150,7 @@ const Profile kTorchtitan{
             "two blocks, fp32 reduction inputs and outputs) and the bf16 logits' block the fp32 loss cannot reuse",
             "device total adds CUDA context 0.52 GiB + NCCL 0.39 GiB + 0.4 GiB per further process group",
         },
+    .check = titan_check,
     // The Llama TP plan splits the same matrices as Megatron-Core; FSDP2 has one group for all states.
     .tp_split = megatron_tp_split,
     .zero_group = megatron_zero_group,
