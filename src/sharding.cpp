@@ -1,5 +1,7 @@
 #include "moemem/sharding.hpp"
 
+#include "moemem/profile.hpp"
+
 namespace moemem {
 
 namespace {

@@ -11,20 +11,12 @@
 
 #include "moemem/activation.hpp"
 #include "moemem/inventory.hpp"
+#include "moemem/model.hpp"
 #include "moemem/optimizer.hpp"
+#include "moemem/parallel.hpp"
+#include "moemem/sharding.hpp"
 
 namespace moemem {
-
-// How tensor parallelism splits a (non-routed-expert) tensor.
-enum class TpSplit : std::uint8_t {
-  replicated,  // whole on every TP rank
-  column,      // output features (rows) split over tp
-  row,         // input features (cols) split over tp
-  vocab,       // vocabulary rows split over tp
-};
-
-// The data-parallel group over which ZeRO shards a tensor's states.
-enum class ZeroGroup : std::uint8_t { dense, expert };
 
 struct OverheadModel {
   Bytes buffers_low, buffers_high;           // communication/temporary buffers per device
@@ -47,34 +39,43 @@ struct LossPeak {
   Bytes allocated, cached;
 };
 
+// A complete accounting strategy. Built with designated initialisers (src/profiles/*.cpp), so the
+// fields are grouped by what they decide; each profile spells out every field.
 struct Profile {
-  std::string_view name;
-  std::string_view summary;
-  TpSplit (*tp_split)(Role);
-  ZeroGroup (*zero_group)(Role);
-  // Whether the analysis counts this tensor at all (the reference ignores the router bias).
-  bool (*accounts)(const Tensor&);
+  // --- identity and what every report prints
+  std::string_view name;                      // the --profile value
+  std::string_view summary;                   // one-line description of whose conventions these are
+  std::vector<std::string_view> assumptions;  // printed with every report
+  // Throws InputError, first problem first, for settings this profile does not model.
+  void (*check)(const ModelSpec&, const Layout&, const TrainingConfig&);
+  // --- parameters: how each tensor is split, sharded and counted
+  TpSplit (*tp_split)(Role);      // how tensor parallelism splits a non-routed-expert tensor
+  ZeroGroup (*zero_group)(Role);  // the data-parallel group over which ZeRO shards its states
+  bool (*accounts)(const Tensor&);  // whether the analysis counts the tensor at all (paper: no router bias)
+  // FSDP2 accounting (torchtitan): sharded fp32 parameters and moments, bf16 unsharded working
+  // copies, side-stream collective buffers; ZeRO settings do not apply.
+  bool fsdp2;
+  // --- defaults a run may override
+  PrecisionRecipe default_precision;  // dtypes of weights, gradients, master and moments
+  bool include_mtp_by_default;        // MTP depths of the model's config counted without --mtp
+  std::int64_t vocab_multiple;        // pad the vocabulary to a multiple of this x tp (0: no padding)
+  AttentionKernel default_attention;  // kernel when --attention is not given
+  // --- what the profile models
+  bool supports_flash;          // the flash kernel may be chosen (paper: scores always materialised)
+  bool models_fp8_and_routing;  // FP8 recipes, routing imbalance, CP ring buffers apply
+  // --- activations
   // Appends the terms one decoder layer of `kind` saves for one micro-batch on one device.
   void (*layer_activations)(const ActivationContext&, LayerKind kind, std::vector<ActivationTerm>& out);
   // Appends what a chunk saves besides its decoder layers: embedding, loss (logits), and per MTP
   // depth its own projections, norms and logits (the MTP's decoder layer is a layer_activations).
   void (*chunk_activations)(const ActivationContext&, const Chunk& chunk, std::vector<ActivationTerm>& out);
-  PrecisionRecipe default_precision;
-  OverheadModel overhead;
-  bool include_mtp_by_default;
-  bool single_microbatch;       // true: one micro-batch in flight whatever the schedule (the report)
-  bool recompute_transient;     // full recomputation also holds one layer's activations while recomputing
-  std::int64_t vocab_multiple;  // pad the vocabulary to a multiple of this x tp (0: no padding)
-  AttentionKernel default_attention;
-  bool supports_flash;
-  bool models_fp8_and_routing;  // FP8 recipes, routing imbalance, CP ring buffers apply
-  std::vector<std::string_view> assumptions;  // printed with every report
   // The loss's transient at the start of backward (nullptr: none); enters a stage holding the
   // head as max(this, the recomputation transient), which comes later.
   LossPeak (*loss_peak)(const ActivationContext&);
-  // FSDP2 accounting (torchtitan): sharded fp32 parameters and moments, bf16 unsharded working
-  // copies, side-stream collective buffers; ZeRO settings do not apply.
-  bool fsdp2;
+  bool single_microbatch;    // true: one micro-batch in flight whatever the schedule (the report)
+  bool recompute_transient;  // full recomputation also holds one layer's activations while recomputing
+  // --- what the allocator and the device add
+  OverheadModel overhead;  // buffers, fragmentation, memory outside the allocator
 };
 
 [[nodiscard]] const Profile& get_profile(std::string_view name);

@@ -2,15 +2,29 @@
 // the tensor-parallel group as the profile says; routed-expert tensors are spread over the
 // expert-parallel group (whole experts) and each expert split over the expert-tensor-parallel
 // group. Uneven splits give the lower ranks one more row: shards always add up to the tensor.
+// Profiles (profile.hpp) choose a TpSplit and a ZeroGroup per tensor role; this header does not
+// depend on them.
 #pragma once
 
 #include <cstdint>
 
 #include "moemem/inventory.hpp"
 #include "moemem/parallel.hpp"
-#include "moemem/profile.hpp"
 
 namespace moemem {
+
+struct Profile;  // profile.hpp
+
+// How tensor parallelism splits a (non-routed-expert) tensor.
+enum class TpSplit : std::uint8_t {
+  replicated,  // whole on every TP rank
+  column,      // output features (rows) split over tp
+  row,         // input features (cols) split over tp
+  vocab,       // vocabulary rows split over tp
+};
+
+// The data-parallel group over which ZeRO shards a tensor's states.
+enum class ZeroGroup : std::uint8_t { dense, expert };
 
 struct ShardCoord {
   std::int64_t tp_rank = 0;
@@ -23,7 +37,8 @@ struct ShardCoord {
 [[nodiscard]] Count shard_params(const Tensor& t, TpSplit split, const ParallelConfig& p, ShardCoord at,
                                  std::int64_t vocab_rows = 0);
 
-// Elements of `t` on the most loaded device (rank 0 of each group holds the largest shard).
+// Elements of `t` on the most loaded device (rank 0 of each group holds the largest shard), split
+// as `profile.tp_split` says.
 [[nodiscard]] Count device_params(const Tensor& t, const Profile& profile, const ParallelConfig& p,
                                   std::int64_t vocab_rows = 0);
 

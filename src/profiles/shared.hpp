@@ -1,0 +1,92 @@
+// Private to the profiles (src/profiles/*.cpp and the registry in src/profile.cpp): the three
+// profile objects, the parameter rules torchtitan borrows from megatron, the helpers that size
+// activation terms, and the validity checks more than one profile runs.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "moemem/activation.hpp"
+#include "moemem/errors.hpp"
+#include "moemem/inventory.hpp"
+#include "moemem/model.hpp"
+#include "moemem/profile.hpp"
+#include "moemem/units.hpp"
+
+namespace moemem::profiles {
+
+// Defined in paper.cpp, megatron.cpp and torchtitan.cpp.
+extern const Profile kPaper;
+extern const Profile kMegatron;
+extern const Profile kTorchtitan;
+
+// Megatron-Core's parameter rules (megatron.cpp); torchtitan's Llama TP plan splits the same
+// matrices the same way and shards every state over one group.
+[[nodiscard]] TpSplit megatron_tp_split(Role r);
+[[nodiscard]] ZeroGroup megatron_zero_group(Role r);
+[[nodiscard]] bool megatron_accounts(const Tensor& t);
+
+// ---- sizing activation terms ----------------------------------------------------------------
+
+[[nodiscard]] inline std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+
+// Checked product of element dimensions, divided (rounding up) by `divisor`.
+[[nodiscard]] inline Count elems(std::initializer_list<std::int64_t> dims, std::int64_t divisor = 1) {
+  std::uint64_t n = 1;
+  for (const auto d : dims) n = checked_mul(n, u(d), "activation size");
+  return Count(ceil_div(n, u(divisor)));
+}
+
+// Appends terms; inputs of FP8 linear layers are cached in FP8 with their scales under an FP8
+// recipe (Transformer Engine keeps the quantized input for the weight-gradient GEMM).
+struct Terms {
+  const ActivationContext& c;
+  std::vector<ActivationTerm>& out;
+  DType a = c.training.activation_dtype;
+
+  void add(std::string_view name, Module mod, Count n, DType t, std::uint16_t dropped_by, std::string_view rule,
+           bool kept_under_full = false) {
+    out.push_back({name, mod, n, t, kept_under_full, dropped_by, rule, false});
+  }
+  void linear_input(std::string_view name, std::string_view scales, Module mod, Count n, std::uint16_t dropped_by,
+                    std::string_view rule) {
+    const Fp8Recipe f = c.training.fp8;
+    if (f == Fp8Recipe::none) {
+      add(name, mod, n, a, dropped_by, rule);
+      return;
+    }
+    add(name, mod, n, DType::fp8, dropped_by, rule);
+    add(scales, mod, fp8_scale_elements(n, f), fp8_scale_dtype(f), dropped_by, "FP8 scales of the tensor above");
+  }
+};
+
+// ---- validity checks shared by more than one profile ----------------------------------------
+
+// Whether any routing option departs from balanced routing with all-to-all dispatch.
+[[nodiscard]] inline bool routing_options_set(const TrainingConfig& t) {
+  return t.moe_imbalance != 1.0 || t.moe_capacity_factor || t.deepep;
+}
+
+// Routing options need a model with routed experts (every profile checks this, in the same place).
+inline void refuse_routing_without_experts(const ModelSpec& m, const TrainingConfig& t) {
+  if (!m.is_moe() && routing_options_set(t)) {
+    throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
+                     fmt::format("no routing options for {}, a model without routed experts", m.name));
+  }
+}
+
+// torchtitan's settings (torch.compile, loss variants, FSDP2 resharding and float8 all-gather,
+// HSDP replicas) under a profile without FSDP2.
+inline void refuse_fsdp2_options(std::string_view profile, const TrainingConfig& t) {
+  if (t.compile || t.loss || t.reshard != ReshardPolicy::standard || t.fsdp_float8_all_gather || t.dp_replicate != 1) {
+    throw InputError("--compile/--loss/--reshard-after-forward/--fsdp-float8-all-gather/--dp-replicate", "set",
+                     fmt::format("the torchtitan profile (not {})", profile));
+  }
+}
+
+}  // namespace moemem::profiles

@@ -1,0 +1,186 @@
+// torchtitan (FSDP2), after
+// pytorch/torchtitan's Llama-3 model and parallelize_llama.py: TP plan colwise wq/wk/wv/w1/w3 and
+// output, rowwise wo/w2 and the embedding (vocabulary rows), norms sequence-parallel; FSDP2 over
+// dp_shard x cp with bf16 parameters and fp32 reduction; activation checkpointing "full" or
+// "selective" per op (_save_list: every mm output except every second one, SDPA outputs,
+// reduce_scatter outputs, max).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moemem/activation.hpp"
+#include "moemem/errors.hpp"
+#include "moemem/profile.hpp"
+#include "shared.hpp"
+
+namespace moemem::profiles {
+
+namespace {
+
+struct TitanDims {
+  std::int64_t tokens, tokens_sp, tp, q, kv, heads, ffn;
+};
+
+TitanDims titan_dims(const ActivationContext& c) {
+  const auto& m = c.model;
+  const auto& p = c.layout.config;
+  if (m.attention != AttentionKind::gqa || m.is_moe()) {
+    throw InputError("--profile", "torchtitan",
+                     "dense decoders with multi-/grouped-query attention (Llama-style); torchtitan's MoE and MLA "
+                     "models are not modelled yet");
+  }
+  const std::int64_t tokens = c.training.micro_batch * (c.training.seq_len / p.cp);
+  return {tokens,         tokens / p.tp,  p.tp, m.num_heads / p.tp * m.head_dim, m.num_kv_heads / p.tp * m.head_dim,
+          m.num_heads / p.tp, m.dense_ffn / p.tp};
+}
+
+// One block, one micro-batch. Under per-op SAC (Recompute::selective) the block keeps its input,
+// the outputs of the 1st, 3rd, 5th and 7th matmuls (wq, wv, w1, w2), SDPA's output and
+// log-sum-exp, and with TP the reduce-scatter outputs; torch.compile drops what no backward
+// kernel reads (w2's output feeds only the residual add, as do the reduce-scatter outputs).
+// Without checkpointing: what eager autograd saves (fp32 RoPE products, repeated K and V, every
+// SwiGLU operand), or, compiled, what the fused kernels read back.
+void titan_layer_activations(const ActivationContext& c, LayerKind, std::vector<ActivationTerm>& out) {
+  const auto& m = c.model;
+  const auto d = titan_dims(c);
+  const DType a = c.training.activation_dtype;
+  const std::uint16_t rec = 0xFFFF;  // recomputed under per-op SAC
+  auto add = [&](std::string_view name, Module mod, Count n, DType t, std::uint16_t dropped, std::string_view rule,
+                 bool full = false, bool only_sac = false) {
+    out.push_back({name, mod, n, t, full, dropped, rule, only_sac});
+  };
+  const bool compiled = c.training.compile;
+  add("block.input", Module::attention, elems({d.tokens_sp, m.hidden}), a, 0, "b*s/cp/tp x h", true);
+  add("attention_norm.output", Module::norms, elems({d.tokens, m.hidden}), a, rec, "b*s/cp x h (gathered for wq/wk/wv)");
+  if (!compiled) {
+    add("rope.q_complex", Module::attention, elems({d.tokens, d.q}), DType::fp32, rec, "b*s/cp x heads/tp x head_dim, fp32");
+    add("rope.k_complex", Module::attention, elems({d.tokens, d.kv}), DType::fp32, rec, "b*s/cp x kv_heads/tp x head_dim, fp32");
+    add("sdpa.q", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim");
+    add("sdpa.k_repeated", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (repeat_kv)");
+    add("sdpa.v_repeated", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (repeat_kv)");
+  } else {
+    add("sdpa.q", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim");
+    add("sdpa.k", Module::attention, elems({d.tokens, d.kv}), a, rec, "b*s/cp x kv_heads/tp x head_dim");
+    add("sdpa.v", Module::attention, elems({d.tokens, d.kv}), a, rec, "b*s/cp x kv_heads/tp x head_dim");
+  }
+  add("sdpa.output", Module::attention, elems({d.tokens, d.q}), a, 0, "b*s/cp x heads/tp x head_dim");
+  add("sdpa.logsumexp", Module::attention, elems({d.tokens, d.heads}), DType::fp32, 0, "b*s/cp x heads/tp, fp32");
+  add("wo.input", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (contiguous)");
+  add("ffn_norm.input", Module::norms, elems({d.tokens_sp, m.hidden}), a, rec, "b*s/cp/tp x h");
+  add("ffn_norm.output", Module::norms, elems({d.tokens, m.hidden}), a, rec, "b*s/cp x h (gathered for w1/w3)");
+  add("w1.output", Module::dense_mlp, elems({d.tokens, d.ffn}), a, 0, "b*s/cp x ffn/tp");
+  add("w3.output", Module::dense_mlp, elems({d.tokens, d.ffn}), a, rec, "b*s/cp x ffn/tp");
+  if (!compiled) add("silu.output", Module::dense_mlp, elems({d.tokens, d.ffn}), a, rec, "b*s/cp x ffn/tp");
+  add("w2.input", Module::dense_mlp, elems({d.tokens, d.ffn}), a, rec, "b*s/cp x ffn/tp");
+  // Cached by per-op SAC only.
+  add("sac.wq_output", Module::attention, elems({d.tokens, d.q}), a, 0, "b*s/cp x heads/tp x head_dim", false, true);
+  add("sac.wv_output", Module::attention, elems({d.tokens, d.kv}), a, 0, "b*s/cp x kv_heads/tp x head_dim", false, true);
+  if (!compiled) {
+    add("sac.w2_output", Module::dense_mlp, elems({d.tokens, m.hidden}), a, 0, "b*s/cp x h (partial sums under TP)",
+        false, true);
+    if (d.tp > 1) {
+      add("sac.wo_reduce_scatter", Module::attention, elems({d.tokens_sp, m.hidden}), a, 0, "b*s/cp/tp x h", false, true);
+      add("sac.w2_reduce_scatter", Module::dense_mlp, elems({d.tokens_sp, m.hidden}), a, 0, "b*s/cp/tp x h", false, true);
+    }
+  }
+}
+
+void titan_chunk_activations(const ActivationContext& c, const Chunk& chunk, std::vector<ActivationTerm>& out) {
+  const auto d = titan_dims(c);
+  const DType a = c.training.activation_dtype;
+  if (chunk.embedding) out.push_back({"embedding.token_ids", Module::embedding, elems({d.tokens}), DType::int64, false, 0, "b*s/cp", false});
+  if (chunk.loss) {
+    out.push_back({"norm.input", Module::output_head, elems({d.tokens_sp, c.model.hidden}), a, false, 0, "b*s/cp/tp x h", false});
+    out.push_back({"output.input", Module::output_head, elems({d.tokens, c.model.hidden}), a, false, 0,
+                   "b*s/cp x h (gathered for the vocab-parallel output)", false});
+  }
+}
+
+// The loss at the start of backward, one micro-batch (logits b*s/cp x vocab/tp):
+// upcast: cross_entropy(logits.float()) keeps fp32 log-probabilities; its backward holds them,
+// the nll gradient and the log_softmax gradient (3 fp32 copies; 4 under TP's loss_parallel,
+// whose distributed log_softmax keeps the shifted logits too); the bf16 logits, freed before,
+// leave a block the fp32 ones cannot reuse. fused (compiled loss): bf16 logits and their bf16
+// gradient. chunked: fp32 log-probabilities of every chunk plus two chunks' fp32 temporaries
+// (torchtune's 8 chunks).
+LossPeak titan_loss_peak(const ActivationContext& c) {
+  const auto d = titan_dims(c);
+  const Count logits = elems({d.tokens, c.padded_vocab}, d.tp);
+  const Bytes fp32 = bytes_of(logits, DType::fp32), bf16 = bytes_of(logits, c.training.activation_dtype);
+  switch (effective_loss(c.training)) {
+    case LossImpl::upcast:
+      return {Bytes(checked_mul(fp32.value(), d.tp > 1 ? 4 : 3, "loss")), bf16};
+    case LossImpl::fused: return {bf16 + bf16, Bytes{}};
+    case LossImpl::chunked: return {fp32 + Bytes(ceil_div(checked_mul(fp32.value(), 2, "loss"), 8)), Bytes{}};
+  }
+  return {};
+}
+
+// FSDP2 shards every state itself (no ZeRO stage), and float8 all-gathers need float8 layers;
+// routing options need routed experts.
+void titan_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
+  refuse_routing_without_experts(m, t);
+  if (t.zero != 0) {
+    throw InputError("--zero", std::to_string(t.zero), "0 with the torchtitan profile (FSDP2 shards parameters, gradients and states)");
+  }
+  if (t.fsdp_float8_all_gather && t.fp8 == Fp8Recipe::none) {
+    throw InputError("--fsdp-float8-all-gather", "set", "together with --fp8 (float8 linear layers)");
+  }
+}
+
+}  // namespace
+
+const Profile kTorchtitan{
+    .name = "torchtitan",
+    .summary = "torchtitan: FSDP2 (sharded fp32 parameters and AdamW states, bf16 working copies), TP with sequence-"
+               "parallel norms and loss parallel, CP, per-op or full activation checkpointing, torch.compile, float8",
+    .assumptions =
+        {
+            "FSDP2 over dp/dp_replicate x cp: fp32 parameter and AdamW shards; gradients are None until backward "
+            "(zero_grad(set_to_none)) and counted at the optimizer step, whichever peak is higher",
+            "bf16 unsharded copies: the root (embedding, final norm, output: FSDP keeps the root unsharded after "
+            "forward) and the blocks not resharded after forward (the last one by default; all with PP)",
+            "TP plan: colwise wq/wk/wv/w1/w3/output, rowwise wo/w2/embedding, sequence-parallel norms, loss parallel; "
+            "no vocabulary padding",
+            "activations: per-op SAC keeps each block's input, every other matmul output (wq, wv, w1, w2), SDPA "
+            "output and log-sum-exp; full AC the block input; --compile drops saved tensors no backward reads",
+            "loss at the start of backward: fp32 log-probabilities and gradients (upcast), bf16 logits and gradient "
+            "(fused, --compile), or chunked (--loss)",
+            "reserved - allocated: FSDP's all-gather and reduce-scatter buffers cached on their own streams (root and "
+            "two blocks, fp32 reduction inputs and outputs) and the bf16 logits' block the fp32 loss cannot reuse",
+            "device total adds CUDA context 0.52 GiB + NCCL 0.39 GiB + 0.4 GiB per further process group",
+        },
+    .check = titan_check,
+    // The Llama TP plan splits the same matrices as Megatron-Core; FSDP2 has one group for all states.
+    .tp_split = megatron_tp_split,
+    .zero_group = megatron_zero_group,
+    .accounts = megatron_accounts,
+    .fsdp2 = true,
+    // FSDP2 mixed precision: fp32 sharded parameters (they are the master weights), bf16 all-gathered
+    // working copies, fp32 reduce-scatter into fp32 sharded gradients, fp32 AdamW moments.
+    .default_precision = {.weights = DType::bf16,
+                          .gradients = DType::fp32,
+                          .master = DType::fp32,
+                          .exp_avg = DType::fp32,
+                          .exp_avg_sq = DType::fp32},
+    .include_mtp_by_default = false,
+    .vocab_multiple = 0,
+    .default_attention = AttentionKernel::flash,
+    .supports_flash = true,
+    .models_fp8_and_routing = true,
+    .layer_activations = titan_layer_activations,
+    .chunk_activations = titan_chunk_activations,
+    .loss_peak = titan_loss_peak,
+    .single_microbatch = false,
+    .recompute_transient = true,
+    .overhead = {.buffers_low = Bytes{},
+                 .buffers_high = Bytes{},
+                 .fragmentation_pct_low = 0,
+                 .fragmentation_pct_high = 0,
+                 .cuda_context = Bytes::from_gib(0.52),
+                 .nccl_world = Bytes::from_gib(0.39),
+                 .nccl_per_group = Bytes::from_gib(0.4),
+                 .deepep_buffer = Bytes::from_gb(3.1)},
+};
+
+}  // namespace moemem::profiles
