@@ -34,7 +34,7 @@ void resolve_states(const TrainingRequest& r, const Profile& profile, TrainingCo
   if (r.exp_avg_sq_dtype) t.precision.exp_avg_sq = *r.exp_avg_sq_dtype;
 }
 
-void resolve_recompute(const TrainingRequest& r, const Profile& profile, TrainingConfig& t) {
+void resolve_recompute(const TrainingRequest& r, TrainingConfig& t) {
   t.recompute = r.recompute.value_or(Recompute::none);
   if (r.recompute_modules) {
     if (t.recompute == Recompute::none) t.recompute = Recompute::selective;  // modules imply selective
@@ -45,11 +45,6 @@ void resolve_recompute(const TrainingRequest& r, const Profile& profile, Trainin
   }
   t.recompute_method = r.recompute_method;
   t.recompute_num_layers = r.recompute_num_layers;
-  if (profile.name == "paper" && (t.recompute == Recompute::selective || t.recompute_method != RecomputeMethod::uniform ||
-                                  t.recompute_num_layers != 1)) {
-    throw InputError("--recompute", fmt::format("{} {}", r.recompute ? name_of(*r.recompute) : "", name_of(t.recompute_method)),
-                     "none or full (uniform, one layer) in the paper profile, as the report analyses");
-  }
 }
 
 }  // namespace
@@ -80,7 +75,7 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   t.cuda_context = r.cuda_context;
   t.nccl_per_group = r.nccl_per_group;
   static_cast<FsdpSettings&>(t) = r.fsdp;
-  resolve_recompute(r, profile, t);
+  resolve_recompute(r, t);
   return t;
 }
 
@@ -108,6 +103,7 @@ Scenario make_scenario(const Request& r) {
   s.layout = resolve_layout(s.model, r.parallel);
   s.training = resolve_training(r.training, *s.profile);
   validate_training(s.training, s.layout);
+  if (auto problem = s.profile->check(s.model, s.layout, s.training)) throw *problem;
   return s;
 }
 

@@ -28,12 +28,11 @@ struct Evaluator {
   MemoryReport report;  // reused across this thread's candidates
   EvalCachePtr cache = make_eval_cache();
 
-  // The memory of every stage; on InputError (a rule only analyze_into knows) the rule broken.
+  // The memory of every stage; on InputError the rule broken. The rules of the layout, the
+  // training settings and the profile are checked before (as verdicts); what is left is found only
+  // while costing: the 64-bit limit on activation sizes for huge batches, and a model whose layers
+  // the profile's activation rules do not cover. This is the one place search catches.
   std::optional<InputError> analyze(const Layout& layout, const TrainingConfig& t) {
-    // The profile's own rules (its FP8, routing and FSDP2 options, e.g. --zero 0 only with
-    // torchtitan) and the 64-bit limit on activation sizes for huge batches are checked inside
-    // analyze_into (src/report.cpp), which reports them by throwing: this is the one place
-    // search catches, and only that error type.
     try {
       analyze_into(cm, layout, t, report, cache.get(), Detail::totals);
     } catch (const InputError& e) {
@@ -46,6 +45,7 @@ struct Evaluator {
     const Candidate& c = plan.candidates[i];
     const LayoutChoice& lc = plan.layouts.layouts[c.layout];
     if (auto problem = check_training(c.training, lc.layout)) return invalid_verdict(*problem);
+    if (auto problem = cm.profile->check(*cm.model, lc.layout, c.training)) return invalid_verdict(*problem);
     if (auto problem = analyze(lc.layout, c.training)) return invalid_verdict(*problem);
     e.index = static_cast<std::int64_t>(i);
     e.parallel = lc.layout.config;

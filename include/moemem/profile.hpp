@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "moemem/activation.hpp"
+#include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
 #include "moemem/model.hpp"
 #include "moemem/optimizer.hpp"
@@ -46,8 +48,8 @@ struct Profile {
   std::string_view name;                      // the --profile value
   std::string_view summary;                   // one-line description of whose conventions these are
   std::vector<std::string_view> assumptions;  // printed with every report
-  // Throws InputError, first problem first, for settings this profile does not model.
-  void (*check)(const ModelSpec&, const Layout&, const TrainingConfig&);
+  // The first setting this profile does not model, as the error to report (nothing: all modelled).
+  std::optional<InputError> (*check)(const ModelSpec&, const Layout&, const TrainingConfig&);
   // --- parameters: how each tensor is split, sharded and counted
   TpSplit (*tp_split)(Role);      // how tensor parallelism splits a non-routed-expert tensor
   ZeroGroup (*zero_group)(Role);  // the data-parallel group over which ZeRO shards its states

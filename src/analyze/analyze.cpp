@@ -14,37 +14,6 @@ using detail::idx;
 
 namespace {
 
-// Settings a profile does not model are refused by name.
-void check_settings(const ModelSpec& m, const Profile& profile, const TrainingConfig& t, AttentionKernel attention) {
-  if (!profile.models_fp8_and_routing) {
-    if (t.fp8 != Fp8Recipe::none) {
-      throw InputError("--fp8", std::string(name_of(t.fp8)), fmt::format("none for the {} profile (BF16 only)", profile.name));
-    }
-    if (t.moe_imbalance != 1.0 || t.moe_capacity_factor || t.deepep) {
-      throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
-                       fmt::format("balanced routing with all-to-all dispatch for the {} profile", profile.name));
-    }
-  }
-  if (!m.is_moe() && (t.moe_imbalance != 1.0 || t.moe_capacity_factor || t.deepep)) {
-    throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
-                     fmt::format("no routing options for {}, a model without routed experts", m.name));
-  }
-  if (profile.fsdp2) {
-    if (t.zero != 0) {
-      throw InputError("--zero", std::to_string(t.zero), "0 with the torchtitan profile (FSDP2 shards parameters, gradients and states)");
-    }
-    if (t.fsdp_float8_all_gather && t.fp8 == Fp8Recipe::none) {
-      throw InputError("--fsdp-float8-all-gather", "set", "together with --fp8 (float8 linear layers)");
-    }
-  } else if (t.compile || t.loss || t.reshard != ReshardPolicy::standard || t.fsdp_float8_all_gather || t.dp_replicate != 1) {
-    throw InputError("--compile/--loss/--reshard-after-forward/--fsdp-float8-all-gather/--dp-replicate", "set",
-                     fmt::format("the torchtitan profile (not {})", profile.name));
-  }
-  if (attention == AttentionKernel::flash && !profile.supports_flash) {
-    throw InputError("--attention", "flash", fmt::format("eager for the {} profile (it models materialised scores)", profile.name));
-  }
-}
-
 // Every report field is (re)assigned: `r` may hold a previous evaluation whose storage is reused.
 void init_report(const detail::EvalContext& c, MemoryReport& r) {
   r.model_name = c.model.name;
@@ -129,8 +98,8 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
   const ModelSpec& m = *cm.model;
   const Profile& profile = *cm.profile;
   validate_training(t, layout);
+  if (auto problem = profile.check(m, layout, t)) throw *problem;
   const AttentionKernel attention = t.attention.value_or(profile.default_attention);
-  check_settings(m, profile, t, attention);
   const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
   const detail::EvalContext c{cm, m, profile, layout, t, attention, vocab, microbatches_per_step(t, layout), detail};
   init_report(c, r);

@@ -240,9 +240,10 @@ LossPeak megatron_loss_peak(const ActivationContext& c) {
 
 // Megatron-Core models FP8, routing imbalance and the flash kernel; it refuses torchtitan's
 // settings, and routing options for a model without routed experts.
-void megatron_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
-  refuse_routing_without_experts(m, t);
-  refuse_fsdp2_options(kMegatron.name, t);
+std::optional<InputError> megatron_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
+  if (auto e = refuse_routing_without_experts(m, t)) return e;
+  if (auto e = refuse_fsdp2_options(kMegatron.name, t)) return e;
+  return std::nullopt;
 }
 
 }  // namespace

@@ -138,25 +138,26 @@ void paper_chunk_activations(const ActivationContext&, const Chunk&, std::vector
 
 // The report analyses no recomputation but none and full (uniform, one layer per checkpoint), in
 // BF16 with balanced all-to-all routing and materialised attention scores, without FSDP2.
-void paper_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
+std::optional<InputError> paper_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
   if (t.recompute == Recompute::selective || t.recompute_method != RecomputeMethod::uniform ||
       t.recompute_num_layers != 1) {
     const std::string_view method = t.recompute_method == RecomputeMethod::uniform ? "uniform" : "block";
-    throw InputError("--recompute", fmt::format("{} {}", name_of(t.recompute), method),
+    return InputError("--recompute", fmt::format("{} {}", name_of(t.recompute), method),
                      "none or full (uniform, one layer) in the paper profile, as the report analyses");
   }
   if (t.fp8 != Fp8Recipe::none) {
-    throw InputError("--fp8", std::string(name_of(t.fp8)), fmt::format("none for the {} profile (BF16 only)", kPaper.name));
+    return InputError("--fp8", std::string(name_of(t.fp8)), fmt::format("none for the {} profile (BF16 only)", kPaper.name));
   }
   if (routing_options_set(t)) {
-    throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
+    return InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
                      fmt::format("balanced routing with all-to-all dispatch for the {} profile", kPaper.name));
   }
-  refuse_routing_without_experts(m, t);
-  refuse_fsdp2_options(kPaper.name, t);
+  if (auto e = refuse_routing_without_experts(m, t)) return e;
+  if (auto e = refuse_fsdp2_options(kPaper.name, t)) return e;
   if (t.attention.value_or(kPaper.default_attention) == AttentionKernel::flash) {
-    throw InputError("--attention", "flash", fmt::format("eager for the {} profile (it models materialised scores)", kPaper.name));
+    return InputError("--attention", "flash", fmt::format("eager for the {} profile (it models materialised scores)", kPaper.name));
   }
+  return std::nullopt;
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // activation terms, and the validity checks more than one profile runs.
 #pragma once
 
+#include <optional>
+
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -73,20 +75,22 @@ struct Terms {
 }
 
 // Routing options need a model with routed experts (every profile checks this, in the same place).
-inline void refuse_routing_without_experts(const ModelSpec& m, const TrainingConfig& t) {
+inline std::optional<InputError> refuse_routing_without_experts(const ModelSpec& m, const TrainingConfig& t) {
   if (!m.is_moe() && routing_options_set(t)) {
-    throw InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
+    return InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
                      fmt::format("no routing options for {}, a model without routed experts", m.name));
   }
+  return std::nullopt;
 }
 
 // torchtitan's settings (torch.compile, loss variants, FSDP2 resharding and float8 all-gather,
 // HSDP replicas) under a profile without FSDP2.
-inline void refuse_fsdp2_options(std::string_view profile, const TrainingConfig& t) {
+inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, const TrainingConfig& t) {
   if (t.compile || t.loss || t.reshard != ReshardPolicy::standard || t.fsdp_float8_all_gather || t.dp_replicate != 1) {
-    throw InputError("--compile/--loss/--reshard-after-forward/--fsdp-float8-all-gather/--dp-replicate", "set",
+    return InputError("--compile/--loss/--reshard-after-forward/--fsdp-float8-all-gather/--dp-replicate", "set",
                      fmt::format("the torchtitan profile (not {})", profile));
   }
+  return std::nullopt;
 }
 
 }  // namespace moemem::profiles

@@ -118,14 +118,15 @@ LossPeak titan_loss_peak(const ActivationContext& c) {
 
 // FSDP2 shards every state itself (no ZeRO stage), and float8 all-gathers need float8 layers;
 // routing options need routed experts.
-void titan_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
-  refuse_routing_without_experts(m, t);
+std::optional<InputError> titan_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
+  if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (t.zero != 0) {
-    throw InputError("--zero", std::to_string(t.zero), "0 with the torchtitan profile (FSDP2 shards parameters, gradients and states)");
+    return InputError("--zero", std::to_string(t.zero), "0 with the torchtitan profile (FSDP2 shards parameters, gradients and states)");
   }
   if (t.fsdp_float8_all_gather && t.fp8 == Fp8Recipe::none) {
-    throw InputError("--fsdp-float8-all-gather", "set", "together with --fp8 (float8 linear layers)");
+    return InputError("--fsdp-float8-all-gather", "set", "together with --fp8 (float8 linear layers)");
   }
+  return std::nullopt;
 }
 
 }  // namespace

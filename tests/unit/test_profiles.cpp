@@ -16,6 +16,7 @@
 #include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
 #include "moemem/parallel.hpp"
+#include "moemem/analyze.hpp"
 #include "moemem/profile.hpp"
 #include "moemem/report.hpp"
 
@@ -110,7 +111,7 @@ TEST(ProfileCheck, ThrowsWhatAnalyzeThrowsFirst) {
             }
             t.attention = attention;
             if (attention) label += std::string(" + attention ") + std::string(name_of(*attention));
-            const auto by_check = thrown([&] { profile.check(w.model, w.layout, t); });
+            const auto by_check = thrown([&] { if (auto e = profile.check(w.model, w.layout, t)) throw *e; });
             const auto by_analyze = thrown([&] { (void)analyze(cm, w.layout, t); });
             if (by_check) {
               ++refused;
@@ -168,7 +169,7 @@ TEST(ProfileCheck, PaperRecomputeRefusalMatchesTheCli) {
     t.recompute_method = c.method;
     t.recompute_num_layers = c.num_layers;
     t.fp8 = c.fp8;
-    const auto by_check = thrown([&] { paper.check(w.model, w.layout, t); });
+    const auto by_check = thrown([&] { if (auto e = paper.check(w.model, w.layout, t)) throw *e; });
     ASSERT_TRUE(by_check.has_value()) << cli.err;
     EXPECT_EQ("moemem: error: " + by_check->what + "\n", cli.err);
     EXPECT_EQ(by_check->field, "--recompute");
@@ -181,7 +182,7 @@ TEST(ProfileCheck, PaperRecomputeRefusalNamesTheModeInEffect) {
   const World w = world("llama-3.1-8b");
   TrainingConfig t = base_training(paper_profile());
   t.recompute_method = RecomputeMethod::block;
-  const auto e = thrown([&] { paper_profile().check(w.model, w.layout, t); });
+  const auto e = thrown([&] { if (auto problem = paper_profile().check(w.model, w.layout, t)) throw *problem; });
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->what,
             "--recompute: 'none block' is not accepted; expected none or full (uniform, one layer) in the paper profile, "
@@ -196,8 +197,8 @@ TEST(ProfileCheck, GoodSettingsPass) {
     t.recompute = Recompute::full;
     t.zero = 3;
     t.attention = AttentionKernel::eager;
-    EXPECT_NO_THROW(paper_profile().check(moe.model, moe.layout, t));
-    EXPECT_NO_THROW(paper_profile().check(dense.model, dense.layout, t));
+    EXPECT_FALSE(paper_profile().check(moe.model, moe.layout, t).has_value());
+    EXPECT_FALSE(paper_profile().check(dense.model, dense.layout, t).has_value());
   }
   {
     TrainingConfig t = base_training(megatron_profile());
@@ -210,7 +211,7 @@ TEST(ProfileCheck, GoodSettingsPass) {
     t.moe_capacity_factor = 1.5;
     t.deepep = true;
     t.attention = AttentionKernel::flash;
-    EXPECT_NO_THROW(megatron_profile().check(moe.model, moe.layout, t));
+    EXPECT_FALSE(megatron_profile().check(moe.model, moe.layout, t).has_value());
   }
   {
     TrainingConfig t = base_training(torchtitan_profile());
@@ -221,7 +222,7 @@ TEST(ProfileCheck, GoodSettingsPass) {
     t.fp8 = Fp8Recipe::tensorwise;
     t.fsdp_float8_all_gather = true;
     t.dp_replicate = 2;
-    EXPECT_NO_THROW(torchtitan_profile().check(dense.model, dense.layout, t));
+    EXPECT_FALSE(torchtitan_profile().check(dense.model, dense.layout, t).has_value());
   }
 }
 
