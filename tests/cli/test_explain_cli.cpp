@@ -1,0 +1,133 @@
+// `moemem explain` adds up (issue 4): its items sum to total_bytes, which is analyze's stage
+// total, category by category, on every stage of many configurations; --stage out of range; and
+// `analyze --explain N` is `explain --stage N`. Base configuration: activations_cli_helpers.hpp.
+// Expected values are derived by hand from the rules (the issue, docs/formulas.md,
+// Megatron-Core) and from relations between runs, never copied from moemem's output.
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/activations_cli_helpers.hpp"
+
+namespace {
+
+using moemem::test::CliResult;
+using moemem::test::run_cli;
+using nlohmann::json;
+using moemem::test::activations_cli::Args;
+using moemem::test::activations_cli::joined;
+using moemem::test::activations_cli::concat;
+using moemem::test::activations_cli::dsv3;
+using moemem::test::activations_cli::run_json;
+using moemem::test::activations_cli::analyze_json;
+using moemem::test::activations_cli::explain_json;
+using moemem::test::activations_cli::u64;
+using moemem::test::activations_cli::i64;
+using moemem::test::activations_cli::expect_exit_2;
+
+struct Case {
+  std::string name;
+  Args args;
+};
+
+std::vector<Case> explain_cases() {
+  return {
+      {"recompute none", dsv3({"--recompute", "none"})},
+      {"selective default (core_attn)", dsv3({"--recompute", "selective"})},
+      {"selective layernorm,mla_up_proj,moe_act", dsv3({"--recompute", "selective", "--recompute-modules", "layernorm,mla_up_proj,moe_act"})},
+      {"selective moe,shared_experts", dsv3({"--recompute", "selective", "--recompute-modules", "moe,shared_experts"})},
+      {"selective mlp,core_attn", dsv3({"--recompute", "selective", "--recompute-modules", "mlp,core_attn"})},
+      {"full uniform 1", dsv3({"--recompute", "full"})},
+      {"full uniform 2", dsv3({"--recompute", "full", "--recompute-method", "uniform", "--recompute-num-layers", "2"})},
+      {"full block 2", dsv3({"--recompute", "full", "--recompute-method", "block", "--recompute-num-layers", "2"})},
+      {"1f1b eager", dsv3({"--schedule", "1f1b", "--attention", "eager"})},
+      {"interleaved", dsv3({"--vpp", "2", "--schedule", "interleaved"}, "8", "64")},
+      {"interleaved full block 1", dsv3({"--vpp", "2", "--schedule", "interleaved", "--recompute", "full", "--recompute-method", "block"}, "8", "64")},
+      {"dualpipe", dsv3({"--schedule", "dualpipe"})},
+      {"dualpipe selective", dsv3({"--schedule", "dualpipe", "--recompute-modules", "layernorm,moe_act"})},
+      {"dualpipev", dsv3({"--schedule", "dualpipev"}, "8", "64")},
+      {"gpipe", dsv3({"--schedule", "gpipe"})},
+      {"zero 0", dsv3({"--zero", "0"}, "16", "32", false)},
+      {"zero 1", dsv3({"--zero", "1"}, "16", "32", false)},
+      {"zero 2", dsv3({"--zero", "2"}, "16", "32", false)},
+      {"zero 3", dsv3({"--zero", "3"}, "16", "32", false)},
+      {"zero 3 fp8 tensorwise", dsv3({"--zero", "3", "--fp8", "tensorwise"}, "16", "32", false)},
+      {"fp8 blockwise", dsv3({"--fp8", "blockwise"})},
+      {"fp8 mxfp8", dsv3({"--fp8", "mxfp8"})},
+      {"fp8 blockwise full", dsv3({"--fp8", "blockwise", "--recompute", "full"})},
+      {"cp 2", dsv3({"--cp", "2"}, "16", "16")},
+      {"cp 2 eager selective", dsv3({"--cp", "2", "--attention", "eager", "--recompute", "selective"}, "16", "16")},
+      {"moe imbalance 1.5", dsv3({"--moe-imbalance", "1.5"})},
+      {"moe imbalance 3 capacity 1.1", dsv3({"--moe-imbalance", "3", "--moe-capacity-factor", "1.1"})},
+      {"deepep", dsv3({"--moe-token-dispatcher", "deepep"})},
+      {"bf16 moments, fragmentation 12.5", dsv3({"--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16", "--fragmentation-pct", "12.5"})},
+      {"recipe deepseek-v3", dsv3({"--recipe", "deepseek-v3"}, "16", "32", false)},
+      {"paper", dsv3({"--profile", "paper"})},
+      {"paper full", dsv3({"--profile", "paper", "--recompute", "full"})},
+      {"paper zero 3 high overhead", dsv3({"--profile", "paper", "--zero", "3", "--overhead", "high"}, "16", "32", false)},
+      {"mixtral-8x7b", {"--model", "mixtral-8x7b", "--tp", "2", "--pp", "4", "--dp", "8", "--ep", "4", "--sp", "--global-batch", "64", "--distributed-optimizer"}},
+      {"mixtral-8x7b selective cp 2 etp 2 fp8",
+       {"--model", "mixtral-8x7b", "--tp", "2", "--pp", "4", "--dp", "4", "--cp", "2", "--ep", "4", "--etp", "2", "--sp",
+        "--global-batch", "64", "--zero", "2", "--fp8", "blockwise", "--recompute-modules", "core_attn,moe_act,layernorm"}},
+      {"llama-3.1-70b full", {"--model", "llama-3.1-70b", "--tp", "8", "--pp", "4", "--dp", "4", "--sp", "--global-batch", "64", "--distributed-optimizer", "--recompute", "full"}},
+      {"llama-3.1-70b interleaved selective mlp",
+       {"--model", "llama-3.1-70b", "--tp", "8", "--pp", "4", "--vpp", "5", "--dp", "4", "--sp", "--global-batch", "64",
+        "--distributed-optimizer", "--recompute-modules", "mlp,layernorm"}},
+  };
+}
+
+TEST(ExplainCli, ItemsAddUpToAnalyzeTotalOnEveryStageOfManyConfigurations) {
+  const char* categories[] = {"weights", "gradients", "optimizer", "activations", "buffers", "fragmentation", "runtime"};
+  for (const auto& c : explain_cases()) {
+    SCOPED_TRACE(c.name + ": " + joined(c.args));
+    const json report = analyze_json(c.args);
+    ASSERT_FALSE(report.is_null());
+    const auto& stages = report.at("stages");
+    ASSERT_GT(stages.size(), 0u);
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      SCOPED_TRACE("stage " + std::to_string(s));
+      const json e = explain_json(c.args, static_cast<std::int64_t>(s));
+      ASSERT_FALSE(e.is_null());
+      EXPECT_EQ(e.at("schema"), "moemem.explain/1");
+      EXPECT_EQ(i64(e.at("stage")), static_cast<std::int64_t>(s));
+      std::uint64_t sum = 0;
+      std::map<std::string, std::uint64_t> by_category;
+      for (const auto& i : e.at("items")) {
+        sum += u64(i.at("bytes"));
+        by_category[i.at("category").get<std::string>()] += u64(i.at("bytes"));
+        EXPECT_FALSE(i.at("item").get<std::string>().empty());
+        EXPECT_FALSE(i.at("detail").get<std::string>().empty());
+      }
+      EXPECT_EQ(sum, u64(e.at("total_bytes")));
+      EXPECT_EQ(u64(e.at("total_bytes")), u64(stages[s].at("bytes").at("total")));
+      // Stronger: every category adds up to analyze's field of the same name.
+      for (const char* cat : categories) {
+        EXPECT_EQ(by_category[cat], u64(stages[s].at("bytes").at(cat))) << cat;
+      }
+      EXPECT_LE(by_category.size(), std::size(categories)) << "unknown category in explain";
+    }
+  }
+}
+
+TEST(ExplainCli, StageOutOfRangeExitsTwoNamingStage) {
+  expect_exit_2(concat({"explain", "--stage", "16"}, dsv3()), {"--stage", "16"});
+  expect_exit_2(concat({"explain", "--stage", "-1"}, dsv3()), {"--stage"});
+  expect_exit_2(concat({"analyze", "--explain", "99"}, dsv3()), {"--stage", "99"});
+  // explain requires --stage.
+  const CliResult r = run_cli(concat({"explain"}, dsv3()));
+  EXPECT_NE(r.code, 0);
+}
+
+TEST(ExplainCli, AnalyzeExplainIsTheSameAsExplainStage) {
+  const json a = run_json(concat({"analyze", "--explain", "3"}, dsv3({"--fp8", "mxfp8"})));
+  const json b = explain_json(dsv3({"--fp8", "mxfp8"}), 3);
+  ASSERT_FALSE(a.is_null());
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace

@@ -1,0 +1,123 @@
+// Runtime overhead, fragmentation and buffers through `moemem analyze` (issue 4): the CUDA
+// context, NCCL world and one communicator per process group; --fragmentation-pct; the DeepEP
+// buffer; the paper profile's allowance without a runtime term.
+// Base configuration: activations_cli_helpers.hpp.
+// Expected values are derived by hand from the rules (the issue, docs/formulas.md,
+// Megatron-Core) and from relations between runs, never copied from moemem's output.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/activations_cli_helpers.hpp"
+
+namespace {
+
+using nlohmann::json;
+using moemem::test::activations_cli::concat;
+using moemem::test::activations_cli::dsv3;
+using moemem::test::activations_cli::analyze_json;
+using moemem::test::activations_cli::explain_json;
+using moemem::test::activations_cli::u64;
+using moemem::test::activations_cli::i64;
+using moemem::test::activations_cli::items_of;
+using moemem::test::activations_cli::stage_bytes;
+using moemem::test::activations_cli::expect_exit_2;
+using moemem::test::activations_cli::ceil_div;
+
+// Bytes::from_gib: 2^30 bytes per GiB, rounded up to a whole byte.
+std::uint64_t gib(double x) { return static_cast<std::uint64_t>(std::ceil(x * 1073741824.0)); }
+
+TEST(OverheadCli, RuntimeIsCudaContextNcclWorldAndOnePerProcessGroup) {
+  const json r = analyze_json(dsv3());
+  ASSERT_FALSE(r.is_null());
+  // Groups of size > 1 among tp 2, pp 16, dp 32, cp 1, ep 8, etp 1, edp 8: five; tp > 1 adds the
+  // fitted 5.7 GiB residual (docs/formulas.md, fitted constants).
+  EXPECT_EQ(i64(r.at("parallel").at("edp")), 8);
+  const std::uint64_t runtime = gib(0.52) + gib(0.39) + 5 * gib(0.4) + gib(5.7);
+  for (std::size_t p = 0; p < 16; ++p) {
+    SCOPED_TRACE("stage " + std::to_string(p));
+    const auto& b = r.at("stages")[p].at("bytes");
+    EXPECT_EQ(u64(b.at("runtime")), runtime);
+    const std::uint64_t allocated = u64(b.at("weights")) + u64(b.at("gradients")) + u64(b.at("optimizer")) +
+                                    u64(b.at("activations")) + u64(b.at("buffers"));
+    EXPECT_EQ(u64(b.at("allocated")), allocated);
+    EXPECT_EQ(u64(b.at("buffers")), 0u);  // the megatron profile's allowance is 0 without DeepEP
+    EXPECT_EQ(u64(b.at("fragmentation")), ceil_div(allocated * 5, 100));
+    EXPECT_EQ(u64(b.at("reserved")), allocated + u64(b.at("fragmentation")));
+    EXPECT_EQ(u64(b.at("total")), u64(b.at("reserved")) + runtime);
+  }
+}
+
+TEST(OverheadCli, EachFurtherGroupDimensionAddsOneCommunicator) {
+  // cp 2 (dp 16): tp, pp, dp, cp, ep, edp 8 -> six groups.
+  const json cp = analyze_json(dsv3({"--cp", "2"}, "16", "16"));
+  ASSERT_FALSE(cp.is_null());
+  EXPECT_EQ(stage_bytes(cp, 0, "runtime"), gib(0.52) + gib(0.39) + 6 * gib(0.4) + gib(5.7));
+  // etp 2: edp = tp*cp*dp / (ep*etp) = 64 / 16 = 4; tp, pp, dp, ep, etp, edp -> six.
+  const json etp = analyze_json(dsv3({"--etp", "2"}));
+  ASSERT_FALSE(etp.is_null());
+  EXPECT_EQ(i64(etp.at("parallel").at("edp")), 4);
+  EXPECT_EQ(stage_bytes(etp, 0, "runtime"), gib(0.52) + gib(0.39) + 6 * gib(0.4) + gib(5.7));
+  // One GPU: no communicator at all, only the CUDA context.
+  const json one = analyze_json({"--model", "deepseek-v2-lite", "--micro-batch", "1", "--seq-len", "1024"});
+  ASSERT_FALSE(one.is_null());
+  EXPECT_EQ(i64(one.at("parallel").at("world_size")), 1);
+  EXPECT_EQ(stage_bytes(one, 0, "runtime"), gib(0.52));
+}
+
+TEST(OverheadCli, FragmentationPercentOverridesTheDefault) {
+  const json five = analyze_json(dsv3());
+  const json ten = analyze_json(dsv3({"--fragmentation-pct", "10"}));
+  const json zero = analyze_json(dsv3({"--fragmentation-pct", "0"}));
+  ASSERT_FALSE(ten.is_null());
+  for (std::size_t p = 0; p < 16; ++p) {
+    SCOPED_TRACE("stage " + std::to_string(p));
+    const std::uint64_t alloc = stage_bytes(five, p, "allocated");
+    EXPECT_EQ(stage_bytes(ten, p, "allocated"), alloc);
+    const std::uint64_t f5 = stage_bytes(five, p, "fragmentation"), f10 = stage_bytes(ten, p, "fragmentation");
+    EXPECT_EQ(f10, ceil_div(alloc * 10, 100));
+    // Double, up to the rounding of each.
+    EXPECT_LE(f10, 2 * f5);
+    EXPECT_GE(f10 + 1, 2 * f5);
+    EXPECT_EQ(stage_bytes(zero, p, "fragmentation"), 0u);
+    EXPECT_EQ(stage_bytes(zero, p, "total"), alloc + stage_bytes(five, p, "runtime"));
+  }
+  expect_exit_2(concat({"analyze"}, dsv3({"--fragmentation-pct", "101"})), {"--fragmentation-pct", "101"});
+  expect_exit_2(concat({"analyze"}, dsv3({"--fragmentation-pct=-5"})), {"--fragmentation-pct"});
+}
+
+TEST(OverheadCli, DeepEpAddsItsBufferToBuffers) {
+  const json a2a = analyze_json(dsv3());
+  const json deepep = analyze_json(dsv3({"--moe-token-dispatcher", "deepep"}));
+  ASSERT_FALSE(deepep.is_null());
+  EXPECT_EQ(deepep.at("training").at("moe_token_dispatcher"), "deepep");
+  for (std::size_t p = 0; p < 16; ++p) {
+    SCOPED_TRACE("stage " + std::to_string(p));
+    // DeepEP's buffer: 3.1 GB = 3.1e9 bytes.
+    EXPECT_EQ(stage_bytes(deepep, p, "buffers"), stage_bytes(a2a, p, "buffers") + 3100000000ull);
+    EXPECT_EQ(stage_bytes(deepep, p, "allocated"), stage_bytes(a2a, p, "allocated") + 3100000000ull);
+    for (const char* f : {"weights", "gradients", "optimizer", "activations", "runtime"}) {
+      EXPECT_EQ(stage_bytes(deepep, p, f), stage_bytes(a2a, p, f)) << f;
+    }
+  }
+}
+
+TEST(OverheadCli, PaperProfileHasNoRuntimeTerm) {
+  const json r = analyze_json(dsv3({"--profile", "paper"}));
+  ASSERT_FALSE(r.is_null());
+  for (const auto& s : r.at("stages")) {
+    EXPECT_EQ(u64(s.at("bytes").at("runtime")), 0u);
+    EXPECT_EQ(u64(s.at("bytes").at("total")), u64(s.at("bytes").at("reserved")));
+    // The paper's own allowance: 0.8 GiB of buffers, 5% fragmentation at the low point.
+    EXPECT_EQ(u64(s.at("bytes").at("buffers")), gib(0.8));
+    EXPECT_EQ(u64(s.at("bytes").at("fragmentation")), ceil_div(u64(s.at("bytes").at("allocated")) * 5, 100));
+  }
+  const json e = explain_json(dsv3({"--profile", "paper"}), 0);
+  EXPECT_TRUE(items_of(e, "runtime").empty());
+}
+
+}  // namespace

@@ -1,0 +1,75 @@
+// MoE routing through `moemem explain` (issue 4): imbalance and capacity size the hottest
+// expert rank, scaling exactly the routed-expert tensors; bad factors and dispatchers exit 2.
+// Base configuration: activations_cli_helpers.hpp.
+// Expected values are derived by hand from the rules (the issue, docs/formulas.md,
+// Megatron-Core) and from relations between runs, never copied from moemem's output.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/activations_cli_helpers.hpp"
+
+namespace {
+
+using nlohmann::json;
+using moemem::test::activations_cli::Args;
+using moemem::test::activations_cli::joined;
+using moemem::test::activations_cli::concat;
+using moemem::test::activations_cli::dsv3;
+using moemem::test::activations_cli::explain_json;
+using moemem::test::activations_cli::saved_tensors;
+using moemem::test::activations_cli::expect_exit_2;
+using moemem::test::activations_cli::kRouted;
+
+// Every saved tensor of stage 1 under `extra`, against the balanced run: "experts.*" items must
+// be the balanced bytes scaled from R rows to `rows`, everything else unchanged.
+void expect_routed_rows(const Args& extra, std::uint64_t rows) {
+  SCOPED_TRACE(joined(extra) + " -> " + std::to_string(rows) + " rows");
+  const json b = explain_json(dsv3(), 1);
+  const json x = explain_json(dsv3(extra), 1);
+  ASSERT_FALSE(b.is_null());
+  ASSERT_FALSE(x.is_null());
+  const auto base = saved_tensors(b), now = saved_tensors(x);
+  ASSERT_EQ(base.size(), now.size());
+  int experts = 0;
+  for (const auto& [name, bytes] : base) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(now.contains(name));
+    if (name.starts_with("experts.")) {
+      ++experts;
+      // Each is R rows x a per-row width: bytes scale with the rows exactly.
+      ASSERT_EQ(bytes % kRouted, 0u);
+      EXPECT_EQ(now.at(name), bytes / kRouted * rows);
+    } else {
+      EXPECT_EQ(now.at(name), bytes);
+    }
+  }
+  EXPECT_EQ(experts, 4);
+}
+
+TEST(RoutingCli, ImbalanceTwoDoublesExactlyTheExpertTensors) { expect_routed_rows({"--moe-imbalance", "2"}, 2 * kRouted); }
+
+TEST(RoutingCli, CapacityFactorCapsTheImbalance) {
+  // min(2, 1.25) x 16384 = 20480 rows.
+  expect_routed_rows({"--moe-imbalance", "2", "--moe-capacity-factor", "1.25"}, 20480);
+  // Balanced routing never exceeds a capacity above 1.
+  expect_routed_rows({"--moe-capacity-factor", "1.25"}, kRouted);
+}
+
+TEST(RoutingCli, FractionalImbalanceRoundsTheRowsUp) {
+  // ceil(16384 x 1.3) = ceil(21299.2) = 21300 rows.
+  expect_routed_rows({"--moe-imbalance", "1.3"}, 21300);
+}
+
+TEST(RoutingCli, BadFactorsExitTwoNamingTheFlag) {
+  expect_exit_2(concat({"analyze"}, dsv3({"--moe-imbalance", "0.5"})), {"--moe-imbalance", "0.5"});
+  expect_exit_2(concat({"analyze"}, dsv3({"--moe-capacity-factor=-1"})), {"--moe-capacity-factor", "-1"});
+  expect_exit_2(concat({"analyze"}, dsv3({"--moe-capacity-factor", "0"})), {"--moe-capacity-factor"});
+  expect_exit_2(concat({"analyze"}, dsv3({"--moe-imbalance", "lots"})), {"--moe-imbalance", "lots"});
+  expect_exit_2(concat({"analyze"}, dsv3({"--moe-token-dispatcher", "nccl"})), {"--moe-token-dispatcher", "nccl"});
+}
+
+}  // namespace
