@@ -20,6 +20,10 @@
 
 namespace moemem {
 
+namespace detail {
+struct StateModel;  // src/analyze/internal.hpp
+}  // namespace detail
+
 struct OverheadModel {
   Bytes buffers_low, buffers_high;           // communication/temporary buffers per device
   unsigned fragmentation_pct_low = 0;        // allocator fragmentation, % of what is allocated
@@ -39,6 +43,7 @@ struct OverheadModel {
 // cached but cannot reuse for it (`cached`, reserved but not allocated).
 struct LossPeak {
   Bytes allocated, cached;
+  std::string_view rule;  // what the allocated bytes are (for the ledger)
 };
 
 // A complete accounting strategy. Built with designated initialisers (src/profiles/*.cpp), so the
@@ -54,9 +59,9 @@ struct Profile {
   TpSplit (*tp_split)(Role);      // how tensor parallelism splits a non-routed-expert tensor
   ZeroGroup (*zero_group)(Role);  // the data-parallel group over which ZeRO shards its states
   bool (*accounts)(const Tensor&);  // whether the analysis counts the tensor at all (paper: no router bias)
-  // FSDP2 accounting (torchtitan): sharded fp32 parameters and moments, bf16 unsharded working
-  // copies, side-stream collective buffers; ZeRO settings do not apply.
-  bool fsdp2;
+  // How weights, gradients and optimizer states are kept: ZeRO / distributed optimizer, or FSDP2
+  // (sharded fp32 parameters and moments, bf16 unsharded working copies, side-stream buffers).
+  const detail::StateModel* states;
   // --- defaults a run may override
   PrecisionRecipe default_precision;  // dtypes of weights, gradients, master and moments
   bool include_mtp_by_default;        // MTP depths of the model's config counted without --mtp

@@ -219,9 +219,7 @@ void record_activations(const EvalContext& c, const StageReport& st, Ledger& led
   if (st.loss.allocated > st.recompute_transient) {
     ledger.add(Category::activations, st.loss.allocated, [&] {
       return ledger_item("output_head", "loss backward transient",
-                         st.fsdp ? fmt::format("loss {} at the start of backward (more than the recomputation transient)",
-                                               name_of(effective_loss(c.t)))
-                                 : "bf16 copy of the logits' fp32 gradient (more than the recomputation transient)");
+                         fmt::format("{} (more than the recomputation transient)", st.loss.rule));
     });
   } else if (st.recompute_transient.value() > 0) {
     ledger.add(Category::activations, st.recompute_transient, [] {

@@ -54,7 +54,6 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
       st.mtp_depths += ch.mtp_depths;
       if (ch.num_layers > 0) st.last_layer = std::max(st.last_layer, ch.first_layer + ch.num_layers - 1);
     }
-    if (c.profile.fsdp2) st.fsdp = FsdpDetail{};
   }
 }
 
@@ -65,10 +64,10 @@ void cost_stage(const detail::EvalContext& c, const detail::ChunkActivations& ch
   Ledger ledger(&st.ledger, c.detail == Detail::items);
   detail::stage_activations(c, chunks, cp_block, st);
   detail::record_activations(c, st, ledger);
-  detail::stage_states(c, st, ledger.total(Category::activations));
+  c.profile.states->cost(c, st, ledger.total(Category::activations));
   if (st.fsdp && st.fsdp->optimizer_step_peak) ledger.drop(Category::activations);  // none alive at the step
   const auto activation_items = static_cast<std::ptrdiff_t>(st.ledger.size());
-  detail::record_states(c, st, ledger);
+  c.profile.states->record(c, st, ledger);
   std::rotate(st.ledger.begin(), st.ledger.begin() + activation_items, st.ledger.end());
   detail::record_overheads(c, st, runtime, ledger);
   st.bytes = StageBytes{ledger.total(Category::weights),       ledger.total(Category::gradients),
@@ -104,7 +103,9 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
   const detail::EvalContext c{cm, m, profile, layout, t, attention, vocab, microbatches_per_step(t, layout), detail};
   init_report(c, r);
   detail::Shares local;
-  detail::assign_params(c, detail::shares_for(c, cache, local), r);
+  const detail::Shares& shares = detail::shares_for(c, cache, local);
+  detail::assign_params(c, shares, r);
+  for (auto& st : r.stages) profile.states->prepare(c, shares, st);
   thread_local detail::ChunkActivations chunks;
   detail::chunk_activations(c, cache, chunks);
   const Bytes runtime = detail::runtime_bytes(c), cp_block = detail::cp_kv_block(c);

@@ -93,11 +93,19 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
 void stage_activations(const EvalContext& c, const ChunkActivations& chunks, Bytes cp_kv_block, StageReport& st);
 void record_activations(const EvalContext& c, const StageReport& st, Ledger& ledger);
 
-// states.cpp: weights, gradients and optimizer states (ZeRO / distributed optimizer, or FSDP2).
-// stage_states works out what the ledger needs (FP8 weight copies; FSDP2's shards and whether
-// the optimizer step, with no activations alive, is the peak); record_states itemises them.
-void stage_states(const EvalContext& c, StageReport& st, Bytes activations);
-void record_states(const EvalContext& c, const StageReport& st, Ledger& ledger);
+// A profile's state model: how weights, gradients and optimizer states are kept (ZeRO and the
+// distributed optimizer in zero_states.cpp, FSDP2 in fsdp2_states.cpp). `prepare` reads the
+// stage's tensor shares, `cost` works out what the ledger needs (FP8 weight copies; FSDP2's shards
+// and whether the optimizer step, with no activations alive, is the peak), `record` itemises the
+// states and `record_cache` the allocator's reserve beyond what is allocated (`pct`: the
+// profile's percentage).
+struct StateModel {
+  void (*prepare)(const EvalContext&, const Shares&, StageReport&);
+  void (*cost)(const EvalContext&, StageReport&, Bytes activations);
+  void (*record)(const EvalContext&, const StageReport&, Ledger&);
+  void (*record_cache)(const EvalContext&, const StageReport&, Bytes pct, Ledger&);
+};
+extern const StateModel kZeroStates, kFsdp2States;
 
 // overheads.cpp: outside the allocator, CP ring blocks, buffers and fragmentation.
 Bytes runtime_bytes(const EvalContext& c);

@@ -70,34 +70,7 @@ void record_overheads(const EvalContext& c, const StageReport& st, Bytes runtime
   // The profile's percentage, plus what is known to sit in the allocator's cache (FSDP's
   // side-stream buffers, a loss block too small to reuse; zero elsewhere).
   const Bytes pct(ceil_div(checked_mul(allocated(ledger).value(), milli_pct, "fragmentation"), 100000));
-  const Bytes ag = st.fsdp ? st.fsdp->all_gather_cache : Bytes{}, rs = st.fsdp ? st.fsdp->reduce_scatter_cache : Bytes{};
-  if (!st.fsdp) {
-    const Bytes all = pct + st.loss.cached;
-    if (all.value() > 0) {
-      ledger.add(Category::fragmentation, all,
-                 [] { return ledger_item("allocator", "reserved - allocated", "percentage of allocated bytes"); });
-    }
-  } else {
-    if (ag.value() > 0) {
-      ledger.add(Category::fragmentation, ag, [] {
-        return ledger_item("fsdp", "all-gather stream cache", "max(root bf16 copy, two blocks' all-gather outputs)");
-      });
-    }
-    if (rs.value() > 0) {
-      ledger.add(Category::fragmentation, rs, [] {
-        return ledger_item("fsdp", "reduce-scatter stream cache", "fp32 reduce-scatter inputs and outputs of the root and two blocks");
-      });
-    }
-    if (st.loss.cached.value() > 0) {
-      ledger.add(Category::fragmentation, st.loss.cached, [] {
-        return ledger_item("allocator", "bf16 logits block", "freed before the fp32 loss tensors, too small to reuse");
-      });
-    }
-    if (pct.value() > 0) {
-      ledger.add(Category::fragmentation, pct,
-                 [] { return ledger_item("allocator", "reserved - allocated", "--fragmentation-pct of allocated bytes"); });
-    }
-  }
+  c.profile.states->record_cache(c, st, pct, ledger);
   if (runtime.value() > 0) {
     ledger.add(Category::runtime, runtime,
                [] { return ledger_item("cuda/nccl", "CUDA context and NCCL communicators", "outside PyTorch's allocator"); });

@@ -146,14 +146,6 @@ void assign_params(const EvalContext& c, const Shares& sh, MemoryReport& r) {
     st.fp8_weight_params = total.fp8.non_expert + total.fp8.expert;
     // ZeRO-3 shards the working weights, and with them their FP8 copies.
     if (c.t.zero >= 3) st.fp8_weight_params = zero_shard(total.fp8, layout.config.dp * layout.config.cp, layout.edp);
-    if (st.fsdp) {
-      Share root;
-      if (st.has_embedding) root.add(sh.emb, 1, false);
-      if (st.has_head) root.add(sh.head, 1, false);
-      st.fsdp->root_params = root.params.non_expert + root.params.expert;
-      st.fsdp->block_params = sh.dense.params.non_expert;
-      st.fsdp->block_fp8_params = sh.dense.fp8.non_expert;
-    }
   }
 }
 

@@ -235,7 +235,8 @@ void megatron_chunk_activations(const ActivationContext& c, const Chunk& chunk, 
 // one is alive.
 LossPeak megatron_loss_peak(const ActivationContext& c) {
   const auto d = megatron_dims(c);
-  return {bytes_of(elems({d.tokens, c.padded_vocab}, d.tp), c.training.activation_dtype), Bytes{}};
+  return {bytes_of(elems({d.tokens, c.padded_vocab}, d.tp), c.training.activation_dtype), Bytes{},
+          "bf16 copy of the logits' fp32 gradient"};
 }
 
 // Megatron-Core models FP8, routing imbalance and the flash kernel; it refuses torchtitan's
@@ -278,7 +279,7 @@ const Profile kMegatron{
     .tp_split = megatron_tp_split,
     .zero_group = megatron_zero_group,
     .accounts = megatron_accounts,
-    .fsdp2 = false,
+    .states = &detail::kZeroStates,
     // Megatron's default mixed precision: bf16 weights, fp32 main grads, fp32 master and moments
     // (18 bytes per parameter, 6 + 12/d with the distributed optimizer).
     .default_precision = {.weights = DType::bf16,

@@ -180,7 +180,7 @@ const Profile kPaper{
     .tp_split = paper_tp_split,
     .zero_group = paper_zero_group,
     .accounts = paper_accounts,
-    .fsdp2 = false,
+    .states = &detail::kZeroStates,
     .default_precision = {.weights = DType::bf16,
                           .gradients = DType::fp32,
                           .master = DType::fp32,

@@ -20,6 +20,11 @@
 #include "moemem/profile.hpp"
 #include "moemem/units.hpp"
 
+namespace moemem::detail {
+// The state models (src/analyze/zero_states.cpp, fsdp2_states.cpp) a profile chooses from.
+extern const StateModel kZeroStates, kFsdp2States;
+}  // namespace moemem::detail
+
 namespace moemem::profiles {
 
 // Defined in paper.cpp, megatron.cpp and torchtitan.cpp.

@@ -109,9 +109,10 @@ LossPeak titan_loss_peak(const ActivationContext& c) {
   const Bytes fp32 = bytes_of(logits, DType::fp32), bf16 = bytes_of(logits, c.training.activation_dtype);
   switch (effective_loss(c.training)) {
     case LossImpl::upcast:
-      return {Bytes(checked_mul(fp32.value(), d.tp > 1 ? 4 : 3, "loss")), bf16};
-    case LossImpl::fused: return {bf16 + bf16, Bytes{}};
-    case LossImpl::chunked: return {fp32 + Bytes(ceil_div(checked_mul(fp32.value(), 2, "loss"), 8)), Bytes{}};
+      return {Bytes(checked_mul(fp32.value(), d.tp > 1 ? 4 : 3, "loss")), bf16, "loss upcast at the start of backward"};
+    case LossImpl::fused: return {bf16 + bf16, Bytes{}, "loss fused at the start of backward"};
+    case LossImpl::chunked:
+      return {fp32 + Bytes(ceil_div(checked_mul(fp32.value(), 2, "loss"), 8)), Bytes{}, "loss chunked at the start of backward"};
   }
   return {};
 }
@@ -156,7 +157,7 @@ const Profile kTorchtitan{
     .tp_split = megatron_tp_split,
     .zero_group = megatron_zero_group,
     .accounts = megatron_accounts,
-    .fsdp2 = true,
+    .states = &detail::kFsdp2States,
     // FSDP2 mixed precision: fp32 sharded parameters (they are the master weights), bf16 all-gathered
     // working copies, fp32 reduce-scatter into fp32 sharded gradients, fp32 AdamW moments.
     .default_precision = {.weights = DType::bf16,

@@ -1,5 +1,6 @@
-// Weights, gradients and optimizer states of one device: Megatron's ZeRO stages / distributed
-// optimizer (with Transformer Engine's FP8 weight copies), or FSDP2 as torchtitan applies it.
+// FSDP2's state model, as torchtitan applies it: sharded fp32 parameters and AdamW moments,
+// bf16 working copies of the root and of the blocks not resharded after forward, gradients only
+// at the optimizer step, and the side-stream collective buffers the allocator keeps reserved.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -9,6 +10,17 @@
 namespace moemem::detail {
 
 namespace {
+
+void fsdp2_prepare(const EvalContext&, const Shares& sh, StageReport& st) {
+  FsdpDetail f;
+  Share root;
+  if (st.has_embedding) root.add(sh.emb, 1, false);
+  if (st.has_head) root.add(sh.head, 1, false);
+  f.root_params = root.params.non_expert + root.params.expert;
+  f.block_params = sh.dense.params.non_expert;
+  f.block_fp8_params = sh.dense.fp8.non_expert;
+  st.fsdp = f;
+}
 
 Bytes bytes_per(Count c, std::uint64_t per) { return Bytes(checked_mul(c.value(), per, "fsdp bytes")); }
 
@@ -88,79 +100,36 @@ void record_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   moments();
 }
 
-// Row- and column-wise FP8 copies of every FP8-GEMM weight, and their scales (none when the
-// weights are quantized online per GEMM, as DeepSeek-V3 does).
-Bytes fp8_weight_copies(const EvalContext& c, const StageReport& st) {
-  const auto& t = c.t;
-  if (t.fp8 == Fp8Recipe::none || t.fp8_online_weights) return Bytes{};
-  const Count copies(checked_mul(st.fp8_weight_params.value(), 2, "fp8 weights"));
-  const Count scales = t.fp8 == Fp8Recipe::blockwise ? Count(ceil_div(copies.value(), 128 * 128))
-                       : t.fp8 == Fp8Recipe::mxfp8   ? fp8_scale_elements(copies, t.fp8)
-                                                     : Count(2);
-  return bytes_of(copies, DType::fp8) + bytes_of(scales, fp8_scale_dtype(t.fp8));
-}
-
-// ZeRO: stage 1 shards the optimizer states, 2 also the gradients, 3 also the weights; the
-// non-expert part over dp*cp, the expert part over edp (the worst rank holds the ceiling).
-void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
-  const auto& p = c.layout.config;
-  const auto& t = c.t;
-  const auto& pr = t.precision;
-  const std::int64_t groups[2] = {p.dp * p.cp, c.layout.edp};
-  const Count parts[2] = {st.params.non_expert, st.params.expert};
-  const auto shard = [&](int g) { return Count(ceil_div(parts[g].value(), static_cast<std::uint64_t>(groups[g]))); };
-  const auto shard_text = [&](int g) { return fmt::format("ceil({} / {})", parts[g].value(), groups[g]); };
-  if (t.zero >= 3) {
-    const char* names[2] = {"non-expert", "expert"};
-    const char* over[2] = {"dp*cp", "edp"};
-    for (int g = 0; g < 2; ++g) {
-      ledger.add(Category::weights, bytes_of(shard(g), pr.weights), [&] {
-        return ledger_item(names[g], "ZeRO-3 shard",
-                           fmt::format("ceil({} / {} {}) x {}", parts[g].value(), over[g], groups[g], name_of(pr.weights)),
-                           shard(g), pr.weights);
-      });
-    }
-  } else if (ledger.detail()) {
-    record_weights_by_role(c, st, ledger);
-  } else {
-    ledger.add(Category::weights, bytes_of(parts[0] + parts[1], pr.weights), [] { return LedgerItem{}; });
-  }
-  if (st.fp8_weight_copies.value() > 0) {
-    ledger.add(Category::weights, st.fp8_weight_copies, [&] {
-      return ledger_item("fp8", "FP8 weight copies",
-                         fmt::format("2 x {} FP8-GEMM parameters (row- and column-wise) + scales, {}",
-                                     st.fp8_weight_params.value(), name_of(t.fp8)),
-                         st.fp8_weight_params, DType::fp8, 2);
+void fsdp2_record_cache(const EvalContext&, const StageReport& st, Bytes pct, Ledger& ledger) {
+  const FsdpDetail& f = *st.fsdp;
+  if (f.all_gather_cache.value() > 0) {
+    ledger.add(Category::fragmentation, f.all_gather_cache, [] {
+      return ledger_item("fsdp", "all-gather stream cache", "max(root bf16 copy, two blocks' all-gather outputs)");
     });
   }
-  const char* group_names[2] = {"non-expert (dp*cp)", "expert (edp)"};
-  for (int g = 0; g < 2; ++g) {
-    const Count gc = t.zero >= 2 ? shard(g) : parts[g];
-    const Count oc = t.zero >= 1 ? shard(g) : parts[g];
-    const auto gtext = [&] { return t.zero >= 2 ? shard_text(g) : std::to_string(parts[g].value()); };
-    const auto otext = [&] { return t.zero >= 1 ? shard_text(g) : std::to_string(parts[g].value()); };
-    const auto state = [&](Category cat, const char* item, Count n, DType d, const auto& count_text) {
-      ledger.add(cat, bytes_of(n, d), [&] {
-        return ledger_item(group_names[g], item, fmt::format("{} x {}", count_text(), name_of(d)), n, d);
-      });
-    };
-    state(Category::gradients, "main gradients", gc, pr.gradients, gtext);
-    state(Category::optimizer, "master weights", oc, pr.master, otext);
-    state(Category::optimizer, "exp_avg", oc, pr.exp_avg, otext);
-    state(Category::optimizer, "exp_avg_sq", oc, pr.exp_avg_sq, otext);
+  if (f.reduce_scatter_cache.value() > 0) {
+    ledger.add(Category::fragmentation, f.reduce_scatter_cache, [] {
+      return ledger_item("fsdp", "reduce-scatter stream cache", "fp32 reduce-scatter inputs and outputs of the root and two blocks");
+    });
+  }
+  if (st.loss.cached.value() > 0) {
+    ledger.add(Category::fragmentation, st.loss.cached, [] {
+      return ledger_item("allocator", "bf16 logits block", "freed before the fp32 loss tensors, too small to reuse");
+    });
+  }
+  if (pct.value() > 0) {
+    ledger.add(Category::fragmentation, pct,
+               [] { return ledger_item("allocator", "reserved - allocated", "--fragmentation-pct of allocated bytes"); });
   }
 }
 
 }  // namespace
 
-void stage_states(const EvalContext& c, StageReport& st, Bytes activations) {
-  if (st.fsdp) fsdp2_state(c, st, activations);
-  else st.fp8_weight_copies = fp8_weight_copies(c, st);
-}
-
-void record_states(const EvalContext& c, const StageReport& st, Ledger& ledger) {
-  if (st.fsdp) record_fsdp2(c, st, ledger);
-  else record_zero(c, st, ledger);
-}
+const StateModel kFsdp2States{
+    .prepare = fsdp2_prepare,
+    .cost = fsdp2_state,
+    .record = record_fsdp2,
+    .record_cache = fsdp2_record_cache,
+};
 
 }  // namespace moemem::detail
