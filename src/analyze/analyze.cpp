@@ -64,8 +64,7 @@ void cost_stage(const detail::EvalContext& c, const detail::ChunkActivations& ch
   Ledger ledger(&st.ledger, c.detail == Detail::items);
   detail::stage_activations(c, chunks, cp_block, st);
   detail::record_activations(c, st, ledger);
-  c.profile.states->cost(c, st, ledger.total(Category::activations));
-  if (st.fsdp && st.fsdp->optimizer_step_peak) ledger.drop(Category::activations);  // none alive at the step
+  if (c.profile.states->cost(c, st, ledger.total(Category::activations))) ledger.drop(Category::activations);
   const auto activation_items = static_cast<std::ptrdiff_t>(st.ledger.size());
   c.profile.states->record(c, st, ledger);
   std::rotate(st.ledger.begin(), st.ledger.begin() + activation_items, st.ledger.end());

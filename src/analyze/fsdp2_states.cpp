@@ -34,7 +34,7 @@ Bytes bytes_per(Count c, std::uint64_t per) { return Bytes(checked_mul(c.value()
 // allocated on FSDP's own streams, whose cached blocks the default stream cannot reuse: the
 // root's and two blocks' all-gathers, and two blocks' and the root's fp32 reduce-scatter input
 // and output stay reserved.
-void fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
+bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
   const auto& p = c.layout.config;
   const auto& t = c.t;
   FsdpDetail& f = *st.fsdp;
@@ -57,6 +57,7 @@ void fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
     const Count reduced = f.root_params + Count(checked_mul(f.block_params.value(), 2, "fsdp"));
     f.reduce_scatter_cache = bytes_per(reduced, 4) + bytes_per(Count(ceil_div(reduced.value(), shard_group)), 4);
   }
+  return f.optimizer_step_peak;
 }
 
 void record_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger) {

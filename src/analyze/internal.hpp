@@ -98,10 +98,11 @@ void record_activations(const EvalContext& c, const StageReport& st, Ledger& led
 // stage's tensor shares, `cost` works out what the ledger needs (FP8 weight copies; FSDP2's shards
 // and whether the optimizer step, with no activations alive, is the peak), `record` itemises the
 // states and `record_cache` the allocator's reserve beyond what is allocated (`pct`: the
-// profile's percentage).
+// profile's percentage). `cost` returns true when the stage peaks at the optimizer step, when no
+// activations are alive.
 struct StateModel {
   void (*prepare)(const EvalContext&, const Shares&, StageReport&);
-  void (*cost)(const EvalContext&, StageReport&, Bytes activations);
+  bool (*cost)(const EvalContext&, StageReport&, Bytes activations);  // true: the peak has no activations alive
   void (*record)(const EvalContext&, const StageReport&, Ledger&);
   void (*record_cache)(const EvalContext&, const StageReport&, Bytes pct, Ledger&);
 };

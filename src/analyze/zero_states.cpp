@@ -73,7 +73,10 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   }
 }
 
-void zero_cost(const EvalContext& c, StageReport& st, Bytes) { st.fp8_weight_copies = fp8_weight_copies(c, st); }
+bool zero_cost(const EvalContext& c, StageReport& st, Bytes) {
+  st.fp8_weight_copies = fp8_weight_copies(c, st);
+  return false;  // backward, with the activations, is the peak
+}
 
 // The allocator's reserve beyond what is allocated, as one item (the loss block it keeps included).
 void zero_record_cache(const EvalContext&, const StageReport& st, Bytes pct, Ledger& ledger) {
