@@ -69,6 +69,7 @@ struct Profile {
   AttentionKernel default_attention;  // kernel when --attention is not given
   // --- what the profile models
   bool supports_flash;          // the flash kernel may be chosen (paper: scores always materialised)
+  bool selective_recompute;  // models selective recomputation (the report analyses none and full only)
   bool models_fp8_and_routing;  // FP8 recipes, routing imbalance, CP ring buffers apply
   // --- activations
   // Appends the terms one decoder layer of `kind` saves for one micro-batch on one device.

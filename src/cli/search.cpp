@@ -248,12 +248,12 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
       start = end + 1;
     }
   }
-  if (profile.name == "paper") {
+  if (!profile.selective_recompute) {
     // The reference analysis knows no selective recomputation.
     space.recomputes = {{"none", Recompute::none, 0}, {"full", Recompute::full, 0}};
     if (!recomputes.empty()) {
       for (const auto& c : parse_recompute_choices(recomputes, m)) {
-        if (c.mode == Recompute::selective) throw InputError("--recompute", recomputes, "none or full for the paper profile");
+        if (c.mode == Recompute::selective) throw InputError("--recompute", recomputes, fmt::format("none or full for the {} profile", profile.name));
       }
       space.recomputes = parse_recompute_choices(recomputes, m);
     }

@@ -291,6 +291,7 @@ const Profile kMegatron{
     .vocab_multiple = 128,
     .default_attention = AttentionKernel::flash,
     .supports_flash = true,
+    .selective_recompute = true,
     .models_fp8_and_routing = true,
     .layer_activations = megatron_layer_activations,
     .chunk_activations = megatron_chunk_activations,

@@ -139,7 +139,7 @@ void paper_chunk_activations(const ActivationContext&, const Chunk&, std::vector
 // The report analyses no recomputation but none and full (uniform, one layer per checkpoint), in
 // BF16 with balanced all-to-all routing and materialised attention scores, without FSDP2.
 std::optional<InputError> paper_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
-  if (t.recompute == Recompute::selective || t.recompute_method != RecomputeMethod::uniform ||
+  if ((t.recompute == Recompute::selective && !kPaper.selective_recompute) || t.recompute_method != RecomputeMethod::uniform ||
       t.recompute_num_layers != 1) {
     const std::string_view method = t.recompute_method == RecomputeMethod::uniform ? "uniform" : "block";
     return InputError("--recompute", fmt::format("{} {}", name_of(t.recompute), method),
@@ -190,6 +190,7 @@ const Profile kPaper{
     .vocab_multiple = 0,
     .default_attention = AttentionKernel::eager,
     .supports_flash = false,
+    .selective_recompute = false,
     .models_fp8_and_routing = false,
     .layer_activations = paper_layer_activations,
     .chunk_activations = paper_chunk_activations,

@@ -169,6 +169,7 @@ const Profile kTorchtitan{
     .vocab_multiple = 0,
     .default_attention = AttentionKernel::flash,
     .supports_flash = true,
+    .selective_recompute = true,
     .models_fp8_and_routing = true,
     .layer_activations = titan_layer_activations,
     .chunk_activations = titan_chunk_activations,
