@@ -24,6 +24,8 @@ struct CompiledModel {
     return moe_before[static_cast<std::size_t>(first + count)] - moe_before[static_cast<std::size_t>(first)];
   }
 };
+// The layout's chunk that holds tensor `t` (embedding, decoder layer, head or MTP depth).
+[[nodiscard]] std::int64_t chunk_holding(const Tensor& t, const Layout& layout, std::int64_t num_layers);
 // Throws std::logic_error if the inventory's layers of one kind differ (a bug, never user input).
 [[nodiscard]] CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile);
 

@@ -10,6 +10,16 @@
 
 namespace moemem {
 
+std::int64_t chunk_holding(const Tensor& t, const Layout& layout, std::int64_t num_layers) {
+  switch (t.placement) {
+    case Placement::embedding: return layout.chunk_with_embedding();
+    case Placement::decoder: return layout.chunk_of_layer(t.layer);
+    case Placement::head: return layout.chunk_with_loss();
+    case Placement::mtp: return layout.chunk_of_mtp(t.layer - num_layers);
+  }
+  return 0;
+}
+
 CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile) {
   using detail::idx;
   CompiledModel cm;

@@ -94,10 +94,7 @@ Table stages_table(const ModelSpec& m, const Inventory& inv, const Profile& prof
   std::vector<Count> per(layout.stages.size());
   for (const auto& x : inv.tensors) {
     if (!profile.accounts(x)) continue;
-    const std::int64_t chunk = x.placement == Placement::embedding ? layout.chunk_with_embedding()
-                               : x.placement == Placement::decoder ? layout.chunk_of_layer(x.layer)
-                               : x.placement == Placement::head    ? layout.chunk_with_loss()
-                                                                   : layout.chunk_of_mtp(x.layer - m.num_layers);
+    const std::int64_t chunk = chunk_holding(x, layout, m.num_layers);
     for (std::size_t r = 0; r < per.size(); ++r) {
       if (layout.rank_holds(static_cast<std::int64_t>(r), chunk)) per[r] += x.params();
     }
@@ -130,103 +127,85 @@ void PaperCommand::setup(CLI::App& root) {
   add_format_option(*app, format);
 }
 
-void PaperCommand::run(std::ostream& out, std::ostream& err) const {
-  const Format f = parse_format(format);
-  TrainingOptions to = training;
-  to.profile = "paper";
-  to.recompute = "none";
-  const Evaluation e = resolve(model, layout, to);
-  report_unrecognised_keys(e.model, err);
-  if (stage < 0 || stage >= e.layout.config.pp) {
-    throw InputError("--stage", std::to_string(stage), fmt::format("a stage from 0 to {}", e.layout.config.pp - 1));
-  }
-  const auto& prof = *e.profile;
-  std::vector<Table> tables;
-  tables.push_back(per_layer_table(e.model, e.inventory));
-  ModelSpec checkpoint = load_model(model.model);  // totals as the checkpoint has them (MTP, bias)
-  if (model.mtp) set_mtp_layers(checkpoint, model.mtp);
-  tables.push_back(totals_table(checkpoint));
-  tables.push_back(stages_table(e.model, e.inventory, prof, e.layout));
+namespace {
 
+// §4: static parameters on one device of the stage, by module (the report's rows).
+Table static_table(const Evaluation& e, const StageReport& st, std::int64_t stage) {
   const auto& p = e.layout.config;
-  // §4 static parameters on one device of the chosen stage.
-  TrainingConfig t0 = e.training;
-  t0.overhead = OverheadPoint::none;
-  const MemoryReport base = analyze(e.model, e.inventory, prof, e.layout, t0);
-  const auto& st = base.stages[idx(stage)];
-  {
-    Table t;
-    t.title = fmt::format("Static parameters on one device of stage {} (reference §4): TP {}, EP {}, ETP {}, EDP {}",
-                          stage, p.tp, p.ep, p.etp, e.layout.edp);
-    t.columns = {"part", "params", "bf16 bytes", "GiB"};
-    auto row = [&](const char* name, Count c) {
-      const Bytes b = bytes_of(c, DType::bf16);
-      t.rows.push_back({std::string(name), c.value(), b.value(), GibBytes{b.value()}});
-    };
-    row("attention (MLA)", module_sum(st, {Module::attention}));
-    row("RMSNorm", module_sum(st, {Module::norms}));
-    row("dense MLP", module_sum(st, {Module::dense_mlp}));
-    row("MoE (experts, shared experts, routers)", module_sum(st, {Module::router, Module::routed_experts, Module::shared_experts}));
-    row("embedding and head", module_sum(st, {Module::embedding, Module::output_head, Module::mtp}));
-    row("total", st.params.non_expert + st.params.expert);
-    row("  ZeRO non-expert part (over dp*cp)", st.params.non_expert);
-    row("  ZeRO expert part (over edp)", st.params.expert);
-    tables.push_back(std::move(t));
-  }
-  // §5 ZeRO table.
-  {
-    Table t;
-    t.title = fmt::format("Weights, gradients and optimizer states per device of stage {} under ZeRO (reference §5), GiB",
-                          stage);
-    t.columns = {"ZeRO", "parameters", "gradients", "optimizer", "total"};
-    for (int z = 0; z <= 3; ++z) {
-      TrainingConfig tz = t0;
-      tz.zero = z;
-      const MemoryReport rz = analyze(e.model, e.inventory, prof, e.layout, tz);
-      const auto& s = rz.stages[idx(stage)];
-      const Bytes total = s.bytes.weights + s.bytes.gradients + s.bytes.optimizer;
-      t.rows.push_back({z == 0 ? std::string("none") : std::to_string(z), GibBytes{s.bytes.weights.value()},
-                        GibBytes{s.bytes.gradients.value()}, GibBytes{s.bytes.optimizer.value()}, GibBytes{total.value()}});
-    }
-    tables.push_back(std::move(t));
-  }
-  // §6 activations of one micro-batch.
-  {
-    Table t;
-    t.title = fmt::format("Activations of one micro-batch on one device of stage {} (reference §6), s = {}, GiB", stage,
-                          e.training.seq_len);
-    t.columns = {"b", "recompute", "attention (MLA)", "MoE / MLP", "total"};
-    for (const std::int64_t b : {1, 2, 4}) {
-      for (const Recompute rc : {Recompute::none, Recompute::full}) {
-        TrainingConfig tb = t0;
-        tb.micro_batch = b;
-        tb.recompute = rc;
-        Bytes attn, rest;
-        for (std::int64_t l = 0; l < st.layers.num_layers; ++l) {
-          const LayerKind kind = e.model.layer_kinds[idx(st.layers.first_layer + l)];
-          for (const auto& term : layer_activation_terms(prof, e.model, e.layout, tb, kind)) {
-            if (rc == Recompute::full && !term.kept_under_full) continue;
-            (term.module == Module::attention ? attn : rest) += term.bytes();
-          }
-        }
-        t.rows.push_back({b, std::string(name_of(rc)), GibBytes{attn.value()}, GibBytes{rest.value()},
-                          GibBytes{(attn + rest).value()}});
-      }
-    }
-    tables.push_back(std::move(t));
-  }
-  // §7 buffers and fragmentation.
-  {
-    Table t;
-    t.title = "Buffers and fragmentation (reference §7): the report's ranges, not estimates";
-    t.columns = {"term", "low", "high"};
-    t.rows.push_back({std::string("communication buffers per device (GiB)"), GibBytes{prof.overhead.buffers_low.value()},
-                      GibBytes{prof.overhead.buffers_high.value()}});
-    t.rows.push_back({std::string("fragmentation (% of allocated)"), std::int64_t{prof.overhead.fragmentation_pct_low},
-                      std::int64_t{prof.overhead.fragmentation_pct_high}});
-    tables.push_back(std::move(t));
-  }
+  Table t;
+  t.title = fmt::format("Static parameters on one device of stage {} (reference §4): TP {}, EP {}, ETP {}, EDP {}", stage,
+                        p.tp, p.ep, p.etp, e.layout.edp);
+  t.columns = {"part", "params", "bf16 bytes", "GiB"};
+  auto row = [&](const char* name, Count c) {
+    const Bytes b = bytes_of(c, DType::bf16);
+    t.rows.push_back({std::string(name), c.value(), b.value(), GibBytes{b.value()}});
+  };
+  row("attention (MLA)", module_sum(st, {Module::attention}));
+  row("RMSNorm", module_sum(st, {Module::norms}));
+  row("dense MLP", module_sum(st, {Module::dense_mlp}));
+  row("MoE (experts, shared experts, routers)", module_sum(st, {Module::router, Module::routed_experts, Module::shared_experts}));
+  row("embedding and head", module_sum(st, {Module::embedding, Module::output_head, Module::mtp}));
+  row("total", st.params.non_expert + st.params.expert);
+  row("  ZeRO non-expert part (over dp*cp)", st.params.non_expert);
+  row("  ZeRO expert part (over edp)", st.params.expert);
+  return t;
+}
 
+// §5: the stage's weights, gradients and optimizer states under each ZeRO stage.
+Table zero_table(const Evaluation& e, const TrainingConfig& t0, std::int64_t stage) {
+  Table t;
+  t.title = fmt::format("Weights, gradients and optimizer states per device of stage {} under ZeRO (reference §5), GiB", stage);
+  t.columns = {"ZeRO", "parameters", "gradients", "optimizer", "total"};
+  for (int z = 0; z <= 3; ++z) {
+    TrainingConfig tz = t0;
+    tz.zero = z;
+    const auto& s = analyze(e.model, e.inventory, *e.profile, e.layout, tz).stages[idx(stage)].bytes;
+    const Bytes total = s.weights + s.gradients + s.optimizer;
+    t.rows.push_back({z == 0 ? std::string("none") : std::to_string(z), GibBytes{s.weights.value()},
+                      GibBytes{s.gradients.value()}, GibBytes{s.optimizer.value()}, GibBytes{total.value()}});
+  }
+  return t;
+}
+
+// §6: one micro-batch's activations on the stage's device, a view of the stage's ledger
+// (activation items, attention's apart from the rest), for b = 1, 2, 4 with and without full
+// recomputation.
+Table activations_table(const Evaluation& e, const TrainingConfig& t0, std::int64_t stage) {
+  Table t;
+  t.title = fmt::format("Activations of one micro-batch on one device of stage {} (reference §6), s = {}, GiB", stage,
+                        e.training.seq_len);
+  t.columns = {"b", "recompute", "attention (MLA)", "MoE / MLP", "total"};
+  for (const std::int64_t b : {1, 2, 4}) {
+    for (const Recompute rc : {Recompute::none, Recompute::full}) {
+      TrainingConfig tb = t0;
+      tb.micro_batch = b;
+      tb.recompute = rc;
+      const MemoryReport r = analyze(e.model, e.inventory, *e.profile, e.layout, tb, Detail::items);
+      Bytes attn, rest;
+      for (const auto& item : r.stages[idx(stage)].ledger) {
+        if (item.category != Category::activations) continue;
+        (item.module == name_of(Module::attention) ? attn : rest) += item.bytes;
+      }
+      t.rows.push_back({b, std::string(name_of(rc)), GibBytes{attn.value()}, GibBytes{rest.value()},
+                        GibBytes{(attn + rest).value()}});
+    }
+  }
+  return t;
+}
+
+// §7: the report's ranges for buffers and fragmentation.
+Table overhead_table(const Profile& prof) {
+  Table t;
+  t.title = "Buffers and fragmentation (reference §7): the report's ranges, not estimates";
+  t.columns = {"term", "low", "high"};
+  t.rows.push_back({std::string("communication buffers per device (GiB)"), GibBytes{prof.overhead.buffers_low.value()},
+                    GibBytes{prof.overhead.buffers_high.value()}});
+  t.rows.push_back({std::string("fragmentation (% of allocated)"), std::int64_t{prof.overhead.fragmentation_pct_low},
+                    std::int64_t{prof.overhead.fragmentation_pct_high}});
+  return t;
+}
+
+void print_tables(const std::vector<Table>& tables, const Evaluation& e, std::int64_t stage, Format f, std::ostream& out) {
   if (f == Format::json) {
     nlohmann::json j = {{"schema", "moemem.paper/1"}, {"model", e.model.name}, {"stage", stage}};
     j["tables"] = nlohmann::json::array();
@@ -242,6 +221,34 @@ void PaperCommand::run(std::ostream& out, std::ostream& err) const {
     if (f == Format::csv) out << "# " << t.title << "\n";
     render(t, f, out);
   }
+}
+
+}  // namespace
+
+void PaperCommand::run(std::ostream& out, std::ostream& err) const {
+  const Format f = parse_format(format);
+  TrainingOptions to = training;
+  to.profile = "paper";
+  to.recompute = "none";
+  const Evaluation e = resolve(model, layout, to);
+  report_unrecognised_keys(e.model, err);
+  if (stage < 0 || stage >= e.layout.config.pp) {
+    throw InputError("--stage", std::to_string(stage), fmt::format("a stage from 0 to {}", e.layout.config.pp - 1));
+  }
+  std::vector<Table> tables;
+  tables.push_back(per_layer_table(e.model, e.inventory));
+  ModelSpec checkpoint = load_model(model.model);  // totals as the checkpoint has them (MTP, bias)
+  if (model.mtp) set_mtp_layers(checkpoint, model.mtp);
+  tables.push_back(totals_table(checkpoint));
+  tables.push_back(stages_table(e.model, e.inventory, *e.profile, e.layout));
+  TrainingConfig t0 = e.training;
+  t0.overhead = OverheadPoint::none;
+  const MemoryReport base = analyze(e.model, e.inventory, *e.profile, e.layout, t0);
+  tables.push_back(static_table(e, base.stages[idx(stage)], stage));
+  tables.push_back(zero_table(e, t0, stage));
+  tables.push_back(activations_table(e, t0, stage));
+  tables.push_back(overhead_table(*e.profile));
+  print_tables(tables, e, stage, f, out);
 }
 
 }  // namespace moemem::cli
