@@ -1,16 +1,20 @@
 // Predictions against published per-GPU memory measurements. Each record (one JSON object per
-// line, the schema of tests/data/validation/measured-public.jsonl) is mapped to a moemem model,
-// layout and training configuration; the quantity it measured (peak allocated, peak reserved, or
-// device memory in use) is predicted on the rank it was measured on. Records moemem cannot
-// represent yet are kept with the reason.
+// line, the schema of tests/data/validation/measured-public.jsonl) becomes a Request, as the
+// CLI's flags do (record_request), and takes the ordinary path: make_scenario, analyze; the
+// quantity it measured (peak allocated, peak reserved, or device memory in use) is predicted on
+// the rank it was measured on. Records moemem cannot represent yet are kept with the reason.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "moemem/scenario.hpp"
 #include "moemem/units.hpp"
 
 namespace moemem {
@@ -32,6 +36,23 @@ struct ValidationSummary {
   std::int64_t records = 0, predicted = 0;
   double median_abs_error = 0, max_abs_error = 0;
 };
+
+// One record as a request, with what it measured and where.
+struct RecordRequest {
+  Request request;
+  std::string metric;      // allocated | reserved | device-used
+  bool last_rank = false;  // measured on the last pipeline rank (else the peak stage)
+  std::string notes;       // the model used (a preset or the record's architecture) and approximations
+};
+
+// The request a record describes, or the reason moemem cannot represent it. A record naming a
+// preset (data/models) whose stated architecture agrees with it uses the preset; otherwise the
+// model is built from the record's model_arch. Settings the record leaves unstated stay unset.
+[[nodiscard]] std::variant<RecordRequest, std::string> record_request(const nlohmann::json& record);
+// What a record measured: allocated, reserved or device-used.
+[[nodiscard]] std::string record_metric(const nlohmann::json& record);
+// The family a record is summarised under: Megatron-LM, FlagPerf (Megatron), torchtitan, or its framework.
+[[nodiscard]] std::string record_family(const nlohmann::json& record);
 
 // The measurement set compiled into the library (tests/data/validation/measured-public.jsonl).
 [[nodiscard]] std::string_view public_measurement_set();

@@ -43,6 +43,22 @@ TEST(Validate, SignedErrorIsPredictedOverMeasured) {
   }
 }
 
+TEST(Validate, EveryPredictionSaysWhichModelItUsed) {
+  const auto r = run_cli({"validate", "--min-confidence", "low", "--format", "json", "--max-median-error", "1000",
+                          "--max-error", "1000"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json doc = json::parse(r.out);
+  int presets = 0;
+  for (const auto& rec : doc.at("records")) {
+    if (rec.at("predicted_bytes").is_null()) continue;
+    const std::string reason = rec.at("reason").get<std::string>();
+    const bool preset = reason.rfind("preset ", 0) == 0;
+    presets += preset ? 1 : 0;
+    EXPECT_TRUE(preset || reason.find("model_arch") != std::string::npos) << rec.at("id") << ": " << reason;
+  }
+  EXPECT_GT(presets, 0);  // the torchtitan Llama 3.1 records name presets
+}
+
 TEST(Validate, ThresholdsDecideTheExitStatus) {
   // No threshold can be met with zero tolerance (the predictions are not exact).
   EXPECT_EQ(run_cli({"validate", "--max-median-error", "0", "--max-error", "0"}).code, 4);
