@@ -43,7 +43,7 @@ def normalise(text):
         else:
             out.append(text[i])
             i += 1
-    return "".join(out)
+    return "".join(out).lstrip("\n")
 
 
 for line in open("tests/data/regression/cases.jsonl"):

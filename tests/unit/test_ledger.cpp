@@ -117,16 +117,21 @@ TEST(LedgerProperty, ItemDetailNeverChangesTheTotalsOnRandomLayouts) {
   EXPECT_GT(compared, 150);
 }
 
-TEST(Ledger, ExplainIsTheStagesLedger) {
-  const ModelSpec m = load_model("deepseek-v3");
-  const Inventory inv = build_inventory(m);
+// The reference analysis's layout: TP 2, PP 16, DP 32, EP 8, sequence parallel.
+Layout reference_layout(const ModelSpec& m) {
   ParallelConfig p;
   p.tp = 2;
   p.pp = 16;
   p.dp = 32;
   p.ep = 8;
   p.sp = true;
-  const Layout layout = resolve_layout(m, p);
+  return resolve_layout(m, p);
+}
+
+TEST(Ledger, ExplainIsTheStagesLedger) {
+  const ModelSpec m = load_model("deepseek-v3");
+  const Inventory inv = build_inventory(m);
+  const Layout layout = reference_layout(m);
   TrainingConfig t;
   t.zero = 1;
   const MemoryReport r = analyze(m, inv, megatron_profile(), layout, t, Detail::items);
@@ -146,13 +151,7 @@ TEST(Ledger, ExplainIsTheStagesLedger) {
 TEST(Ledger, ActivationItemsAreElementsTimesWidthTimesInstances) {
   const ModelSpec m = load_model("deepseek-v3");
   const Inventory inv = build_inventory(m);
-  ParallelConfig p;
-  p.tp = 2;
-  p.pp = 16;
-  p.dp = 32;
-  p.ep = 8;
-  p.sp = true;
-  const Layout layout = resolve_layout(m, p);
+  const Layout layout = reference_layout(m);
   TrainingConfig t;
   const MemoryReport r = analyze(m, inv, megatron_profile(), layout, t, Detail::items);
   int checked = 0;
