@@ -3,19 +3,18 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <set>
 
 #include <fmt/format.h>
 
+#include "megatron_internal.hpp"
 #include "moemem/errors.hpp"
-#include "moemem/inventory.hpp"
 
 namespace moemem {
 
-namespace {
-
-bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+namespace detail {
 
 std::int64_t to_int(const std::string& text, const std::string& field) {
   std::int64_t v = 0;
@@ -27,7 +26,32 @@ std::int64_t to_int(const std::string& text, const std::string& field) {
   return v;
 }
 
-// Megatron flag -> moemem flag, for flags with one value.
+const RawFlag* ScriptFlags::find(std::string_view flag) const {
+  const auto it = values.find(flag);
+  return it == values.end() ? nullptr : &it->second;
+}
+
+std::string ScriptFlags::field(std::string_view flag) const { return fmt::format("{}: {}", source, flag); }
+
+std::optional<std::int64_t> ScriptFlags::get_int(std::string_view flag) const {
+  const RawFlag* r = find(flag);
+  if (r == nullptr) return std::nullopt;
+  return to_int(r->value, field(flag));
+}
+
+}  // namespace detail
+
+using detail::to_int;
+
+namespace {
+
+using detail::RawFlag;
+using detail::ScriptFlags;
+
+bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// Megatron flag -> moemem flag, for flags with one value (the moemem flag names the setting in
+// error messages and in MegatronSettings::repeated).
 const std::map<std::string, std::string, std::less<>> kValueFlags = {
     {"--tensor-model-parallel-size", "--tp"},
     {"--pipeline-model-parallel-size", "--pp"},
@@ -53,25 +77,14 @@ const std::map<std::string, std::string, std::less<>> kValueFlags = {
     {"--moe-expert-capacity-factor", "--moe-capacity-factor"},
 };
 
-// Megatron switch -> moemem switch ("" : accepted, nothing to pass on).
-const std::map<std::string, std::string, std::less<>> kSwitches = {
-    {"--sequence-parallel", "--sp"},
-    {"--use-distributed-optimizer", "--distributed-optimizer"},
-    {"--account-for-embedding-in-pipeline-split", "--account-for-embedding-in-pipeline-split"},
-    {"--account-for-loss-in-pipeline-split", "--account-for-loss-in-pipeline-split"},
-    {"--bf16", ""},
-    {"--use-precision-aware-optimizer", ""},
-    {"--use-flash-attn", ""},
-    {"--swiglu", ""},
-    {"--disable-bias-linear", ""},
-    {"--multi-latent-attention", ""},
-    {"--group-query-attention", ""},
-    {"--untie-embeddings-and-output-weights", ""},
-    {"--moe-router-enable-expert-bias", ""},
-    {"--qk-layernorm", ""},
-    {"--add-qkv-bias", ""},
-    {"--moe-grouped-gemm", ""},
-    {"--moe-enable-deepep", ""},
+// Switches understood: those that are settings (kSwitchSettings) and those that shape the model
+// or change nothing moemem models.
+const std::set<std::string, std::less<>> kSwitches = {
+    "--sequence-parallel", "--use-distributed-optimizer", "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split", "--bf16", "--use-precision-aware-optimizer", "--use-flash-attn", "--swiglu",
+    "--disable-bias-linear", "--multi-latent-attention", "--group-query-attention",
+    "--untie-embeddings-and-output-weights", "--moe-router-enable-expert-bias", "--qk-layernorm", "--add-qkv-bias",
+    "--moe-grouped-gemm", "--moe-enable-deepep",
 };
 
 // Architecture flags with one integer or text value.
@@ -253,183 +266,278 @@ std::vector<bool> parse_moe_layer_freq(std::string_view text, std::int64_t num_l
   return out;
 }
 
-MegatronArgs parse_megatron_args(std::string_view text, const std::string& source) {
-  const auto words = split_shell_words(text);
-  MegatronArgs out;
-  std::map<std::string, std::string, std::less<>> arch;
-  std::set<std::string, std::less<>> switches;
-  std::vector<std::string> recompute_modules;
-  auto field = [&](const std::string& flag) { return fmt::format("{}: {}", source, flag); };
-  auto is_flag = [](const std::string& w) { return w.size() > 2 && w.rfind("--", 0) == 0; };
-  auto is_value = [&](std::size_t i) { return i < words.size() && !is_flag(words[i]) && words[i] != ")"; };
+namespace {
 
-  for (std::size_t i = 0; i < words.size(); ++i) {
-    const std::string& w = words[i];
-    if (!is_flag(w)) continue;
-    if (const auto u = kUnsupported.find(w); u != kUnsupported.end()) {
-      throw InputError(field(w), is_value(i + 1) ? words[i + 1] : "on",
+bool is_flag(const std::string& w) { return w.size() > 2 && w.rfind("--", 0) == 0; }
+
+// The 1-based line on which each of the first `count` words of split_shell_words(text) starts.
+// split_shell_words stays the one tokenizer: the text up to the end of a line splits into the
+// first words of the whole text (a word still open in quotes there counts from its first line),
+// so a word's line is the first whose prefix has more words than the word's index. Each line's
+// prefix is split at most once.
+std::vector<std::int64_t> word_lines(std::string_view text, std::size_t count) {
+  std::vector<std::size_t> ends;  // offset past each line
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\n') ends.push_back(i + 1);
+  }
+  if (ends.empty() || ends.back() != text.size()) ends.push_back(text.size());
+  std::map<std::size_t, std::size_t> words_through;  // line index -> words up to its end
+  const auto through = [&](std::size_t line) {
+    const auto [it, fresh] = words_through.try_emplace(line, 0);
+    if (fresh) it->second = split_shell_words(text.substr(0, ends[line])).size();
+    return it->second;
+  };
+  std::vector<std::int64_t> lines;
+  std::size_t lo = 0;
+  for (std::size_t w = 0; w < count; ++w) {
+    std::size_t hi = ends.size() - 1;
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (through(mid) > w) hi = mid;
+      else lo = mid + 1;
+    }
+    lines.push_back(static_cast<std::int64_t>(lo) + 1);
+  }
+  return lines;
+}
+
+struct Words {
+  const std::vector<std::string>& words;
+  std::vector<std::int64_t> lines;
+  [[nodiscard]] bool is_value(std::size_t i) const {
+    return i < words.size() && !is_flag(words[i]) && words[i] != ")";
+  }
+};
+
+// The value after the flag at i (i moves onto it), with where the flag was given.
+RawFlag take_value(const Words& w, std::size_t& i, const ScriptFlags& f) {
+  const std::size_t at = i;
+  if (!w.is_value(i + 1)) throw InputError(f.field(w.words[at]), "missing", "a value after the flag");
+  ++i;
+  return RawFlag{w.words[i], Provenance{w.lines[at], w.words[at] + " " + w.words[i]}};
+}
+
+// --recompute-modules takes one or more names; several of them add up.
+void take_modules(const Words& w, std::size_t& i, ScriptFlags& f) {
+  const std::size_t at = i;
+  std::string text = w.words[at];
+  while (w.is_value(i + 1)) {
+    f.recompute_modules.push_back(w.words[++i]);
+    text += " " + w.words[i];
+  }
+  if (f.recompute_modules.empty()) throw InputError(f.field(w.words[at]), "missing", "one or more module names");
+  if (!f.recompute_modules_from) f.recompute_modules_from = Provenance{w.lines[at], text};
+}
+
+// A flag not understood, with the values that follow it, as the notes show it.
+std::string take_unknown(const Words& w, std::size_t& i) {
+  std::string shown = w.words[i];
+  while (w.is_value(i + 1)) shown += " " + w.words[++i];
+  return shown;
+}
+
+// Every flag in the words, by kind; refuses flags that change memory unmodelled and flags
+// missing their value.
+ScriptFlags scan(const Words& w, const std::string& source) {
+  ScriptFlags f;
+  f.source = source;
+  for (std::size_t i = 0; i < w.words.size(); ++i) {
+    const std::string& flag = w.words[i];
+    if (!is_flag(flag)) continue;
+    if (const auto u = kUnsupported.find(flag); u != kUnsupported.end()) {
+      throw InputError(f.field(flag), w.is_value(i + 1) ? w.words[i + 1] : "on",
                        fmt::format("a launch without it: {} changes memory and is not modelled yet", u->second));
     }
-    if (const auto v = kValueFlags.find(w); v != kValueFlags.end()) {
-      if (!is_value(i + 1)) throw InputError(field(w), "missing", "a value after the flag");
-      out.flags.emplace_back(v->second, words[++i]);
-    } else if (const auto s = kSwitches.find(w); s != kSwitches.end()) {
-      switches.insert(w);
-      if (!s->second.empty()) out.flags.emplace_back(s->second, "");
-    } else if (w == "--recompute-modules") {
-      while (is_value(i + 1)) recompute_modules.push_back(words[++i]);
-      if (recompute_modules.empty()) throw InputError(field(w), "missing", "one or more module names");
-    } else if (kArchValueFlags.contains(w)) {
-      if (!is_value(i + 1)) throw InputError(field(w), "missing", "a value after the flag");
-      arch[w] = words[++i];
-    } else if (w == "--fp16") {
-      out.flags.emplace_back("--params-dtype", "fp16");
+    if (const auto v = kValueFlags.find(flag); v != kValueFlags.end()) {
+      f.values[flag] = take_value(w, i, f);
+      ++f.counts[v->second];
+    } else if (kSwitches.contains(flag)) {
+      f.switches.try_emplace(flag, Provenance{w.lines[i], flag});
+    } else if (flag == "--recompute-modules") {
+      take_modules(w, i, f);
+    } else if (kArchValueFlags.contains(flag)) {
+      f.values[flag] = take_value(w, i, f);
+    } else if (flag == "--fp16") {
+      f.fp16 = Provenance{w.lines[i], flag};
+      ++f.counts["--params-dtype"];
     } else {
-      std::string shown = w;
-      while (is_value(i + 1)) shown += " " + words[++i];
-      out.ignored.push_back(shown);
+      f.ignored.push_back(take_unknown(w, i));
     }
   }
-  if (!recompute_modules.empty()) {
-    std::string joined;
-    for (const auto& mname : recompute_modules) {
-      if (!joined.empty()) joined += ',';
-      joined += mname;
-    }
-    out.flags.emplace_back("--recompute-modules", joined);
-  }
-  if (const auto b = arch.find("--attention-backend"); b != arch.end()) {
-    const std::string& v = b->second;
-    if (v == "unfused" || v == "local") out.flags.emplace_back("--attention", "eager");
-    else if (v == "flash" || v == "fused" || v == "auto") out.flags.emplace_back("--attention", "flash");
-    else throw InputError(field("--attention-backend"), v, "flash, fused, unfused, local or auto");
-  }
-  // FP8: --fp8-format (e4m3 or hybrid) turns it on, --fp8-recipe picks the scaling (Megatron's
-  // default: delayed).
-  if (arch.contains("--fp8-format")) {
-    const auto recipe = arch.find("--fp8-recipe");
-    out.flags.emplace_back("--fp8", recipe == arch.end() ? "delayed" : recipe->second);
-  }
-  if (const auto d = arch.find("--moe-token-dispatcher-type"); d != arch.end()) {
-    if (d->second == "flex" && switches.contains("--moe-enable-deepep")) out.flags.emplace_back("--moe-token-dispatcher", "deepep");
-    else if (d->second != "alltoall" && d->second != "allgather" && d->second != "flex") {
-      throw InputError(field("--moe-token-dispatcher-type"), d->second, "alltoall, allgather or flex");
-    }
-  }
-  const auto nproc = arch.contains("--nproc-per-node") ? arch.find("--nproc-per-node") : arch.find("--nproc_per_node");
-  if (nproc != arch.end()) {
-    const auto nodes = arch.find("--nnodes");
-    out.world_size = to_int(nproc->second, field("--nproc-per-node")) *
-                     (nodes != arch.end() ? std::max<std::int64_t>(1, to_int(nodes->second, field("--nnodes"))) : 1);
-  }
+  return f;
+}
 
-  // A model, when the script describes one.
-  auto get = [&](const char* flag) -> std::optional<std::int64_t> {
-    const auto it = arch.find(flag);
-    if (it == arch.end()) return std::nullopt;
-    return to_int(it->second, field(flag));
-  };
-  const bool has_model = arch.contains("--num-layers") || arch.contains("--hidden-size");
-  if (has_model) {
-    ModelSpec m;
-    m.name = "megatron-args:" + source;
-    m.model_type = "megatron";
-    auto need = [&](const char* flag) {
-      const auto v = get(flag);
-      if (!v || *v < 1) throw InputError(field(flag), v ? std::to_string(*v) : "missing", "a positive integer");
-      return *v;
-    };
-    m.num_layers = need("--num-layers");
-    if (m.num_layers > (1 << 16)) throw InputError(field("--num-layers"), std::to_string(m.num_layers), "at most 65536");
-    m.hidden = need("--hidden-size");
-    m.num_heads = need("--num-attention-heads");
-    if (!get("--vocab-size")) {
-      throw InputError(field("--vocab-size"), "missing",
-                       "the vocabulary size (Megatron reads it from the tokenizer: add --vocab-size N, or give --model)");
-    }
-    m.vocab = need("--vocab-size");
-    m.dense_ffn = get("--ffn-hidden-size").value_or(4 * m.hidden);
-    m.tie_embeddings = !switches.contains("--untie-embeddings-and-output-weights");
-    // Megatron's defaults, unless the script says otherwise: GeLU MLP (no --swiglu), biases on every
-    // linear layer (no --disable-bias-linear), LayerNorm, learned absolute position embeddings.
-    m.gated_mlp = switches.contains("--swiglu");
-    const bool biases = !switches.contains("--disable-bias-linear");
-    const std::string norm = arch.contains("--normalization") ? arch.find("--normalization")->second : "LayerNorm";
-    if (norm != "LayerNorm" && norm != "RMSNorm") throw InputError(field("--normalization"), norm, "LayerNorm or RMSNorm");
-    m.norm_bias = norm == "LayerNorm";
-    const std::string pos = arch.contains("--position-embedding-type") ? arch.find("--position-embedding-type")->second
-                                                                       : "learned_absolute";
-    if (pos == "learned_absolute") {
-      std::int64_t rows = get("--max-position-embeddings").value_or(0);
-      for (const auto& [flag, value] : out.flags) {
-        if (flag == "--seq-len" && rows == 0) rows = to_int(value, field("--seq-length"));
-      }
-      if (rows <= 0) throw InputError(field("--max-position-embeddings"), "missing", "the learned position table's size");
-      m.learned_positions = rows;
-    } else if (pos != "rope" && pos != "none" && pos != "yarn") {
-      throw InputError(field("--position-embedding-type"), pos, "learned_absolute, rope, yarn or none");
-    }
-    if (switches.contains("--multi-latent-attention")) {
-      m.attention = AttentionKind::mla;
-      m.num_kv_heads = m.num_heads;
-      m.mla.q_lora_rank = get("--q-lora-rank").value_or(0);
-      m.mla.kv_lora_rank = need("--kv-lora-rank");
-      m.mla.qk_nope_head_dim = need("--qk-head-dim");
-      m.mla.qk_rope_head_dim = need("--qk-pos-emb-head-dim");
-      m.mla.v_head_dim = need("--v-head-dim");
-    } else {
-      m.attention = AttentionKind::gqa;
-      m.naming = NamingStyle::llama;
-      m.num_kv_heads = switches.contains("--group-query-attention") ? need("--num-query-groups") : m.num_heads;
-      m.head_dim = get("--kv-channels").value_or(m.hidden / m.num_heads);
-      m.qkv_bias = biases || switches.contains("--add-qkv-bias");
-      m.o_bias = biases;
-      m.qk_norm = switches.contains("--qk-layernorm");
-    }
-    m.mlp_bias = biases;
-    if (biases && m.attention == AttentionKind::mla) {
-      throw InputError(field("--disable-bias-linear"), "missing", "--disable-bias-linear with MLA (biased MLA is not modelled)");
-    }
-    m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
-    if (const auto n = get("--num-experts"); n && *n > 0) {
-      m.moe.num_routed_experts = *n;
-      m.moe.top_k = need("--moe-router-topk");
-      m.moe.expert_ffn = get("--moe-ffn-hidden-size").value_or(m.dense_ffn);
-      m.moe.shared_ffn = get("--moe-shared-expert-intermediate-size").value_or(0);
-      m.moe.num_shared_experts = m.moe.shared_ffn > 0 ? std::max<std::int64_t>(1, m.moe.shared_ffn / m.moe.expert_ffn) : 0;
-      m.moe.router_bias = switches.contains("--moe-router-enable-expert-bias");
-      const auto freq = arch.find("--moe-layer-freq");
-      const auto moe_layers = freq == arch.end() ? std::vector<bool>(static_cast<std::size_t>(m.num_layers), true)
-                                                 : parse_moe_layer_freq(freq->second, m.num_layers, field("--moe-layer-freq"));
-      for (std::size_t i = 0; i < moe_layers.size(); ++i) {
-        if (moe_layers[i]) m.layer_kinds[i] = LayerKind::moe;
-      }
-    }
-    for (const auto& [flag, value] : out.flags) {
-      if (flag == "--mtp") m.mtp_layers = to_int(value, field("--mtp-num-layers"));
-    }
-    validate_model(m);
-    try {
-      (void)build_inventory(m).total();
-    } catch (const OverflowError&) {
-      throw InputError(field("--hidden-size/--ffn-hidden-size/--num-experts"), "too large", "sizes whose products fit in 64 bits");
-    }
-    out.model = std::move(m);
+// --attention-backend: unfused and local keep the score matrices (eager), the others do not.
+void read_attention(const ScriptFlags& f, MegatronSettings& s) {
+  const RawFlag* b = f.find("--attention-backend");
+  if (b == nullptr) return;
+  const std::string& v = b->value;
+  if (v == "unfused" || v == "local") s.attention = FromScript<AttentionKernel>{AttentionKernel::eager, b->from};
+  else if (v == "flash" || v == "fused" || v == "auto") s.attention = FromScript<AttentionKernel>{AttentionKernel::flash, b->from};
+  else throw InputError(f.field("--attention-backend"), v, "flash, fused, unfused, local or auto");
+}
+
+// DeepEP is the flex dispatcher with --moe-enable-deepep; the others keep no resident buffer.
+void read_dispatcher(const ScriptFlags& f, MegatronSettings& s) {
+  const RawFlag* d = f.find("--moe-token-dispatcher-type");
+  if (d == nullptr) return;
+  if (d->value == "flex" && f.switches.contains("--moe-enable-deepep")) {
+    s.dispatcher = FromScript<Dispatcher>{Dispatcher::deepep, d->from};
+  } else if (d->value != "alltoall" && d->value != "allgather" && d->value != "flex") {
+    throw InputError(f.field("--moe-token-dispatcher-type"), d->value, "alltoall, allgather or flex");
   }
-  if (const auto per_stage = get("--num-layers-per-virtual-pipeline-stage")) {
-    // Megatron: vpp = layers / (pp x layers per virtual stage).
-    std::int64_t pp = 1;
-    for (const auto& [flag, value] : out.flags) {
-      if (flag == "--pp") pp = to_int(value, field("--pipeline-model-parallel-size"));
-    }
-    const auto layers = get("--num-layers");
-    if (!layers || *per_stage < 1 || pp < 1 || *layers % (pp * *per_stage) != 0) {
-      throw InputError(field("--num-layers-per-virtual-pipeline-stage"), std::to_string(*per_stage),
-                       "a count that divides --num-layers / --pipeline-model-parallel-size (and --num-layers given)");
-    }
-    out.flags.emplace_back("--vpp", std::to_string(*layers / (pp * *per_stage)));
+}
+
+// torchrun's --nproc-per-node (or --nproc_per_node) x --nnodes.
+void read_world_size(const ScriptFlags& f, MegatronSettings& s) {
+  const RawFlag* nproc = f.find("--nproc-per-node");
+  if (nproc == nullptr) nproc = f.find("--nproc_per_node");
+  if (nproc == nullptr) return;
+  const std::int64_t per_node = to_int(nproc->value, f.field("--nproc-per-node"));
+  const RawFlag* nodes = f.find("--nnodes");
+  const std::int64_t n = nodes != nullptr ? std::max<std::int64_t>(1, to_int(nodes->value, f.field("--nnodes"))) : 1;
+  s.world_size = FromScript<std::int64_t>{per_node * n, nproc->from};
+}
+
+// Megatron: vpp = layers / (pp x layers per virtual stage).
+Setting<std::int64_t> vpp_from_layers(const ScriptFlags& f) {
+  const RawFlag* per = f.find("--num-layers-per-virtual-pipeline-stage");
+  if (per == nullptr) return std::nullopt;
+  const std::int64_t per_stage = to_int(per->value, f.field("--num-layers-per-virtual-pipeline-stage"));
+  const RawFlag* pp_flag = f.find("--pipeline-model-parallel-size");
+  const std::int64_t pp = pp_flag != nullptr ? to_int(pp_flag->value, f.field("--pipeline-model-parallel-size")) : 1;
+  const auto layers = f.get_int("--num-layers");
+  if (!layers || per_stage < 1 || pp < 1 || *layers % (pp * per_stage) != 0) {
+    throw InputError(f.field("--num-layers-per-virtual-pipeline-stage"), std::to_string(per_stage),
+                     "a count that divides --num-layers / --pipeline-model-parallel-size (and --num-layers given)");
   }
-  return out;
+  return FromScript<std::int64_t>{*layers / (pp * per_stage), per->from};
+}
+
+// Values are read as moemem reads its own flags, with the same errors, naming the moemem flag.
+std::int64_t flag_int(const std::string& text, const std::string& field) {
+  std::int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ptr != end || ec == std::errc::invalid_argument) throw InputError(field, text, "an integer");
+  if (ec == std::errc::result_out_of_range) throw InputError(field, text, "an integer that fits in 64 bits");
+  return v;
+}
+
+double flag_number(const std::string& text, const std::string& field) {
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v)) {
+    throw InputError(field, text, "a number");
+  }
+  return v;
+}
+
+// The typed value of a flag with one value, if given; `parse(text, moemem flag)`.
+template <class T, class Parse>
+Setting<T> typed(const ScriptFlags& f, const char* flag, Parse&& parse) {
+  const RawFlag* r = f.find(flag);
+  if (r == nullptr) return std::nullopt;
+  return FromScript<T>{parse(r->value, kValueFlags.find(flag)->second), r->from};
+}
+
+using M = MegatronSettings;
+
+// In the order moemem reads its own flags, so that the first bad value is the one named.
+const std::pair<const char*, Setting<std::int64_t> M::*> kIntSettings[] = {
+    {"--mtp-num-layers", &M::mtp},
+    {"--tensor-model-parallel-size", &M::tp},
+    {"--pipeline-model-parallel-size", &M::pp},
+    {"--context-parallel-size", &M::cp},
+    {"--expert-model-parallel-size", &M::ep},
+    {"--expert-tensor-parallel-size", &M::etp},
+    {"--num-virtual-stages-per-pipeline-rank", &M::vpp},
+    {"--decoder-first-pipeline-num-layers", &M::first_stage_layers},
+    {"--decoder-last-pipeline-num-layers", &M::last_stage_layers},
+    {"--micro-batch-size", &M::micro_batch},
+    {"--seq-length", &M::seq_len},
+    {"--recompute-num-layers", &M::recompute_num_layers},
+    {"--global-batch-size", &M::global_batch},
+    {"--make-vocab-size-divisible-by", &M::vocab_multiple},
+};
+
+const std::pair<const char*, Setting<DType> M::*> kDTypeSettings[] = {
+    {"--main-grads-dtype", &M::main_grads_dtype},
+    {"--main-params-dtype", &M::main_params_dtype},
+    {"--exp-avg-dtype", &M::exp_avg_dtype},
+    {"--exp-avg-sq-dtype", &M::exp_avg_sq_dtype},
+};
+
+const std::pair<const char*, Setting<bool> M::*> kSwitchSettings[] = {
+    {"--sequence-parallel", &M::sp},
+    {"--use-distributed-optimizer", &M::distributed_optimizer},
+    {"--account-for-embedding-in-pipeline-split", &M::account_for_embedding},
+    {"--account-for-loss-in-pipeline-split", &M::account_for_loss},
+};
+
+// FP8: --fp8-format (e4m3 or hybrid) turns it on, --fp8-recipe picks the scaling (Megatron's
+// default: delayed).
+Setting<Fp8Recipe> read_fp8(const ScriptFlags& f) {
+  const RawFlag* format = f.find("--fp8-format");
+  if (format == nullptr) return std::nullopt;
+  const RawFlag* recipe = f.find("--fp8-recipe");
+  if (recipe == nullptr) return FromScript<Fp8Recipe>{parse_fp8_recipe("delayed"), format->from};
+  return FromScript<Fp8Recipe>{parse_fp8_recipe(recipe->value), recipe->from};
+}
+
+Setting<std::uint16_t> read_recompute_modules(const ScriptFlags& f) {
+  if (!f.recompute_modules_from) return std::nullopt;
+  std::string joined;
+  for (const auto& name : f.recompute_modules) {
+    if (!joined.empty()) joined += ',';
+    joined += name;
+  }
+  return FromScript<std::uint16_t>{parse_recompute_modules(joined, "--recompute-modules"), *f.recompute_modules_from};
+}
+
+// The settings with their typed values, in the order moemem reads its own flags.
+void read_settings(const ScriptFlags& f, MegatronSettings& s) {
+  for (const auto& [flag, member] : kIntSettings) s.*member = typed<std::int64_t>(f, flag, flag_int);
+  for (const auto& [flag, member] : kSwitchSettings) {
+    if (const auto it = f.switches.find(flag); it != f.switches.end()) s.*member = FromScript<bool>{true, it->second};
+  }
+  s.pipeline_layout = typed<std::string>(f, "--pipeline-model-parallel-layout",
+                                         [](const std::string& v, const std::string&) { return v; });
+  s.fp8 = read_fp8(f);
+  s.moe_capacity_factor = typed<double>(f, "--moe-expert-capacity-factor", flag_number);
+  s.recompute = typed<Recompute>(f, "--recompute-granularity",
+                                 [](const std::string& v, const std::string& field) { return parse_recompute(v, field); });
+  s.recompute_modules = read_recompute_modules(f);
+  s.recompute_method = typed<RecomputeMethod>(
+      f, "--recompute-method", [](const std::string& v, const std::string& field) { return parse_recompute_method(v, field); });
+  if (f.fp16) s.params_dtype = FromScript<DType>{DType::fp16, *f.fp16};
+  for (const auto& [flag, member] : kDTypeSettings) {
+    s.*member = typed<DType>(f, flag, [](const std::string& v, const std::string& field) { return parse_dtype(v, field); });
+  }
+}
+
+}  // namespace
+
+MegatronSettings parse_megatron_args(std::string_view text, const std::string& source) {
+  const auto words = split_shell_words(text);
+  const ScriptFlags f = scan(Words{words, word_lines(text, words.size())}, source);
+  MegatronSettings s;
+  read_attention(f, s);
+  read_dispatcher(f, s);
+  read_world_size(f, s);
+  if (f.has("--num-layers") || f.has("--hidden-size")) s.model = detail::megatron_model(f);
+  const Setting<std::int64_t> vpp = vpp_from_layers(f);
+  read_settings(f, s);
+  auto counts = f.counts;
+  if (vpp) {
+    s.vpp = vpp;  // a second vpp when --num-virtual-stages-per-pipeline-rank gives one too
+    ++counts["--vpp"];
+  }
+  for (const auto& [flag, n] : counts) {
+    if (n > 1) s.repeated[flag] = n;
+  }
+  s.ignored = f.ignored;
+  return s;
 }
 
 }  // namespace moemem

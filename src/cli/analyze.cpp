@@ -177,9 +177,11 @@ void AnalyzeCommand::setup(CLI::App& root, const char* name) {
   add_layout_options(*app, layout);
   add_training_options(*app, training);
   add_format_option(*app, format);
-  app->add_option("--megatron-args", megatron_args,
+  app->add_option("--megatron-args", megatron.path,
                   "A Megatron-LM launch script or argument file: its layout, batch, recompute, precision and "
-                  "architecture flags (flags given here as well take precedence)");
+                  "architecture flags (flags given here as well take precedence)")
+      ->expected(0, 1)  // the value is checked when the script is read, as it always was
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
 void explain_output(const Evaluation& e, std::int64_t stage, Format f, std::ostream& out) {
@@ -222,7 +224,7 @@ void explain_output(const Evaluation& e, std::int64_t stage, Format f, std::ostr
 
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = parse_format(format);
-  const Evaluation e = resolve(model, layout, training);
+  const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
   const auto gpu = gpu_choice(training);
   report_unrecognised_keys(e.model, err);
   if (explain) {

@@ -2,11 +2,10 @@
 
 #include <filesystem>
 #include <fstream>
-#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
-#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -54,111 +53,116 @@ void check_same_model(const ModelSpec& script, const ModelSpec& named) {
   }
 }
 
-// Rewrites `analyze --megatron-args FILE ...` into `analyze <translated flags> ...`; flags the
-// user gives inline win over the script's. Returns the script's model, if it describes one.
-std::optional<ModelSpec> expand_megatron_args(std::vector<std::string>& args, std::ostream& err) {
-  if (args.size() < 2 || (args[1] != "analyze" && args[1] != "explain")) return std::nullopt;
-  std::string path;
-  std::vector<std::string> user;
-  for (std::size_t i = 2; i < args.size(); ++i) {
-    if (args[i] == "--megatron-args") {
-      if (i + 1 >= args.size()) throw InputError("--megatron-args", "missing", "a file path");
-      path = args[++i];
-    } else if (args[i].rfind("--megatron-args=", 0) == 0) {
-      path = args[i].substr(16);
-    } else {
-      user.push_back(args[i]);
-    }
-  }
-  if (path.empty()) return std::nullopt;
-  const MegatronArgs ma = parse_megatron_args(read_text_file(path, "--megatron-args"), path);
+// The flags given inline, in every spelling (--sp and --sequence-parallel alike): the settings
+// the script's do not replace.
+std::set<std::string> given_flags(const CLI::App& app) {
   std::set<std::string> given;
-  for (const auto& u : user) {
-    if (u.rfind("--", 0) == 0) given.insert(u.substr(0, u.find('=')));
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->count() == 0) continue;
+    for (const auto& name : o->get_lnames()) given.insert("--" + name);
   }
-  std::vector<std::string> out{args[0], args[1]};
-  std::map<std::string, std::string> value_of;
-  for (const auto& [flag, value] : ma.flags) {
-    if (given.contains(flag)) continue;
-    out.push_back(flag);
-    if (!value.empty()) out.push_back(value);
-    value_of[flag] = value;
+  return given;
+}
+
+// The script's world size must divide by tp*pp*cp before anything else is said: the degrees
+// given inline, else the script's.
+void check_world_size(const MegatronSettings& s, const LayoutOptions& lo, const std::set<std::string>& given) {
+  Request degrees;
+  degrees.parallel.tp = lo.tp;
+  degrees.parallel.pp = lo.pp;
+  degrees.parallel.cp = lo.cp;
+  apply_megatron_settings(s, degrees, given);
+}
+
+void print_notes(const MegatronSettings& s, const MegatronScript& m, std::ostream& err) {
+  if (!s.ignored.empty()) {
+    err << fmt::format("note: --megatron-args {}: flags not modelled (assumed not to change memory): {}\n", m.path,
+                       fmt::join(s.ignored, "; "));
   }
-  // Megatron derives dp from the world size; so does moemem when the script gives it.
-  if (ma.world_size && !given.contains("--dp")) {
-    auto degree = [&](const char* flag) -> std::int64_t {
-      for (std::size_t i = 0; i + 1 < user.size(); ++i) {
-        if (user[i] == flag) return parse_int(user[i + 1], flag);
-      }
-      return value_of.contains(flag) ? parse_int(value_of[flag], flag) : 1;
-    };
-    const std::int64_t per_replica = degree("--tp") * degree("--pp") * degree("--cp");
-    if (per_replica < 1 || *ma.world_size % per_replica != 0) {
-      throw InputError("--megatron-args world size", std::to_string(*ma.world_size),
-                       fmt::format("a multiple of tp*pp*cp = {}", per_replica));
-    }
-    out.push_back("--dp");
-    out.push_back(std::to_string(*ma.world_size / per_replica));
-  }
-  if (!ma.ignored.empty()) {
-    err << fmt::format("note: --megatron-args {}: flags not modelled (assumed not to change memory): {}\n", path,
-                       fmt::join(ma.ignored, "; "));
-  }
-  if (ma.model && !ma.world_size && !given.contains("--dp")) {
+  if (s.model && !s.world_size && !m.given.contains("--dp")) {
     err << "note: --megatron-args: the script does not give the world size; pass --dp (using 1)\n";
   }
-  out.insert(out.end(), user.begin(), user.end());
-  args = std::move(out);
-  return ma.model;
 }
 
-}  // namespace
-
-int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
-  std::vector<std::string> args(argv, argv + argc);
-  std::optional<ModelSpec> script_model;
-  try {
-    script_model = expand_megatron_args(args, err);
-  } catch (const InputError& e) {
-    err << "moemem: error: " << e.what() << "\n";
-    return kExitBadInput;
+// A setting the script gives twice (and the user not inline) is refused as a flag given twice
+// is, in the order of the options.
+void refuse_repeated(const MegatronSettings& s, const CLI::App& app, const std::set<std::string>& given) {
+  for (const CLI::Option* o : app.get_options()) {
+    const std::string name = o->get_name();
+    const auto it = s.repeated.find(name);
+    if (it != s.repeated.end() && !given.contains(name)) {
+      throw CLI::ArgumentMismatch::AtMost(name, 1, static_cast<std::size_t>(it->second));
+    }
   }
-  std::vector<const char*> arg_ptrs;
-  for (const auto& a : args) arg_ptrs.push_back(a.c_str());
-  return run_expanded(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), script_model, out, err);
 }
 
-int run_expanded(int argc, const char* const* argv, const std::optional<ModelSpec>& script_model, std::ostream& out,
-                 std::ostream& err) {
-  CLI::App app{"moemem: per-GPU memory of LLM training steps (MoE, MLA, every parallel layout)", "moemem"};
-  app.require_subcommand(1, 1);
-  app.set_help_all_flag("--help-all", "Help for every subcommand");
+// Reads `--megatron-args FILE` once the command line is parsed: the script's errors, its notes,
+// a repeated setting, a --model that is not the script's, in that order.
+void read_megatron_script(AnalyzeCommand& c, std::ostream& err) {
+  MegatronScript& m = c.megatron;
+  if (c.app->count("--megatron-args") == 0) return;
+  if (m.path.empty()) throw InputError("--megatron-args", "missing", "a file path");
+  MegatronSettings s = parse_megatron_args(read_text_file(m.path, "--megatron-args"), m.path);
+  m.given = given_flags(*c.app);
+  check_world_size(s, c.layout, m.given);
+  print_notes(s, m, err);
+  refuse_repeated(s, *c.app, m.given);
+  if (s.model && m.given.contains("--model")) check_same_model(*s.model, load_model(c.model.model));
+  m.settings = std::move(s);
+}
+
+struct Commands {
   AnalyzeCommand analyze;
   AnalyzeCommand explain;
   CountCommand count;
   PaperCommand paper;
-  SearchCommand search_cmd;
-  ValidateCommand validate_cmd;
-  analyze.setup(app);
-  explain.setup(app, "explain");
-  count.setup(app);
-  paper.setup(app);
-  search_cmd.setup(app);
-  validate_cmd.setup(app);
+  SearchCommand search;
+  ValidateCommand validate;
 
-  // A first word that is neither a flag nor a command is most likely a misspelt command.
-  if (argc > 1 && argv[1][0] != '-') {
-    const std::string first = argv[1];
-    if (first != "analyze" && first != "explain" && first != "count" && first != "paper" && first != "search" &&
-        first != "validate") {
-      err << fmt::format(
-          "moemem: error: command: '{}' is not accepted; expected one of analyze, explain, count, paper, search, validate\n",
-          first);
-      return kExitBadInput;
-    }
+  void setup(CLI::App& app) {
+    analyze.setup(app);
+    explain.setup(app, "explain");
+    count.setup(app);
+    paper.setup(app);
+    search.setup(app);
+    validate.setup(app);
   }
+
+  // Runs the command parsed; returns the exit code.
+  int run(std::ostream& out, std::ostream& err) {
+    if (analyze.app->parsed()) analyze.run(out, err);
+    else if (explain.app->parsed()) explain.run(out, err);
+    else if (count.app->parsed()) count.run(out, err);
+    else if (paper.app->parsed()) paper.run(out, err);
+    else if (search.app->parsed()) return search.run(out, err);
+    else if (validate.app->parsed()) return validate.run(out, err);
+    return kExitOk;
+  }
+};
+
+// A first word that is neither a flag nor a command is most likely a misspelt command.
+bool misspelt_command(int argc, const char* const* argv, std::ostream& err) {
+  if (argc <= 1 || argv[1][0] == '-') return false;
+  const std::string first = argv[1];
+  if (first == "analyze" || first == "explain" || first == "count" || first == "paper" || first == "search" ||
+      first == "validate") {
+    return false;
+  }
+  err << fmt::format(
+      "moemem: error: command: '{}' is not accepted; expected one of analyze, explain, count, paper, search, validate\n",
+      first);
+  return true;
+}
+
+// Parses the command line and reads a Megatron script; returns the exit code when the run
+// ends here (help, or bad input).
+std::optional<int> parse(CLI::App& app, Commands& c, int argc, const char* const* argv, std::ostream& out,
+                         std::ostream& err) {
   try {
     app.parse(argc, argv);
+    for (AnalyzeCommand* a : {&c.analyze, &c.explain}) {
+      if (a->app->parsed()) read_megatron_script(*a, err);
+    }
   } catch (const InputError& e) {
     err << "moemem: error: " << e.what() << "\n";
     return kExitBadInput;
@@ -171,26 +175,25 @@ int run_expanded(int argc, const char* const* argv, const std::optional<ModelSpe
     err << "Run 'moemem --help' for the commands and flags.\n";
     return kExitBadInput;
   }
+  return std::nullopt;
+}
 
+}  // namespace
+
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{"moemem: per-GPU memory of LLM training steps (MoE, MLA, every parallel layout)", "moemem"};
+  app.require_subcommand(1, 1);
+  app.set_help_all_flag("--help-all", "Help for every subcommand");
+  Commands commands;
+  commands.setup(app);
+  if (misspelt_command(argc, argv, err)) return kExitBadInput;
+  if (const auto code = parse(app, commands, argc, argv, out, err)) return *code;
   try {
-    if (script_model) {
-      for (AnalyzeCommand* c : {&analyze, &explain}) {
-        if (!c->app->parsed()) continue;
-        if (c->app->count("--model") > 0) check_same_model(*script_model, load_model(c->model.model));
-        else c->model.spec = script_model;
-      }
-    }
-    if (analyze.app->parsed()) analyze.run(out, err);
-    else if (explain.app->parsed()) explain.run(out, err);
-    else if (count.app->parsed()) count.run(out, err);
-    else if (paper.app->parsed()) paper.run(out, err);
-    else if (search_cmd.app->parsed()) return search_cmd.run(out, err);
-    else if (validate_cmd.app->parsed()) return validate_cmd.run(out, err);
+    return commands.run(out, err);
   } catch (const InputError& e) {
     err << "moemem: error: " << e.what() << "\n";
     return kExitBadInput;
   }
-  return kExitOk;
 }
 
 }  // namespace moemem::cli

@@ -12,7 +12,7 @@ namespace moemem::cli {
 
 struct AnalyzeCommand {
   ModelOptions model;
-  std::string megatron_args;  // consumed before parsing (see cli.cpp); kept for --help
+  MegatronScript megatron;  // --megatron-args, read after parsing (cli.cpp)
   LayoutOptions layout;
   TrainingOptions training;
   std::string format = "table";

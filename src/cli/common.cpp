@@ -238,6 +238,13 @@ Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const Traini
   return r;
 }
 
+Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to,
+                   const MegatronScript& script) {
+  Request r = to_request(mo, lo, to);
+  if (script.settings) apply_megatron_settings(*script.settings, r, script.given);
+  return r;
+}
+
 Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to) {
   return make_scenario(to_request(mo, lo, to));
 }

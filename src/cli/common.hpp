@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "moemem/activation.hpp"
 #include "moemem/config.hpp"
 #include "moemem/inventory.hpp"
+#include "moemem/megatron_args.hpp"
 #include "moemem/parallel.hpp"
 #include "moemem/profile.hpp"
 #include "moemem/scenario.hpp"
@@ -57,6 +59,14 @@ struct TrainingOptions {
   std::int64_t dp_replicate = 1;
 };
 
+// --megatron-args (analyze, explain): the script's path and, once read after parsing (cli.cpp),
+// its settings and the flags given inline (in every spelling), which win over the script's.
+struct MegatronScript {
+  std::string path;
+  std::optional<MegatronSettings> settings;
+  std::set<std::string> given;
+};
+
 void add_model_options(CLI::App& app, ModelOptions& o);
 void add_layout_options(CLI::App& app, LayoutOptions& o);
 void add_training_options(CLI::App& app, TrainingOptions& o);
@@ -80,6 +90,9 @@ ParallelConfig to_parallel(const LayoutOptions& o);
 TrainingRequest to_training_request(const TrainingOptions& o);
 TrainingConfig to_training(const TrainingOptions& o, const Profile& profile);
 Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to);
+// The same, with a Megatron script's settings (once read) under the inline flags.
+Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to,
+                   const MegatronScript& script);
 
 // Everything analyze needs, resolved and validated.
 using Evaluation = Scenario;

@@ -166,3 +166,74 @@ TEST(MegatronArgs, MegatronDefaultsDescribeGpt2) {
 }
 
 }  // namespace
+
+namespace {
+
+// The script is read after the command line is parsed (issue 11): the settings given inline win
+// in any of their spellings, and dp comes from the world size with the inline degrees.
+TEST(MegatronArgs, InlineFlagsWinInEverySpelling) {
+  // --recompute-granularity is --recompute: the inline one wins over the script's full.
+  const json k = analyze_json({"--megatron-args", kDir + "llama3_70b_tp8_pp4.args", "--dp", "4",
+                               "--recompute-granularity", "selective", "--sequence-parallel"});
+  ASSERT_FALSE(k.is_null());
+  EXPECT_EQ(k.at("training").at("recompute"), "selective");
+  EXPECT_EQ(k.at("parallel").at("sp"), true);
+  // --tp=4 as --tp 4: dp = 1024 / (4 x 8).
+  for (const auto& tp : {std::vector<std::string>{"--tp=4"}, std::vector<std::string>{"--tp", "4"}}) {
+    std::vector<std::string> args{"--megatron-args", kDir + "deepseek_v3_tp2_pp8_vpp4_ep64.sh"};
+    args.insert(args.end(), tp.begin(), tp.end());
+    const json t = analyze_json(args);
+    ASSERT_FALSE(t.is_null());
+    EXPECT_EQ(t.at("parallel").at("tp"), 4);
+    EXPECT_EQ(t.at("parallel").at("dp"), 32);
+  }
+}
+
+// The notes on stderr, word for word.
+TEST(MegatronArgs, NotesAreWordForWord) {
+  const std::string script = kDir + "deepseek_v3_tp2_pp8_vpp4_ep64.sh";
+  const auto r = run_cli({"analyze", "--megatron-args", script});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "note: --megatron-args " + script +
+                       ": flags not modelled (assumed not to change memory): --rotary-scaling-factor 40; "
+                       "--mtp-loss-scaling-factor 0.1; --moe-router-score-function sigmoid; "
+                       "--moe-router-topk-scaling-factor 2.5; --moe-router-load-balancing-type seq_aux_loss; "
+                       "--moe-aux-loss-coeff 1e-4; --overlap-grad-reduce; --overlap-param-gather; --lr 3.9e-6\n");
+  const auto l = run_cli({"explain", "--megatron-args", kDir + "llama3_70b_tp8_pp4.args", "--stage", "3"});
+  ASSERT_EQ(l.code, 0) << l.err;
+  EXPECT_EQ(l.err, "note: --megatron-args: the script does not give the world size; pass --dp (using 1)\n");
+  EXPECT_NE(l.out.find("megatron-args:" + kDir + "llama3_70b_tp8_pp4.args"), std::string::npos) << l.out;
+}
+
+// A script flag given twice is refused as moemem refuses a flag given twice, unless the setting
+// is given inline.
+TEST(MegatronArgs, RepeatedScriptFlagIsRefusedUnlessGivenInline) {
+  const std::string path = ::testing::TempDir() + "twice.args";
+  {
+    std::ofstream f(path);
+    f << "--tensor-model-parallel-size 2\n--tensor-model-parallel-size 4\n";
+  }
+  const auto r = run_cli({"analyze", "--megatron-args", path});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "moemem: error: --tp: At Most 1 required but received 2\nRun 'moemem --help' for the commands and flags.\n");
+  const json j = analyze_json({"--megatron-args", path, "--tp", "2"});
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j.at("parallel").at("tp"), 2);
+}
+
+TEST(MegatronArgs, ScriptErrorsAreWordForWord) {
+  const auto missing = run_cli({"analyze", "--megatron-args"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_EQ(missing.err, "moemem: error: --megatron-args: 'missing' is not accepted; expected a file path\n");
+  const auto world = run_cli({"analyze", "--megatron-args", kDir + "deepseek_v3_tp2_pp8_vpp4_ep64.sh", "--tp", "3"});
+  EXPECT_EQ(world.code, 2);
+  EXPECT_EQ(world.err,
+            "moemem: error: --megatron-args world size: '1024' is not accepted; expected a multiple of tp*pp*cp = 24\n");
+  const auto model = run_cli({"analyze", "--megatron-args", kDir + "llama3_70b_tp8_pp4.args", "--dp", "4", "--model",
+                              "mixtral-8x7b"});
+  EXPECT_EQ(model.code, 2);
+  EXPECT_EQ(model.err,
+            "moemem: error: --megatron-args --num-layers: '80' is not accepted; expected 32 as in --model mixtral-8x7b\n");
+}
+
+}  // namespace

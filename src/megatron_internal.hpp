@@ -1,0 +1,48 @@
+// Private to the Megatron script reader (src/megatron_*.cpp): the flags of a script as found,
+// before they become typed settings and a model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moemem/megatron_args.hpp"
+
+namespace moemem::detail {
+
+// A flag's value as written, and where.
+struct RawFlag {
+  std::string value;
+  Provenance from;
+};
+
+// Every flag of a script, by Megatron's spelling.
+struct ScriptFlags {
+  std::string source;  // the file, for error messages
+  std::map<std::string, RawFlag, std::less<>> values;       // flags with one value: the last given
+  std::map<std::string, Provenance, std::less<>> switches;  // switches given: the first
+  std::vector<std::string> recompute_modules;    // the names every --recompute-modules gives, in order
+  std::optional<Provenance> recompute_modules_from;  // the first --recompute-modules
+  std::optional<Provenance> fp16;
+  std::map<std::string, std::int64_t> counts;  // moemem flag -> times a value flag gives it
+  std::vector<std::string> ignored;
+
+  [[nodiscard]] const RawFlag* find(std::string_view flag) const;
+  [[nodiscard]] bool has(std::string_view flag) const { return find(flag) != nullptr || switches.contains(flag); }
+  // "<source>: <flag>", the field of the reader's error messages.
+  [[nodiscard]] std::string field(std::string_view flag) const;
+  // The flag's value as an integer from 0 to 2^31, if given.
+  [[nodiscard]] std::optional<std::int64_t> get_int(std::string_view flag) const;
+};
+
+// An integer from 0 to 2^31; the error names `field` and repeats the text.
+[[nodiscard]] std::int64_t to_int(const std::string& text, const std::string& field);
+
+// The model the architecture flags describe (the script gives --num-layers or --hidden-size).
+[[nodiscard]] ModelSpec megatron_model(const ScriptFlags& f);
+
+}  // namespace moemem::detail

@@ -1,0 +1,121 @@
+// The model a Megatron script's architecture flags describe, with Megatron's defaults for what
+// the script leaves out.
+#include <algorithm>
+
+#include "megatron_internal.hpp"
+#include "moemem/errors.hpp"
+#include "moemem/inventory.hpp"
+
+namespace moemem::detail {
+
+namespace {
+
+// A positive integer the model needs.
+std::int64_t need(const ScriptFlags& f, const char* flag) {
+  const auto v = f.get_int(flag);
+  if (!v || *v < 1) throw InputError(f.field(flag), v ? std::to_string(*v) : "missing", "a positive integer");
+  return *v;
+}
+
+std::string text_or(const ScriptFlags& f, const char* flag, const char* fallback) {
+  const RawFlag* r = f.find(flag);
+  return r ? r->value : fallback;
+}
+
+// Learned absolute positions (Megatron's default) need a table of --max-position-embeddings
+// rows (or --seq-length's); rope, yarn and none add no parameters.
+void set_positions(const ScriptFlags& f, ModelSpec& m) {
+  const std::string pos = text_or(f, "--position-embedding-type", "learned_absolute");
+  if (pos == "learned_absolute") {
+    std::int64_t rows = f.get_int("--max-position-embeddings").value_or(0);
+    if (const RawFlag* seq = f.find("--seq-length"); seq && rows == 0) rows = to_int(seq->value, f.field("--seq-length"));
+    if (rows <= 0) throw InputError(f.field("--max-position-embeddings"), "missing", "the learned position table's size");
+    m.learned_positions = rows;
+  } else if (pos != "rope" && pos != "none" && pos != "yarn") {
+    throw InputError(f.field("--position-embedding-type"), pos, "learned_absolute, rope, yarn or none");
+  }
+}
+
+// MLA with its ranks and head sizes, or grouped-query attention (Megatron's default: one group
+// per head, biased linear layers unless --disable-bias-linear).
+void set_attention(const ScriptFlags& f, bool biases, ModelSpec& m) {
+  if (f.switches.contains("--multi-latent-attention")) {
+    m.attention = AttentionKind::mla;
+    m.num_kv_heads = m.num_heads;
+    m.mla.q_lora_rank = f.get_int("--q-lora-rank").value_or(0);
+    m.mla.kv_lora_rank = need(f, "--kv-lora-rank");
+    m.mla.qk_nope_head_dim = need(f, "--qk-head-dim");
+    m.mla.qk_rope_head_dim = need(f, "--qk-pos-emb-head-dim");
+    m.mla.v_head_dim = need(f, "--v-head-dim");
+  } else {
+    m.attention = AttentionKind::gqa;
+    m.naming = NamingStyle::llama;
+    m.num_kv_heads = f.switches.contains("--group-query-attention") ? need(f, "--num-query-groups") : m.num_heads;
+    m.head_dim = f.get_int("--kv-channels").value_or(m.hidden / m.num_heads);
+    m.qkv_bias = biases || f.switches.contains("--add-qkv-bias");
+    m.o_bias = biases;
+    m.qk_norm = f.switches.contains("--qk-layernorm");
+  }
+  m.mlp_bias = biases;
+  if (biases && m.attention == AttentionKind::mla) {
+    throw InputError(f.field("--disable-bias-linear"), "missing", "--disable-bias-linear with MLA (biased MLA is not modelled)");
+  }
+}
+
+// Routed (and shared) experts on the layers --moe-layer-freq names (default: every layer).
+void set_moe(const ScriptFlags& f, ModelSpec& m) {
+  m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
+  const auto n = f.get_int("--num-experts");
+  if (!n || *n <= 0) return;
+  m.moe.num_routed_experts = *n;
+  m.moe.top_k = need(f, "--moe-router-topk");
+  m.moe.expert_ffn = f.get_int("--moe-ffn-hidden-size").value_or(m.dense_ffn);
+  m.moe.shared_ffn = f.get_int("--moe-shared-expert-intermediate-size").value_or(0);
+  m.moe.num_shared_experts = m.moe.shared_ffn > 0 ? std::max<std::int64_t>(1, m.moe.shared_ffn / m.moe.expert_ffn) : 0;
+  m.moe.router_bias = f.switches.contains("--moe-router-enable-expert-bias");
+  const RawFlag* freq = f.find("--moe-layer-freq");
+  const auto moe_layers = freq == nullptr ? std::vector<bool>(static_cast<std::size_t>(m.num_layers), true)
+                                          : parse_moe_layer_freq(freq->value, m.num_layers, f.field("--moe-layer-freq"));
+  for (std::size_t i = 0; i < moe_layers.size(); ++i) {
+    if (moe_layers[i]) m.layer_kinds[i] = LayerKind::moe;
+  }
+}
+
+}  // namespace
+
+ModelSpec megatron_model(const ScriptFlags& f) {
+  ModelSpec m;
+  m.name = "megatron-args:" + f.source;
+  m.model_type = "megatron";
+  m.num_layers = need(f, "--num-layers");
+  if (m.num_layers > (1 << 16)) throw InputError(f.field("--num-layers"), std::to_string(m.num_layers), "at most 65536");
+  m.hidden = need(f, "--hidden-size");
+  m.num_heads = need(f, "--num-attention-heads");
+  if (!f.get_int("--vocab-size")) {
+    throw InputError(f.field("--vocab-size"), "missing",
+                     "the vocabulary size (Megatron reads it from the tokenizer: add --vocab-size N, or give --model)");
+  }
+  m.vocab = need(f, "--vocab-size");
+  m.dense_ffn = f.get_int("--ffn-hidden-size").value_or(4 * m.hidden);
+  m.tie_embeddings = !f.switches.contains("--untie-embeddings-and-output-weights");
+  // Megatron's defaults, unless the script says otherwise: GeLU MLP (no --swiglu), biases on every
+  // linear layer (no --disable-bias-linear), LayerNorm, learned absolute position embeddings.
+  m.gated_mlp = f.switches.contains("--swiglu");
+  const bool biases = !f.switches.contains("--disable-bias-linear");
+  const std::string norm = text_or(f, "--normalization", "LayerNorm");
+  if (norm != "LayerNorm" && norm != "RMSNorm") throw InputError(f.field("--normalization"), norm, "LayerNorm or RMSNorm");
+  m.norm_bias = norm == "LayerNorm";
+  set_positions(f, m);
+  set_attention(f, biases, m);
+  set_moe(f, m);
+  if (const RawFlag* mtp = f.find("--mtp-num-layers")) m.mtp_layers = to_int(mtp->value, f.field("--mtp-num-layers"));
+  validate_model(m);
+  try {
+    (void)build_inventory(m).total();
+  } catch (const OverflowError&) {
+    throw InputError(f.field("--hidden-size/--ffn-hidden-size/--num-experts"), "too large", "sizes whose products fit in 64 bits");
+  }
+  return m;
+}
+
+}  // namespace moemem::detail

@@ -1,0 +1,81 @@
+// A Megatron script's settings onto a Request, under the settings given otherwise.
+#include <fmt/format.h>
+
+#include "moemem/errors.hpp"
+#include "moemem/megatron_args.hpp"
+
+namespace moemem {
+
+std::string Provenance::describe() const { return fmt::format("line {}: {}", line, text); }
+
+namespace {
+
+using Given = std::set<std::string>;
+
+// The script's setting onto `target`, unless `flag` is given.
+template <class T, class Target>
+void put(const Setting<T>& s, const char* flag, const Given& given, Target& target) {
+  if (s && !given.contains(flag)) target = s->value;
+}
+
+void apply_layout(const MegatronSettings& s, ParallelConfig& p, const Given& given) {
+  put(s.tp, "--tp", given, p.tp);
+  put(s.pp, "--pp", given, p.pp);
+  put(s.cp, "--cp", given, p.cp);
+  put(s.ep, "--ep", given, p.ep);
+  put(s.etp, "--etp", given, p.etp);
+  put(s.vpp, "--vpp", given, p.vpp);
+  put(s.sp, "--sp", given, p.sp);
+  put(s.pipeline_layout, "--pipeline-model-parallel-layout", given, p.pipeline_layout);
+  put(s.first_stage_layers, "--decoder-first-pipeline-num-layers", given, p.first_stage_layers);
+  put(s.last_stage_layers, "--decoder-last-pipeline-num-layers", given, p.last_stage_layers);
+  put(s.account_for_embedding, "--account-for-embedding-in-pipeline-split", given, p.account_for_embedding);
+  put(s.account_for_loss, "--account-for-loss-in-pipeline-split", given, p.account_for_loss);
+}
+
+void apply_training(const MegatronSettings& s, TrainingRequest& t, const Given& given) {
+  put(s.micro_batch, "--micro-batch", given, t.micro_batch);
+  put(s.global_batch, "--global-batch", given, t.global_batch);
+  put(s.seq_len, "--seq-len", given, t.seq_len);
+  put(s.recompute, "--recompute", given, t.recompute);
+  put(s.recompute_modules, "--recompute-modules", given, t.recompute_modules);
+  put(s.recompute_method, "--recompute-method", given, t.recompute_method);
+  put(s.recompute_num_layers, "--recompute-num-layers", given, t.recompute_num_layers);
+  put(s.params_dtype, "--params-dtype", given, t.params_dtype);
+  put(s.main_grads_dtype, "--main-grads-dtype", given, t.main_grads_dtype);
+  put(s.main_params_dtype, "--main-params-dtype", given, t.main_params_dtype);
+  put(s.exp_avg_dtype, "--exp-avg-dtype", given, t.exp_avg_dtype);
+  put(s.exp_avg_sq_dtype, "--exp-avg-sq-dtype", given, t.exp_avg_sq_dtype);
+  put(s.fp8, "--fp8", given, t.fp8);
+  put(s.distributed_optimizer, "--distributed-optimizer", given, t.distributed_optimizer);
+  put(s.vocab_multiple, "--make-vocab-size-divisible-by", given, t.vocab_multiple);
+  put(s.attention, "--attention", given, t.attention);
+  put(s.dispatcher, "--moe-token-dispatcher", given, t.dispatcher);
+  put(s.moe_capacity_factor, "--moe-capacity-factor", given, t.moe_capacity_factor);
+}
+
+// Megatron derives dp from the world size; so does moemem when the script gives it.
+void derive_dp(const MegatronSettings& s, ParallelConfig& p, const Given& given) {
+  if (!s.world_size || given.contains("--dp")) return;
+  const std::int64_t world = s.world_size->value;
+  std::int64_t per_replica = 0;
+  if (__builtin_mul_overflow(p.tp, p.pp, &per_replica) || __builtin_mul_overflow(per_replica, p.cp, &per_replica)) {
+    throw InputError("--megatron-args world size", std::to_string(world), "a multiple of tp*pp*cp (which overflows 64 bits)");
+  }
+  if (per_replica < 1 || world % per_replica != 0) {
+    throw InputError("--megatron-args world size", std::to_string(world), fmt::format("a multiple of tp*pp*cp = {}", per_replica));
+  }
+  p.dp = world / per_replica;
+}
+
+}  // namespace
+
+void apply_megatron_settings(const MegatronSettings& s, Request& r, const std::set<std::string>& given) {
+  if (s.model && !given.contains("--model")) r.model.spec = s.model;
+  put(s.mtp, "--mtp", given, r.model.mtp);
+  apply_layout(s, r.parallel, given);
+  apply_training(s, r.training, given);
+  derive_dp(s, r.parallel, given);
+}
+
+}  // namespace moemem
