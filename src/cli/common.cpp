@@ -67,54 +67,54 @@ void add_layout_options(CLI::App& app, LayoutOptions& o) {
 
 void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--profile", o.profile, "Accounting profile: megatron|paper|torchtitan")->capture_default_str();
-  add_int(app, "--micro-batch", o.micro_batch, "Micro-batch size b");
-  add_int(app, "--seq-len", o.seq_len, "Sequence length s");
-  add_optional_int(app, "--zero", o.zero, "ZeRO stage 0-3 (default 0)");
-  app.add_option("--recompute,--recompute-granularity", o.recompute,
+  add_int(app, "--micro-batch", o.batch.micro_batch, "Micro-batch size b");
+  add_int(app, "--seq-len", o.batch.seq_len, "Sequence length s");
+  add_optional_int(app, "--zero", o.states.zero, "ZeRO stage 0-3 (default 0)");
+  app.add_option("--recompute,--recompute-granularity", o.recompute.recompute,
                  "Activation recomputation: none|selective|full (default none)");
-  app.add_option("--recompute-modules", o.recompute_modules,
+  app.add_option("--recompute-modules", o.recompute.recompute_modules,
                  "Selective recomputation modules: core_attn,mla_up_proj,layernorm,moe_act,mlp,moe,shared_experts "
                  "(default core_attn)");
-  app.add_option("--recompute-method", o.recompute_method, "Full recomputation: uniform|block")->capture_default_str();
-  add_int(app, "--recompute-num-layers", o.recompute_num_layers, "Layers per checkpointed group (uniform) or per chunk (block)");
-  app.add_option("--overhead", o.overhead,
+  app.add_option("--recompute-method", o.recompute.recompute_method, "Full recomputation: uniform|block")->capture_default_str();
+  add_int(app, "--recompute-num-layers", o.recompute.recompute_num_layers, "Layers per checkpointed group (uniform) or per chunk (block)");
+  app.add_option("--overhead", o.overheads.overhead,
                  "Which end of the profile's buffer/fragmentation range enters totals: none|low|high")
       ->capture_default_str();
-  app.add_option("--params-dtype", o.params_dtype, "Weight dtype (profile default: bf16)");
-  app.add_option("--main-grads-dtype", o.main_grads_dtype, "Gradient dtype (profile default: fp32)");
-  app.add_option("--main-params-dtype", o.main_params_dtype, "Master-weight dtype (profile default: fp32)");
-  app.add_option("--exp-avg-dtype", o.exp_avg_dtype, "Adam first-moment dtype (profile default: paper bf16, megatron fp32)");
-  app.add_option("--exp-avg-sq-dtype", o.exp_avg_sq_dtype, "Adam second-moment dtype (profile default: paper bf16, megatron fp32)");
-  app.add_flag("--distributed-optimizer,--use-distributed-optimizer", o.distributed_optimizer,
+  app.add_option("--params-dtype", o.states.params_dtype, "Weight dtype (profile default: bf16)");
+  app.add_option("--main-grads-dtype", o.states.main_grads_dtype, "Gradient dtype (profile default: fp32)");
+  app.add_option("--main-params-dtype", o.states.main_params_dtype, "Master-weight dtype (profile default: fp32)");
+  app.add_option("--exp-avg-dtype", o.states.exp_avg_dtype, "Adam first-moment dtype (profile default: paper bf16, megatron fp32)");
+  app.add_option("--exp-avg-sq-dtype", o.states.exp_avg_sq_dtype, "Adam second-moment dtype (profile default: paper bf16, megatron fp32)");
+  app.add_flag("--distributed-optimizer,--use-distributed-optimizer", o.states.distributed_optimizer,
                "Megatron's distributed optimizer: shard master weights and moments (= --zero 1)");
-  add_optional_int(app, "--global-batch", o.global_batch, "Sequences per optimizer step (gives the micro-batches per step)");
-  app.add_option("--attention", o.attention, "Attention kernel: flash|eager (profile default)");
-  app.add_option("--logits-dtype", o.logits_dtype, "Dtype in which the loss keeps the logits")->capture_default_str();
-  add_optional_int(app, "--make-vocab-size-divisible-by", o.vocab_multiple,
+  add_optional_int(app, "--global-batch", o.batch.global_batch, "Sequences per optimizer step (gives the micro-batches per step)");
+  app.add_option("--attention", o.numerics.attention, "Attention kernel: flash|eager (profile default)");
+  app.add_option("--logits-dtype", o.numerics.logits_dtype, "Dtype in which the loss keeps the logits")->capture_default_str();
+  add_optional_int(app, "--make-vocab-size-divisible-by", o.numerics.vocab_multiple,
                    "Pad the vocabulary to a multiple of this x tp (megatron default 128)");
-  app.add_option("--fp8", o.fp8, "FP8 recipe: none|tensorwise|delayed|blockwise|mxfp8");
-  app.add_option("--recipe", o.recipe,
+  app.add_option("--fp8", o.numerics.fp8, "FP8 recipe: none|tensorwise|delayed|blockwise|mxfp8");
+  app.add_option("--recipe", o.numerics.recipe,
                  "A published training recipe: deepseek-v3 (FP8 blockwise with FP8-cached SwiGLU inputs, bf16 moments, "
                  "fp32 master and gradients, recompute of norms, MLA up-projections and the expert activation, ZeRO-1); "
                  "flags given as well take precedence");
-  app.add_option("--moe-imbalance", o.moe_imbalance, "Tokens the hottest expert rank receives, times the average (>= 1)");
-  app.add_option("--moe-capacity-factor", o.moe_capacity_factor, "Expert capacity, times the average tokens (excess dropped)");
-  app.add_option("--moe-token-dispatcher", o.dispatcher, "alltoall|deepep (DeepEP keeps a communication buffer)")
+  app.add_option("--moe-imbalance", o.moe.moe_imbalance, "Tokens the hottest expert rank receives, times the average (>= 1)");
+  app.add_option("--moe-capacity-factor", o.moe.moe_capacity_factor, "Expert capacity, times the average tokens (excess dropped)");
+  app.add_option("--moe-token-dispatcher", o.moe.dispatcher, "alltoall|deepep (DeepEP keeps a communication buffer)")
       ->capture_default_str();
-  app.add_option("--fragmentation-pct", o.fragmentation_pct,
+  app.add_option("--fragmentation-pct", o.overheads.fragmentation_pct,
                  "Allocator cache and fragmentation, % of allocated (profile default)");
-  app.add_option("--cuda-context", o.cuda_context, "CUDA context and library handles per GPU, e.g. 0.52GiB (profile default)");
-  app.add_option("--nccl-per-group", o.nccl_per_group,
+  app.add_option("--cuda-context", o.overheads.cuda_context, "CUDA context and library handles per GPU, e.g. 0.52GiB (profile default)");
+  app.add_option("--nccl-per-group", o.overheads.nccl_per_group,
                  "NCCL memory per further process-group dimension, e.g. 0.4GiB (profile default)");
-  app.add_flag("--compile", o.compile, "torchtitan: torch.compile of each block (and of the loss: --loss fused)");
-  app.add_option("--loss", o.loss, "torchtitan: how the loss keeps the logits: upcast|fused|chunked (default fused with --compile, else upcast)");
-  app.add_option("--reshard-after-forward", o.reshard_after_forward, "torchtitan: FSDP reshard policy: default|always|never")
+  app.add_flag("--compile", o.fsdp.compile, "torchtitan: torch.compile of each block (and of the loss: --loss fused)");
+  app.add_option("--loss", o.fsdp.loss, "torchtitan: how the loss keeps the logits: upcast|fused|chunked (default fused with --compile, else upcast)");
+  app.add_option("--reshard-after-forward", o.fsdp.reshard_after_forward, "torchtitan: FSDP reshard policy: default|always|never")
       ->capture_default_str();
-  app.add_flag("--fsdp-float8-all-gather", o.fsdp_float8_all_gather, "torchtitan: FSDP all-gathers float8 linear weights (needs --fp8)");
-  app.add_option("--dp-replicate", o.dp_replicate, "torchtitan: HSDP replicas (parameters shard over dp/dp-replicate x cp)")
+  app.add_flag("--fsdp-float8-all-gather", o.fsdp.fsdp_float8_all_gather, "torchtitan: FSDP all-gathers float8 linear weights (needs --fp8)");
+  app.add_option("--dp-replicate", o.fsdp.dp_replicate, "torchtitan: HSDP replicas (parameters shard over dp/dp-replicate x cp)")
       ->capture_default_str();
-  app.add_option("--gpu", o.gpu, "GPU whose memory to check against: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");
-  app.add_option("--gpu-memory", o.gpu_memory, "GPU memory to check against, e.g. 80GiB");
+  app.add_option("--gpu", o.gpu.gpu, "GPU whose memory to check against: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");
+  app.add_option("--gpu-memory", o.gpu.gpu_memory, "GPU memory to check against, e.g. 80GiB");
 }
 
 void add_format_option(CLI::App& app, std::string& format) {
@@ -186,42 +186,42 @@ std::optional<T> given(const std::string& text, Parse&& parse) {
 
 TrainingRequest to_training_request(const TrainingOptions& o) {
   TrainingRequest r;
-  if (!o.recipe.empty()) r.recipe = parse_recipe(o.recipe, "--recipe");
-  r.micro_batch = o.micro_batch;
-  r.seq_len = o.seq_len;
-  r.global_batch = o.global_batch;
-  r.zero = o.zero;
-  r.distributed_optimizer = o.distributed_optimizer;
-  r.vocab_multiple = o.vocab_multiple;
-  r.attention = given<AttentionKernel>(o.attention, [](const std::string& v) { return parse_attention_kernel(v, "--attention"); });
-  r.logits_dtype = parse_dtype(o.logits_dtype, "--logits-dtype");
-  r.fp8 = given<Fp8Recipe>(o.fp8, [](const std::string& v) { return parse_fp8_recipe(v); });
-  r.moe_imbalance = given<double>(o.moe_imbalance, [](const std::string& v) { return parse_double_impl(v, "--moe-imbalance"); });
+  if (!o.numerics.recipe.empty()) r.recipe = parse_recipe(o.numerics.recipe, "--recipe");
+  r.micro_batch = o.batch.micro_batch;
+  r.seq_len = o.batch.seq_len;
+  r.global_batch = o.batch.global_batch;
+  r.zero = o.states.zero;
+  r.distributed_optimizer = o.states.distributed_optimizer;
+  r.vocab_multiple = o.numerics.vocab_multiple;
+  r.attention = given<AttentionKernel>(o.numerics.attention, [](const std::string& v) { return parse_attention_kernel(v, "--attention"); });
+  r.logits_dtype = parse_dtype(o.numerics.logits_dtype, "--logits-dtype");
+  r.fp8 = given<Fp8Recipe>(o.numerics.fp8, [](const std::string& v) { return parse_fp8_recipe(v); });
+  r.moe_imbalance = given<double>(o.moe.moe_imbalance, [](const std::string& v) { return parse_double_impl(v, "--moe-imbalance"); });
   r.moe_capacity_factor =
-      given<double>(o.moe_capacity_factor, [](const std::string& v) { return parse_double_impl(v, "--moe-capacity-factor"); });
-  r.dispatcher = parse_dispatcher(o.dispatcher, "--moe-token-dispatcher");
-  r.cuda_context = given<Bytes>(o.cuda_context, [](const std::string& v) { return parse_memory_size(v, "--cuda-context", true); });
+      given<double>(o.moe.moe_capacity_factor, [](const std::string& v) { return parse_double_impl(v, "--moe-capacity-factor"); });
+  r.dispatcher = parse_dispatcher(o.moe.dispatcher, "--moe-token-dispatcher");
+  r.cuda_context = given<Bytes>(o.overheads.cuda_context, [](const std::string& v) { return parse_memory_size(v, "--cuda-context", true); });
   r.nccl_per_group =
-      given<Bytes>(o.nccl_per_group, [](const std::string& v) { return parse_memory_size(v, "--nccl-per-group", true); });
+      given<Bytes>(o.overheads.nccl_per_group, [](const std::string& v) { return parse_memory_size(v, "--nccl-per-group", true); });
   r.fragmentation_pct =
-      given<double>(o.fragmentation_pct, [](const std::string& v) { return parse_double_impl(v, "--fragmentation-pct"); });
-  r.fsdp.compile = o.compile;
-  r.fsdp.loss = given<LossImpl>(o.loss, [](const std::string& v) { return parse_loss_impl(v); });
-  r.fsdp.reshard = parse_reshard_policy(o.reshard_after_forward);
-  r.fsdp.fsdp_float8_all_gather = o.fsdp_float8_all_gather;
-  r.fsdp.dp_replicate = o.dp_replicate;
-  r.recompute = given<Recompute>(o.recompute, [](const std::string& v) { return parse_recompute(v, "--recompute"); });
+      given<double>(o.overheads.fragmentation_pct, [](const std::string& v) { return parse_double_impl(v, "--fragmentation-pct"); });
+  r.fsdp.compile = o.fsdp.compile;
+  r.fsdp.loss = given<LossImpl>(o.fsdp.loss, [](const std::string& v) { return parse_loss_impl(v); });
+  r.fsdp.reshard = parse_reshard_policy(o.fsdp.reshard_after_forward);
+  r.fsdp.fsdp_float8_all_gather = o.fsdp.fsdp_float8_all_gather;
+  r.fsdp.dp_replicate = o.fsdp.dp_replicate;
+  r.recompute = given<Recompute>(o.recompute.recompute, [](const std::string& v) { return parse_recompute(v, "--recompute"); });
   r.recompute_modules = given<std::uint16_t>(
-      o.recompute_modules, [](const std::string& v) { return parse_recompute_modules(v, "--recompute-modules"); });
-  r.recompute_method = parse_recompute_method(o.recompute_method, "--recompute-method");
-  r.recompute_num_layers = o.recompute_num_layers;
-  r.overhead = parse_overhead_point(o.overhead, "--overhead");
+      o.recompute.recompute_modules, [](const std::string& v) { return parse_recompute_modules(v, "--recompute-modules"); });
+  r.recompute_method = parse_recompute_method(o.recompute.recompute_method, "--recompute-method");
+  r.recompute_num_layers = o.recompute.recompute_num_layers;
+  r.overhead = parse_overhead_point(o.overheads.overhead, "--overhead");
   const auto dtype = [](const char* flag) { return [flag](const std::string& v) { return parse_dtype(v, flag); }; };
-  r.params_dtype = given<DType>(o.params_dtype, dtype("--params-dtype"));
-  r.main_grads_dtype = given<DType>(o.main_grads_dtype, dtype("--main-grads-dtype"));
-  r.main_params_dtype = given<DType>(o.main_params_dtype, dtype("--main-params-dtype"));
-  r.exp_avg_dtype = given<DType>(o.exp_avg_dtype, dtype("--exp-avg-dtype"));
-  r.exp_avg_sq_dtype = given<DType>(o.exp_avg_sq_dtype, dtype("--exp-avg-sq-dtype"));
+  r.params_dtype = given<DType>(o.states.params_dtype, dtype("--params-dtype"));
+  r.main_grads_dtype = given<DType>(o.states.main_grads_dtype, dtype("--main-grads-dtype"));
+  r.main_params_dtype = given<DType>(o.states.main_params_dtype, dtype("--main-params-dtype"));
+  r.exp_avg_dtype = given<DType>(o.states.exp_avg_dtype, dtype("--exp-avg-dtype"));
+  r.exp_avg_sq_dtype = given<DType>(o.states.exp_avg_sq_dtype, dtype("--exp-avg-sq-dtype"));
   return r;
 }
 
@@ -252,14 +252,14 @@ Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const Traini
 double parse_double(const std::string& text, const char* field) { return parse_double_impl(text, field); }
 
 std::optional<GpuChoice> gpu_choice(const TrainingOptions& to) {
-  if (!to.gpu.empty() && !to.gpu_memory.empty()) {
-    throw InputError("--gpu/--gpu-memory", to.gpu + " and " + to.gpu_memory, "one of the two");
+  if (!to.gpu.gpu.empty() && !to.gpu.gpu_memory.empty()) {
+    throw InputError("--gpu/--gpu-memory", to.gpu.gpu + " and " + to.gpu.gpu_memory, "one of the two");
   }
-  if (!to.gpu.empty()) {
-    const Gpu g = lookup_gpu(to.gpu);
+  if (!to.gpu.gpu.empty()) {
+    const Gpu g = lookup_gpu(to.gpu.gpu);
     return GpuChoice{g.name, g.capacity};
   }
-  if (!to.gpu_memory.empty()) return GpuChoice{to.gpu_memory, parse_memory_size(to.gpu_memory, "--gpu-memory")};
+  if (!to.gpu.gpu_memory.empty()) return GpuChoice{to.gpu.gpu_memory, parse_memory_size(to.gpu.gpu_memory, "--gpu-memory")};
   return std::nullopt;
 }
 

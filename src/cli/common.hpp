@@ -37,26 +37,53 @@ struct LayoutOptions {
   bool account_for_embedding = false, account_for_loss = false;
 };
 
-struct TrainingOptions {
+// Training flags in groups that mirror TrainingConfig's parts; text fields are parsed (with the
+// flag's name in errors) into a TrainingRequest; empty text and unset optionals mean "not given".
+struct BatchOptions {
   std::int64_t micro_batch = 1, seq_len = 4096;
-  std::optional<std::int64_t> zero;  // unset: 0 (or the recipe's)
+  std::optional<std::int64_t> global_batch;
+};
+struct RecomputeOptions {
   std::string recompute;  // empty: none (or the recipe's)
   std::string recompute_modules, recompute_method = "uniform";
   std::int64_t recompute_num_layers = 1;
-  std::string overhead = "low";
-  std::string profile = "megatron";
-  std::string params_dtype, main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
+};
+struct StateOptions {
+  std::optional<std::int64_t> zero;  // unset: 0 (or the recipe's)
   bool distributed_optimizer = false;
-  std::optional<std::int64_t> global_batch, vocab_multiple;
+  std::string params_dtype, main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
+};
+struct NumericsOptions {
   std::string attention;  // empty: the profile's default
   std::string logits_dtype = "fp32";
-  std::string gpu, gpu_memory;
-  std::string fp8, recipe, moe_imbalance, moe_capacity_factor, dispatcher = "alltoall", fragmentation_pct;
-  std::string cuda_context, nccl_per_group;
-  // torchtitan profile
+  std::optional<std::int64_t> vocab_multiple;
+  std::string fp8, recipe;
+};
+struct MoeOptions {
+  std::string moe_imbalance, moe_capacity_factor, dispatcher = "alltoall";
+};
+struct OverheadOptions {
+  std::string overhead = "low";
+  std::string fragmentation_pct, cuda_context, nccl_per_group;
+};
+struct FsdpOptions {  // torchtitan profile
   bool compile = false, fsdp_float8_all_gather = false;
   std::string loss, reshard_after_forward = "default";
   std::int64_t dp_replicate = 1;
+};
+struct GpuOptions {
+  std::string gpu, gpu_memory;
+};
+struct TrainingOptions {
+  std::string profile = "megatron";
+  BatchOptions batch;
+  RecomputeOptions recompute;
+  StateOptions states;
+  NumericsOptions numerics;
+  MoeOptions moe;
+  OverheadOptions overheads;
+  FsdpOptions fsdp;
+  GpuOptions gpu;
 };
 
 // --megatron-args (analyze, explain): the script's path and, once read after parsing (cli.cpp),

@@ -122,7 +122,7 @@ void PaperCommand::setup(CLI::App& root) {
   layout.sp = true;
   add_model_options(*app, model);
   add_layout_options(*app, layout);
-  add_int(*app, "--seq-len", training.seq_len, "Sequence length s");
+  add_int(*app, "--seq-len", training.batch.seq_len, "Sequence length s");
   add_int(*app, "--stage", stage, "Pipeline stage whose device the static, ZeRO and activation tables describe");
   add_format_option(*app, format);
 }
@@ -229,7 +229,7 @@ void PaperCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = parse_format(format);
   TrainingOptions to = training;
   to.profile = "paper";
-  to.recompute = "none";
+  to.recompute.recompute = "none";
   const Evaluation e = resolve(model, layout, to);
   report_unrecognised_keys(e.model, err);
   if (stage < 0 || stage >= e.layout.config.pp) {

@@ -67,21 +67,21 @@ void SearchCommand::setup(CLI::App& root) {
   app = root.add_subcommand("search", "Every parallel layout that fits on N GPUs, ranked");
   add_model_options(*app, model);
   add_int(*app, "--gpus", gpus, "Number of GPUs (required)");
-  app->add_option("--gpu", training.gpu, "GPU: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");
-  app->add_option("--gpu-memory", training.gpu_memory, "GPU memory, e.g. 80GiB");
-  add_int(*app, "--seq-len", training.seq_len, "Sequence length");
-  add_optional_int(*app, "--global-batch", training.global_batch, "Sequences per optimizer step (required)");
+  app->add_option("--gpu", training.gpu.gpu, "GPU: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");
+  app->add_option("--gpu-memory", training.gpu.gpu_memory, "GPU memory, e.g. 80GiB");
+  add_int(*app, "--seq-len", training.batch.seq_len, "Sequence length");
+  add_optional_int(*app, "--global-batch", training.batch.global_batch, "Sequences per optimizer step (required)");
   app->add_option("--profile", training.profile, "Accounting profile: megatron|paper|torchtitan")->capture_default_str();
-  app->add_option("--main-grads-dtype", training.main_grads_dtype, "Gradient dtype");
-  app->add_option("--main-params-dtype", training.main_params_dtype, "Master-weight dtype");
-  app->add_option("--exp-avg-dtype", training.exp_avg_dtype, "Adam first-moment dtype");
-  app->add_option("--exp-avg-sq-dtype", training.exp_avg_sq_dtype, "Adam second-moment dtype");
-  app->add_option("--params-dtype", training.params_dtype, "Weight dtype");
-  app->add_option("--fp8", training.fp8, "FP8 recipe: none|tensorwise|delayed|blockwise|mxfp8");
-  app->add_option("--recipe", training.recipe, "deepseek-v3 (its precision and recomputation)");
-  app->add_option("--attention", training.attention, "flash|eager");
-  app->add_option("--moe-imbalance", training.moe_imbalance, "Hottest expert rank's tokens, times the average");
-  app->add_option("--moe-token-dispatcher", training.dispatcher, "alltoall|deepep")->capture_default_str();
+  app->add_option("--main-grads-dtype", training.states.main_grads_dtype, "Gradient dtype");
+  app->add_option("--main-params-dtype", training.states.main_params_dtype, "Master-weight dtype");
+  app->add_option("--exp-avg-dtype", training.states.exp_avg_dtype, "Adam first-moment dtype");
+  app->add_option("--exp-avg-sq-dtype", training.states.exp_avg_sq_dtype, "Adam second-moment dtype");
+  app->add_option("--params-dtype", training.states.params_dtype, "Weight dtype");
+  app->add_option("--fp8", training.numerics.fp8, "FP8 recipe: none|tensorwise|delayed|blockwise|mxfp8");
+  app->add_option("--recipe", training.numerics.recipe, "deepseek-v3 (its precision and recomputation)");
+  app->add_option("--attention", training.numerics.attention, "flash|eager");
+  app->add_option("--moe-imbalance", training.moe.moe_imbalance, "Hottest expert rank's tokens, times the average");
+  app->add_option("--moe-token-dispatcher", training.moe.dispatcher, "alltoall|deepep")->capture_default_str();
   app->add_option("--max-memory-fraction", max_memory_fraction, "Usable share of GPU memory (headroom)")
       ->capture_default_str();
   add_int(*app, "--gpus-per-node", gpus_per_node, "GPUs per node (TP/EP beyond it cross nodes)");
@@ -207,7 +207,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   check_flags(*this);
   const auto gpu = gpu_choice(training);
   if (!gpu) throw InputError("--gpu/--gpu-memory", "missing", "the GPU to fit on (--gpu NAME or --gpu-memory SIZE)");
-  if (!training.global_batch) throw InputError("--global-batch", "missing", "the sequences per optimizer step");
+  if (!training.batch.global_batch) throw InputError("--global-batch", "missing", "the sequences per optimizer step");
 
   const Profile& profile = get_profile(training.profile);
   const ModelSpec m = load_model_for(model, profile);
@@ -259,7 +259,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
     }
   } else if (!recomputes.empty()) {
     space.recomputes = parse_recompute_choices(recomputes, m);
-  } else if (!training.recipe.empty()) {
+  } else if (!training.numerics.recipe.empty()) {
     // A recipe fixes the recomputation and the optimizer sharding it was published with.
     space.recomputes = {{recompute_modules_text(space.base.recompute_modules), space.base.recompute,
                          space.base.recompute_modules}};
