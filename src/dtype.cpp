@@ -4,18 +4,6 @@
 
 namespace moemem {
 
-unsigned bits_of(DType t) {
-  switch (t) {
-    case DType::int64: return 64;
-    case DType::fp32: return 32;
-    case DType::bf16:
-    case DType::fp16: return 16;
-    case DType::fp8:
-    case DType::int8: return 8;
-  }
-  return 0;
-}
-
 std::string_view name_of(DType t) {
   switch (t) {
     case DType::fp32: return "fp32";
@@ -35,13 +23,6 @@ DType parse_dtype(std::string_view text, std::string_view field) {
   if (text == "fp8") return DType::fp8;
   if (text == "int8") return DType::int8;
   throw InputError(std::string(field), std::string(text), "one of fp32, bf16, fp16, fp8, int8");
-}
-
-Bytes bytes_of(Count n, DType t) {
-  // n = 8q + r elements take q*bits + ceil(r*bits/8) bytes: exact, and overflows only when the
-  // byte count itself does not fit in 64 bits.
-  const std::uint64_t q = n.value() / 8, r = n.value() % 8, bits = bits_of(t);
-  return Bytes(checked_add(checked_mul(q, bits, "bytes of a tensor"), ceil_div(r * bits, 8), "bytes of a tensor"));
 }
 
 }  // namespace moemem

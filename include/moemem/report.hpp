@@ -62,6 +62,10 @@ struct StageReport {
   std::optional<FsdpDetail> fsdp;                     // present under the torchtitan profile
   std::vector<LedgerItem> ledger;                     // every byte, itemised (analyze with Detail::items)
   StageBytes bytes;                                   // the ledger's sums by category
+
+  // Back to a fresh report of rank `s`, keeping the vectors' storage (a search re-evaluates into
+  // the same report). Every field above is reset here.
+  void reset(std::int64_t s);
 };
 
 struct MemoryReport {

@@ -86,6 +86,18 @@ Bytes chunk_transient(const EvalContext& c, const Chunk& ch, const ChunkLayerCou
   return transient;
 }
 
+// chunk_layer_counts; without full recomputation every layer keeps what the mode keeps, so the
+// counts are the chunk's layers of each kind, from the compiled model's prefix counts.
+ChunkLayerCounts layer_counts(const EvalContext& c, const Chunk& ch) {
+  if (c.t.recompute == Recompute::full) return chunk_layer_counts(c.model, ch, c.t);
+  ChunkLayerCounts counts;
+  const std::int64_t moe = c.cm.moe_layers_in(ch.first_layer, ch.num_layers);
+  const bool mtp_moe = c.model.is_moe();
+  counts.mode[static_cast<std::size_t>(LayerKind::moe)] = moe + (mtp_moe ? ch.mtp_depths : 0);
+  counts.mode[static_cast<std::size_t>(LayerKind::dense)] = ch.num_layers - moe + (mtp_moe ? 0 : ch.mtp_depths);
+  return counts;
+}
+
 Bytes chunk_extras(const EvalContext& c, const Chunk& ch, Acts& acts) {
   const ChunkKey key{ch.embedding, ch.loss, ch.mtp_depths};
   auto found = acts.extras.find(key);
@@ -119,7 +131,7 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
     }
     for (std::size_t i = 0; i < c.layout.chunks.size(); ++i) {
       const auto& ch = c.layout.chunks[i];
-      const ChunkLayerCounts counts = chunk_layer_counts(c.model, ch, c.t);
+      const ChunkLayerCounts counts = layer_counts(c, ch);
       Bytes b;
       for (const std::size_t k : {std::size_t{0}, std::size_t{1}}) {
         const auto& kb = acts->kinds[k];

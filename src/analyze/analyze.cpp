@@ -31,19 +31,7 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
   r.stages.resize(layout.rank_chunks.size());
   for (std::size_t s = 0; s < r.stages.size(); ++s) {
     auto& st = r.stages[s];
-    // Keep the vectors' storage.
-    std::vector<std::int64_t> chunks = std::move(st.chunks), in_flight = std::move(st.chunk_in_flight);
-    std::vector<Bytes> chunk_activations = std::move(st.chunk_activations);
-    std::vector<LedgerItem> ledger = std::move(st.ledger);
-    st = StageReport{};
-    st.chunks = std::move(chunks);
-    st.chunk_in_flight = std::move(in_flight);
-    st.chunk_in_flight.clear();
-    st.chunk_activations = std::move(chunk_activations);
-    st.chunk_activations.clear();
-    st.ledger = std::move(ledger);
-    st.ledger.clear();
-    st.stage = static_cast<std::int64_t>(s);
+    st.reset(static_cast<std::int64_t>(s));
     st.layers = layout.stages[s];
     st.chunks.assign(layout.rank_chunks[s].begin(), layout.rank_chunks[s].end());
     st.model_chunks = static_cast<std::int64_t>(st.chunks.size());
@@ -77,6 +65,26 @@ void cost_stage(const detail::EvalContext& c, const detail::ChunkActivations& ch
 
 }  // namespace
 
+void StageReport::reset(std::int64_t s) {
+  stage = s;
+  layers = StageRange{};
+  last_layer = -1;
+  has_embedding = has_head = false;
+  mtp_depths = 0;
+  chunks.clear();
+  params = ParamSplit{};
+  params_by_module = {};
+  chunk_activations.clear();
+  chunk_in_flight.clear();
+  activations_per_microbatch = recompute_transient = cp_ring_buffers = fp8_weight_copies = Bytes{};
+  fp8_weight_params = Count{};
+  in_flight_microbatches = model_chunks = 1;
+  loss = LossPeak{};
+  fsdp.reset();
+  ledger.clear();
+  bytes = StageBytes{};
+}
+
 void EvalCacheDeleter::operator()(EvalCache* c) const { delete c; }
 EvalCachePtr make_eval_cache() { return EvalCachePtr(new EvalCache()); }
 
@@ -99,12 +107,15 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
   if (auto problem = profile.check(m, layout, t)) throw *problem;
   const AttentionKernel attention = t.attention.value_or(profile.default_attention);
   const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
-  const detail::EvalContext c{cm, m, profile, layout, t, attention, vocab, microbatches_per_step(t, layout), detail};
+  detail::EvalContext c{cm, m, profile, layout, t, attention, vocab, microbatches_per_step(t, layout), detail};
+  c.allowance = detail::allowance(c);
   init_report(c, r);
   detail::Shares local;
   const detail::Shares& shares = detail::shares_for(c, cache, local);
   detail::assign_params(c, shares, r);
-  for (auto& st : r.stages) profile.states->prepare(c, shares, st);
+  if (profile.states->prepare != nullptr) {
+    for (auto& st : r.stages) profile.states->prepare(c, shares, st);
+  }
   thread_local detail::ChunkActivations chunks;
   detail::chunk_activations(c, cache, chunks);
   const Bytes runtime = detail::runtime_bytes(c), cp_block = detail::cp_kv_block(c);

@@ -4,6 +4,7 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "moemem/analyze.hpp"
@@ -75,6 +76,7 @@ struct EvalContext {
   std::int64_t vocab;  // padded
   std::optional<std::int64_t> microbatches;  // per step and pipeline, if the global batch is known
   Detail detail;
+  std::pair<Bytes, std::uint64_t> allowance{};  // buffers, and fragmentation in thousandths of a percent
   [[nodiscard]] ActivationContext activation_context() const { return {model, layout, t, attention, vocab}; }
 };
 
@@ -94,7 +96,7 @@ void stage_activations(const EvalContext& c, const ChunkActivations& chunks, Byt
 void record_activations(const EvalContext& c, const StageReport& st, Ledger& ledger);
 
 // A profile's state model: how weights, gradients and optimizer states are kept (ZeRO and the
-// distributed optimizer in zero_states.cpp, FSDP2 in fsdp2_states.cpp). `prepare` reads the
+// distributed optimizer in zero_states.cpp, FSDP2 in fsdp2_states.cpp). `prepare` (optional) reads the
 // stage's tensor shares, `cost` works out what the ledger needs (FP8 weight copies; FSDP2's shards
 // and whether the optimizer step, with no activations alive, is the peak), `record` itemises the
 // states and `record_cache` the allocator's reserve beyond what is allocated (`pct`: the
@@ -110,6 +112,9 @@ extern const StateModel kZeroStates, kFsdp2States;
 
 // overheads.cpp: outside the allocator, CP ring blocks, buffers and fragmentation.
 Bytes runtime_bytes(const EvalContext& c);
+// The profile's buffer allowance at the chosen point, and its fragmentation percentage (in
+// thousandths of a percent, so integral percentages stay exact).
+std::pair<Bytes, std::uint64_t> allowance(const EvalContext& c);
 Bytes cp_kv_block(const EvalContext& c);
 void record_overheads(const EvalContext& c, const StageReport& st, Bytes runtime, Ledger& ledger);
 

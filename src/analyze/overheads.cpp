@@ -36,10 +36,6 @@ Bytes cp_kv_block(const EvalContext& c) {
                   c.t.activation_dtype);
 }
 
-namespace {
-
-// The profile's buffer allowance at the chosen point, and its fragmentation percentage (in
-// thousandths of a percent, so integral percentages stay exact).
 std::pair<Bytes, std::uint64_t> allowance(const EvalContext& c) {
   const auto& o = c.profile.overhead;
   std::pair<Bytes, std::uint64_t> a{};
@@ -53,6 +49,8 @@ std::pair<Bytes, std::uint64_t> allowance(const EvalContext& c) {
   return a;
 }
 
+namespace {
+
 Bytes allocated(const Ledger& l) {
   return l.total(Category::weights) + l.total(Category::gradients) + l.total(Category::optimizer) +
          l.total(Category::activations) + l.total(Category::buffers);
@@ -61,7 +59,7 @@ Bytes allocated(const Ledger& l) {
 }  // namespace
 
 void record_overheads(const EvalContext& c, const StageReport& st, Bytes runtime, Ledger& ledger) {
-  const auto [buffers, milli_pct] = allowance(c);
+  const auto [buffers, milli_pct] = c.allowance;
   if (buffers.value() > 0) {
     ledger.add(Category::buffers, buffers, [&] {
       return ledger_item("communication", "buffers", c.t.deepep ? "profile allowance + DeepEP buffer" : "profile allowance");

@@ -8,8 +8,6 @@ namespace moemem::detail {
 
 namespace {
 
-void zero_prepare(const EvalContext&, const Shares&, StageReport&) {}
-
 // Row- and column-wise FP8 copies of every FP8-GEMM weight, and their scales (none when the
 // weights are quantized online per GEMM, as DeepSeek-V3 does).
 Bytes fp8_weight_copies(const EvalContext& c, const StageReport& st) {
@@ -32,6 +30,15 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   const Count parts[2] = {st.params.non_expert, st.params.expert};
   const auto shard = [&](int g) { return Count(ceil_div(parts[g].value(), static_cast<std::uint64_t>(groups[g]))); };
   const auto shard_text = [&](int g) { return fmt::format("ceil({} / {})", parts[g].value(), groups[g]); };
+  if (!ledger.detail()) {
+    // Totals only (search): the same states as the items below, summed by state_bytes.
+    const StateBytes sb = state_bytes(st.params, groups[0], groups[1], t.zero, pr);
+    const auto none = [] { return LedgerItem{}; };
+    ledger.add(Category::weights, sb.weights + st.fp8_weight_copies, none);
+    ledger.add(Category::gradients, sb.gradients, none);
+    ledger.add(Category::optimizer, sb.optimizer, none);
+    return;
+  }
   if (t.zero >= 3) {
     const char* names[2] = {"non-expert", "expert"};
     const char* over[2] = {"dp*cp", "edp"};
@@ -42,10 +49,8 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
                            shard(g), pr.weights);
       });
     }
-  } else if (ledger.detail()) {
-    record_weights_by_role(c, st, ledger);
   } else {
-    ledger.add(Category::weights, bytes_of(parts[0] + parts[1], pr.weights), [] { return LedgerItem{}; });
+    record_weights_by_role(c, st, ledger);
   }
   if (st.fp8_weight_copies.value() > 0) {
     ledger.add(Category::weights, st.fp8_weight_copies, [&] {
@@ -90,7 +95,7 @@ void zero_record_cache(const EvalContext&, const StageReport& st, Bytes pct, Led
 }  // namespace
 
 const StateModel kZeroStates{
-    .prepare = zero_prepare,
+    .prepare = nullptr,  // nothing beyond the stage's parameters
     .cost = zero_cost,
     .record = record_zero,
     .record_cache = zero_record_cache,
