@@ -59,7 +59,7 @@ Bytes parse_memory_size(std::string_view text, std::string_view field, bool allo
   if (unit.empty() || unit == "B") scale = 1;
   else if (unit == "KiB") scale = 1024.0;
   else if (unit == "MiB") scale = 1048576.0;
-  else if (unit == "GiB") scale = 1073741824.0;
+  else if (unit == "GiB") scale = kBytesPerGiB;
   else if (unit == "TiB") scale = 1099511627776.0;
   else if (unit == "KB") scale = 1e3;
   else if (unit == "MB") scale = 1e6;

@@ -19,7 +19,7 @@ Bytes from_scaled(double x, double unit) {
 }
 }  // namespace
 
-Bytes Bytes::from_gib(double gib) { return from_scaled(gib, 1073741824.0); }
+Bytes Bytes::from_gib(double gib) { return from_scaled(gib, kBytesPerGiB); }
 Bytes Bytes::from_gb(double gb) { return from_scaled(gb, 1e9); }
 
 std::string format_gib(Bytes b) { return fmt::format("{:.2f} GiB", b.gib()); }

@@ -71,7 +71,7 @@ ValidationResult evaluate(const json& r, ValidationResult v) {
     v.reason = "no measured value in the record";
     return v;
   }
-  v.measured = Bytes(static_cast<std::uint64_t>(std::llround(gib.get<double>() * 1073741824.0)));
+  v.measured = Bytes(static_cast<std::uint64_t>(std::llround(gib.get<double>() * kBytesPerGiB)));
   const auto request = record_request(r);
   if (const auto* why = std::get_if<std::string>(&request)) {
     v.reason = *why;

@@ -31,6 +31,11 @@ inline std::uint64_t checked_sub(std::uint64_t a, std::uint64_t b, const char* w
 inline std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 // A number of elements (parameters or activation values).
+// 2^30: one GiB, the unit every table prints (GB = 10^9 bytes is named as such where used).
+inline constexpr double kBytesPerGiB = 1073741824.0;
+// A signed byte count (headroom: negative when short) in GiB.
+[[nodiscard]] constexpr double gib_of(std::int64_t signed_bytes) { return static_cast<double>(signed_bytes) / kBytesPerGiB; }
+
 class Count {
  public:
   constexpr Count() = default;
@@ -53,7 +58,7 @@ class Bytes {
   static Bytes from_gib(double gib);  // 2^30 bytes, rounded up to a whole byte
   static Bytes from_gb(double gb);    // 10^9 bytes, rounded up to a whole byte
   [[nodiscard]] constexpr std::uint64_t value() const { return n_; }
-  [[nodiscard]] double gib() const { return static_cast<double>(n_) / 1073741824.0; }
+  [[nodiscard]] double gib() const { return static_cast<double>(n_) / kBytesPerGiB; }
   [[nodiscard]] double mib() const { return static_cast<double>(n_) / 1048576.0; }
   [[nodiscard]] double gb() const { return static_cast<double>(n_) / 1e9; }
   Bytes& operator+=(Bytes o) { n_ = checked_add(n_, o.n_, "byte count"); return *this; }

@@ -155,7 +155,7 @@ Table stage_table(const MemoryReport& r, bool exact, const std::optional<GpuChoi
     }
     if (gpu) {
       const auto& f = fits[static_cast<std::size_t>(s.stage)];
-      const double gib = static_cast<double>(f.headroom_bytes) / 1073741824.0;
+      const double gib = gib_of(f.headroom_bytes);
       row.emplace_back(f.fits ? fmt::format("yes, {:.2f} GiB free", gib) : fmt::format("NO, {:.2f} GiB short", -gib));
     }
     t.rows.push_back(std::move(row));
@@ -283,7 +283,7 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
     const auto& pf = fits[static_cast<std::size_t>(r.peak_stage)];
     out << fmt::format("{}: {} ({}); peak stage {} by {:.2f} GiB\n", gpu->name, format_gib(gpu->capacity),
                        pf.fits ? "every stage fits" : "DOES NOT FIT", pf.fits ? "fits" : "exceeds",
-                       std::abs(static_cast<double>(pf.headroom_bytes)) / 1073741824.0);
+                       std::abs(gib_of(pf.headroom_bytes)));
   }
   out << (md ? "\n" : "") << "assumptions:\n";
   for (const auto& a : r.assumptions) out << "- " << a << "\n";

@@ -159,7 +159,8 @@ Table zero_table(const Evaluation& e, const TrainingConfig& t0, std::int64_t sta
   for (int z = 0; z <= 3; ++z) {
     TrainingConfig tz = t0;
     tz.zero = z;
-    const auto& s = analyze(e.model, e.inventory, *e.profile, e.layout, tz).stages[idx(stage)].bytes;
+    const MemoryReport rz = analyze(e.model, e.inventory, *e.profile, e.layout, tz);
+    const StageBytes& s = rz.stages[idx(stage)].bytes;
     const Bytes total = s.weights + s.gradients + s.optimizer;
     t.rows.push_back({z == 0 ? std::string("none") : std::to_string(z), GibBytes{s.weights.value()},
                       GibBytes{s.gradients.value()}, GibBytes{s.optimizer.value()}, GibBytes{total.value()}});

@@ -41,7 +41,7 @@ void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable) {
   row.emplace_back(recompute_text(e));
   row.emplace_back(GibBytes{e.peak.value()});
   row.emplace_back(e.peak_stage);
-  const double margin = (static_cast<double>(usable.value()) - static_cast<double>(e.peak.value())) / 1073741824.0;
+  const double margin = (static_cast<double>(usable.value()) - static_cast<double>(e.peak.value())) / kBytesPerGiB;
   row.emplace_back(fmt::format("{:+.2f}", margin));
   row.emplace_back(fmt::format("{:.3f} ({:.3f}/{:.3f}/{:.3f})", e.cost.total(), e.cost.bubble, e.cost.recompute,
                                e.cost.communication));

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "moemem/errors.hpp"
+#include "moemem/units.hpp"
 
 namespace moemem::cli {
 
@@ -35,7 +36,7 @@ std::string text_of(const Cell& c, bool grouped) {
         if constexpr (std::is_same_v<T, std::string>) return v;
         else if constexpr (std::is_same_v<T, std::uint64_t>) return grouped ? group_thousands(v) : std::to_string(v);
         else if constexpr (std::is_same_v<T, std::int64_t>) return std::to_string(v);
-        else if (grouped) return fmt::format("{:.2f}", static_cast<double>(v.bytes) / 1073741824.0);
+        else if (grouped) return fmt::format("{:.2f}", static_cast<double>(v.bytes) / kBytesPerGiB);
         else return std::to_string(v.bytes);
       },
       c);
