@@ -69,8 +69,11 @@ void set_moe(const ScriptFlags& f, ModelSpec& m) {
   if (!n || *n <= 0) return;
   m.moe.num_routed_experts = *n;
   m.moe.top_k = need(f, "--moe-router-topk");
-  m.moe.expert_ffn = f.get_int("--moe-ffn-hidden-size").value_or(m.dense_ffn);
-  m.moe.shared_ffn = f.get_int("--moe-shared-expert-intermediate-size").value_or(0);
+  // Given sizes must be positive: a zero expert width would divide the shared-expert count below.
+  m.moe.expert_ffn = f.find("--moe-ffn-hidden-size") != nullptr ? need(f, "--moe-ffn-hidden-size") : m.dense_ffn;
+  m.moe.shared_ffn = f.find("--moe-shared-expert-intermediate-size") != nullptr
+                         ? need(f, "--moe-shared-expert-intermediate-size")
+                         : 0;
   m.moe.num_shared_experts = m.moe.shared_ffn > 0 ? std::max<std::int64_t>(1, m.moe.shared_ffn / m.moe.expert_ffn) : 0;
   m.moe.router_bias = f.switches.contains("--moe-router-enable-expert-bias");
   const RawFlag* freq = f.find("--moe-layer-freq");

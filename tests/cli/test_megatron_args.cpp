@@ -117,6 +117,25 @@ TEST(MegatronArgs, MissingVocabularyIsNamed) {
   EXPECT_NE(r.err.find("--vocab-size"), std::string::npos) << r.err;
 }
 
+// A zero expert width with a shared expert divided by zero (SIGFPE); zero sizes are named errors.
+TEST(MegatronArgs, ZeroExpertSizesAreNamedErrors) {
+  const std::string path = ::testing::TempDir() + "zero_expert.args";
+  const std::string base =
+      "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --swiglu --disable-bias-linear --vocab-size 128 "
+      "--position-embedding-type rope --num-experts 4 --moe-router-topk 2 ";
+  for (const std::string flag : {"--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size"}) {
+    {
+      std::ofstream f(path);
+      f << base << (flag == "--moe-ffn-hidden-size" ? "--moe-shared-expert-intermediate-size 64 " : "--moe-ffn-hidden-size 32 ")
+        << flag << " 0\n";
+    }
+    const auto r = run_cli({"analyze", "--megatron-args", path});
+    EXPECT_EQ(r.code, 2) << flag;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("'0' is not accepted; expected a positive integer"), std::string::npos) << r.err;
+  }
+}
+
 TEST(MegatronArgs, MissingFileIsNamed) {
   const auto r = run_cli({"analyze", "--megatron-args", "/no/such/file.sh"});
   EXPECT_EQ(r.code, 2);
