@@ -30,6 +30,13 @@ json parse_record(std::string_view line, const std::string& source, std::size_t 
     throw InputError(fmt::format("{} line {}", source, line_no), "a record without id, metric_kind or measured_gib_normalized",
                      "records of the measured-public.jsonl schema");
   }
+  // A measurement is a positive size (or null: none published); a negative one used to wrap to
+  // 2^64 bytes, zero gave null errors.
+  const json& gib = r.at("measured_gib_normalized");
+  if (!gib.is_null() && (!gib.is_number() || !(gib.get<double>() > 0.0) || gib.get<double>() > 1e6)) {
+    throw InputError(fmt::format("{} line {}: measured_gib_normalized", source, line_no), gib.dump(),
+                     "a positive size in GiB below 1,000,000, or null when none was published");
+  }
   return r;
 }
 
@@ -66,7 +73,7 @@ void predict(const RecordRequest& rr, ValidationResult& v) {
 ValidationResult evaluate(const json& r, ValidationResult v) {
   v.family = record_family(r);
   v.metric = record_metric(r);
-  const auto& gib = r["measured_gib_normalized"];
+  const auto& gib = r.at("measured_gib_normalized");
   if (!gib.is_number()) {
     v.reason = "no measured value in the record";
     return v;

@@ -91,4 +91,23 @@ TEST(Validate, CustomSetAndBadInput) {
   EXPECT_EQ(run_cli({"validate", "--max-error", "-1"}).code, 2);
 }
 
+// A negative measurement printed 18446744068340842496 bytes and zero gave null errors: both are
+// named errors now; null (nothing published) stays a record without a prediction.
+TEST(Validate, MeasurementMustBeAPositiveSize) {
+  const std::string path = ::testing::TempDir() + "measured.jsonl";
+  for (const std::string value : {"-5", "0", "\"80\"", "1e7"}) {
+    {
+      std::ofstream f(path);
+      f << R"({"id": "x", "framework": "torchtitan", "confidence": "high", "metric_kind": "max reserved", "measured_gib_normalized": )"
+        << value << R"(, "model_arch": {}})" << "\n";
+    }
+    const auto r = run_cli({"validate", "--set", path});
+    EXPECT_EQ(r.code, 2) << value;
+    const std::string shown = json::parse(value).dump();
+    EXPECT_NE(r.err.find("line 1: measured_gib_normalized: '" + shown + "' is not accepted; expected a positive size"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 }  // namespace
