@@ -270,6 +270,9 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& source)
   } catch (const json::parse_error& e) {
     throw InputError(source, fmt::format("malformed JSON at byte {}", e.byte),
                      "a complete Hugging Face config.json (a JSON object)");
+  } catch (const json::out_of_range&) {
+    // nlohmann's number overflow (e.g. 1e400) is an out_of_range, not a parse_error.
+    throw InputError(source, "a number beyond a 64-bit float", "a Hugging Face config.json with finite numbers");
   }
   if (!j.is_object()) throw InputError(source, j.type_name(), "a JSON object (a Hugging Face config.json)");
   // Multimodal wrappers nest the language model's config.

@@ -25,6 +25,10 @@ json parse_record(std::string_view line, const std::string& source, std::size_t 
   } catch (const json::parse_error& e) {
     throw InputError(fmt::format("{} line {}", source, line_no), fmt::format("malformed JSON at byte {}", e.byte),
                      "one JSON object per line");
+  } catch (const json::out_of_range&) {
+    // nlohmann's number overflow (e.g. 1e400) is an out_of_range, not a parse_error.
+    throw InputError(fmt::format("{} line {}", source, line_no), "a number beyond a 64-bit float",
+                     "one JSON object per line with finite numbers");
   }
   if (!r.is_object() || !r.contains("id") || !r.contains("measured_gib_normalized") || !r.contains("metric_kind")) {
     throw InputError(fmt::format("{} line {}", source, line_no), "a record without id, metric_kind or measured_gib_normalized",

@@ -95,7 +95,7 @@ TEST(Validate, CustomSetAndBadInput) {
 // named errors now; null (nothing published) stays a record without a prediction.
 TEST(Validate, MeasurementMustBeAPositiveSize) {
   const std::string path = ::testing::TempDir() + "measured.jsonl";
-  for (const std::string value : {"-5", "0", "\"80\"", "1e7"}) {
+  for (const std::string value : {"-5", "0", "\"80\"", "1e7"}) {  // (1e400: see NumberOverflowIsNamed)
     {
       std::ofstream f(path);
       f << R"({"id": "x", "framework": "torchtitan", "confidence": "high", "metric_kind": "max reserved", "measured_gib_normalized": )"
@@ -108,6 +108,26 @@ TEST(Validate, MeasurementMustBeAPositiveSize) {
               std::string::npos)
         << r.err;
   }
+}
+
+// nlohmann reports 1e400 as out_of_range, not parse_error: that escaped as exit 3.
+TEST(Validate, NumberOverflowIsNamed) {
+  const std::string path = ::testing::TempDir() + "overflow.jsonl";
+  {
+    std::ofstream f(path);
+    f << R"({"id": "x", "metric_kind": "max reserved", "measured_gib_normalized": 1e400})" << "\n";
+  }
+  const auto r = run_cli({"validate", "--set", path});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("line 1: 'a number beyond a 64-bit float' is not accepted"), std::string::npos) << r.err;
+  const std::string config = ::testing::TempDir() + "overflow.config.json";
+  {
+    std::ofstream f(config);
+    f << R"({"model_type": "llama", "hidden_size": 1e400})";
+  }
+  const auto c = run_cli({"count", "--model", config});
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("'a number beyond a 64-bit float' is not accepted"), std::string::npos) << c.err;
 }
 
 }  // namespace
