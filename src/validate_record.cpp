@@ -131,8 +131,22 @@ std::string unsupported(const json& r, std::string& approx) {
 
 // The model as the record describes it, a GQA decoder (the records' model_arch), with the
 // record's head_dim where it gives one.
+// The record's vocabulary: an integer, or a text that starts with one and may go on after a space
+// ("128256 (Llama3 tokenizer)"); "128K" is refused, not read as 128.
+std::int64_t vocab_of(const json& r, const json& arch) {
+  const auto it = arch.find("vocab");
+  if (it != arch.end() && it->is_number_integer()) return it->get<std::int64_t>();
+  const std::string v = text_of(arch, "vocab");
+  const std::size_t digits = std::min(v.find_first_not_of("0123456789"), v.size());
+  if (digits == 0 || digits > 12 || (digits < v.size() && v[digits] != ' ')) {
+    throw InputError(text_of(r, "id") + ": model_arch.vocab", v,
+                     "the vocabulary size as a whole number, optionally followed by a space and a remark");
+  }
+  return std::stoll(v.substr(0, digits));
+}
+
 ModelSpec spec_of(const json& r, Framework fw) {
-  const json arch = r["model_arch"];
+  const json arch = r.value("model_arch", json::object());
   ModelSpec m;
   m.name = text_of(r, "model");
   m.model_type = "llama";
@@ -142,11 +156,19 @@ ModelSpec spec_of(const json& r, Framework fw) {
   m.dense_ffn = int_of(arch, "ffn", 0);
   m.num_heads = int_of(arch, "heads", 0);
   m.num_kv_heads = int_of(arch, "kv_heads", m.num_heads);
-  m.vocab = std::atoll(text_of(arch, "vocab").c_str());
-  if (m.num_layers < 1 || m.hidden < 1 || m.num_heads < 1 || m.vocab < 1 || m.dense_ffn < 1) {
-    throw InputError(text_of(r, "id") + ": model_arch", arch.dump(), "layers, hidden, ffn, heads and vocab");
+  m.vocab = vocab_of(r, arch);
+  // Sizes of real models, bounded so that no product of two overflows and no layer list is huge.
+  constexpr std::int64_t kMaxSize = std::int64_t{1} << 31, kMaxLayers = std::int64_t{1} << 16;
+  if (m.num_layers < 1 || m.hidden < 1 || m.num_heads < 1 || m.vocab < 1 || m.dense_ffn < 1 || m.num_kv_heads < 1 ||
+      m.num_layers > kMaxLayers || m.hidden > kMaxSize || m.num_heads > kMaxSize || m.vocab > kMaxSize ||
+      m.dense_ffn > kMaxSize || m.num_kv_heads > m.num_heads) {
+    throw InputError(text_of(r, "id") + ": model_arch", arch.dump(),
+                     "layers (1 to 65536), hidden, ffn, heads and vocab (1 to 2^31), kv_heads (1 to heads)");
   }
   m.head_dim = int_of(arch, "head_dim", m.hidden / m.num_heads);
+  if (m.head_dim < 1 || m.head_dim > kMaxSize) {
+    throw InputError(text_of(r, "id") + ": model_arch.head_dim", std::to_string(m.head_dim), "1 to 2^31");
+  }
   m.tie_embeddings = lower(text_of(arch, "tied_embeddings")).rfind("true", 0) == 0;
   const std::string act = activation_of(arch);
   // "GeLU (no --swiglu)" is GeLU; torchtitan's Llama is SwiGLU.

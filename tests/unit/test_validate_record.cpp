@@ -182,3 +182,35 @@ TEST(RecordRequest, UnrepresentableRecordsCarryTheirReason) {
 }
 
 }  // namespace
+
+namespace {
+
+// Why a record is refused: the reason it carries (a bad architecture is reported that way).
+std::string refusal_of(const json& record) {
+  const auto r = record_request(record);
+  if (const auto* why = std::get_if<std::string>(&r)) return *why;
+  ADD_FAILURE() << "accepted";
+  return "";
+}
+
+// Issue 13's findings: "128K" read as 128; 2^40 layers or kv_heads beyond heads accepted (a huge
+// layer list, or products that overflow).
+TEST(RecordRequest, ArchitectureSizesAreCheckedBeforeUse) {
+  const json base = {{"name", "Synthetic"}, {"layers", 4}, {"hidden", 256}, {"ffn", 512},
+                     {"heads", 4},          {"kv_heads", 2}, {"vocab", "1000 (a remark)"}};
+  EXPECT_EQ(request_of(titan_record(base)).request.model.spec->vocab, 1000);
+  json k = base;
+  k["vocab"] = "128K";
+  EXPECT_NE(refusal_of(titan_record(k)).find("model_arch.vocab: '128K' is not accepted"), std::string::npos);
+  json layers = base;
+  layers["layers"] = std::int64_t{1} << 40;
+  EXPECT_NE(refusal_of(titan_record(layers)).find("layers (1 to 65536)"), std::string::npos);
+  json kv = base;
+  kv["kv_heads"] = 8;
+  EXPECT_NE(refusal_of(titan_record(kv)).find("kv_heads (1 to heads)"), std::string::npos);
+  json hd = base;
+  hd["head_dim"] = 0;
+  EXPECT_NE(refusal_of(titan_record(hd)).find("model_arch.head_dim: '0'"), std::string::npos);
+}
+
+}  // namespace
