@@ -44,12 +44,6 @@ json parse_record(std::string_view line, const std::string& source, std::size_t 
   return r;
 }
 
-std::string text_of(const json& r, const char* key) {
-  const auto it = r.find(key);
-  if (it == r.end() || it->is_null()) return "";
-  return it->is_string() ? it->get<std::string>() : it->dump();
-}
-
 // The three largest terms of a stage, e.g. "stage 0: activations 54.8, fragmentation 12.1, ...".
 std::string dominant_terms(const StageBytes& b, std::size_t stage) {
   std::vector<std::pair<Bytes, const char*>> terms = {{b.weights, "weights"},     {b.gradients, "gradients"},
@@ -117,8 +111,8 @@ std::vector<ValidationResult> validate_records(std::string_view jsonl, const std
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const json r = parse_record(line, source, line_no);
     ValidationResult v;
-    v.id = text_of(r, "id");
-    v.confidence = text_of(r, "confidence");
+    v.id = record_text(r, "id");
+    v.confidence = record_text(r, "confidence");
     const Confidence c = v.confidence.empty() ? Confidence::low : parse_confidence(v.confidence, "confidence");
     if (c < min) continue;
     out.push_back(evaluate(r, std::move(v)));

@@ -24,12 +24,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::string text_of(const json& r, const char* key) {
-  const auto it = r.find(key);
-  if (it == r.end() || it->is_null()) return "";
-  return it->is_string() ? it->get<std::string>() : it->dump();
-}
-
 std::int64_t int_of(const json& r, const char* key, std::int64_t fallback) {
   const auto it = r.find(key);
   if (it == r.end() || it->is_null() || !it->is_number_integer()) return fallback;
@@ -48,20 +42,20 @@ bool stated(const json& r, const char* key) { return r.contains(key) && !r[key].
 enum class Framework : std::uint8_t { megatron, torchtitan, other };
 
 Framework framework_of(const json& r) {
-  const std::string f = lower(text_of(r, "framework"));
+  const std::string f = lower(record_text(r, "framework"));
   return contains(f, "megatron") ? Framework::megatron : contains(f, "torchtitan") ? Framework::torchtitan : Framework::other;
 }
 
-std::string activation_of(const json& arch) { return lower(text_of(arch, "activation") + text_of(arch, "act")); }
+std::string activation_of(const json& arch) { return lower(record_text(arch, "activation") + record_text(arch, "act")); }
 
 // The date of the framework version a record ran: the "(YYYY-MM-DD)" in framework_version when
 // given, else the record's date (YYYY-MM or YYYY-MM-DD).
 std::string version_date(const json& r) {
-  const std::string v = text_of(r, "framework_version");
+  const std::string v = record_text(r, "framework_version");
   for (std::size_t i = 0; i + 12 <= v.size(); ++i) {
     if (v[i] == '(' && v[i + 11] == ')' && v[i + 5] == '-' && v[i + 8] == '-') return v.substr(i + 1, 10);
   }
-  return text_of(r, "date");
+  return record_text(r, "date");
 }
 
 // torchtitan compiles the loss with the model when training.compile is set, except between
@@ -82,7 +76,7 @@ std::string name_key(const std::string& name) {
 // The preset the record's model (or its model_arch's name) names, if any.
 std::optional<std::string> preset_named(const json& r) {
   const std::vector<std::string> presets = preset_names();
-  for (const std::string& name : {text_of(r, "model"), text_of(r.value("model_arch", json::object()), "name")}) {
+  for (const std::string& name : {record_text(r, "model"), record_text(r.value("model_arch", json::object()), "name")}) {
     if (name.empty()) continue;
     const auto it = std::find_if(presets.begin(), presets.end(),
                                  [&](const std::string& p) { return name_key(p) == name_key(name); });
@@ -94,7 +88,7 @@ std::optional<std::string> preset_named(const json& r) {
 // The recomputation a record states: "full ...", "selective ..." or "none ..."; nothing when the
 // record does not say or says something else.
 std::optional<Recompute> recompute_of(const json& r) {
-  const std::string rc = lower(text_of(r, "recompute"));
+  const std::string rc = lower(record_text(r, "recompute"));
   if (rc.rfind("full", 0) == 0) return Recompute::full;
   if (rc.rfind("selective", 0) == 0) return Recompute::selective;
   if (rc.rfind("none", 0) == 0) return Recompute::none;
@@ -109,21 +103,21 @@ std::string unsupported(const json& r, std::string& approx) {
   const json arch = r.value("model_arch", json::object());
   if (!arch.contains("layers") || !arch.contains("ffn")) return "model architecture not given layer by layer";
   const std::optional<std::string> preset = preset_named(r);
-  if (contains(lower(text_of(r, "model")), "deepseek") || !arch.value("experts", json()).is_null() ||
+  if (contains(lower(record_text(r, "model")), "deepseek") || !arch.value("experts", json()).is_null() ||
       (preset && load_model(*preset).is_moe())) {
     return "mixture-of-experts models are not modelled by the torchtitan profile yet";
   }
   if (fw == Framework::megatron) {
     const std::string act = activation_of(arch);
     if (!contains(act, "swiglu") && !contains(act, "gelu")) return "activation function not stated";
-    if (contains(lower(text_of(arch, "pos")), "learned")) approx = "learned position table of seq_len rows assumed";
+    if (contains(lower(record_text(arch, "pos")), "learned")) approx = "learned position table of seq_len rows assumed";
   }
   if (fw == Framework::torchtitan && int_of(r, "pp", 1) > 1) {
     if (r.value("vpp", json()).is_string()) return "virtual stages per rank not stated";
     if (!r.value("global_batch_size", json()).is_number_integer()) return "global batch (hence micro-batches) not stated";
   }
   if (!recompute_of(r)) {
-    return stated(r, "recompute") ? fmt::format("recomputation '{}' not understood", text_of(r, "recompute"))
+    return stated(r, "recompute") ? fmt::format("recomputation '{}' not understood", record_text(r, "recompute"))
                                   : "recomputation not stated";
   }
   return "";
@@ -136,10 +130,10 @@ std::string unsupported(const json& r, std::string& approx) {
 std::int64_t vocab_of(const json& r, const json& arch) {
   const auto it = arch.find("vocab");
   if (it != arch.end() && it->is_number_integer()) return it->get<std::int64_t>();
-  const std::string v = text_of(arch, "vocab");
+  const std::string v = record_text(arch, "vocab");
   const std::size_t digits = std::min(v.find_first_not_of("0123456789"), v.size());
   if (digits == 0 || digits > 12 || (digits < v.size() && v[digits] != ' ')) {
-    throw InputError(text_of(r, "id") + ": model_arch.vocab", v,
+    throw InputError(record_text(r, "id") + ": model_arch.vocab", v,
                      "the vocabulary size as a whole number, optionally followed by a space and a remark");
   }
   return std::stoll(v.substr(0, digits));
@@ -148,7 +142,7 @@ std::int64_t vocab_of(const json& r, const json& arch) {
 ModelSpec spec_of(const json& r, Framework fw) {
   const json arch = r.value("model_arch", json::object());
   ModelSpec m;
-  m.name = text_of(r, "model");
+  m.name = record_text(r, "model");
   m.model_type = "llama";
   m.naming = NamingStyle::llama;
   m.num_layers = int_of(arch, "layers", 0);
@@ -162,20 +156,20 @@ ModelSpec spec_of(const json& r, Framework fw) {
   if (m.num_layers < 1 || m.hidden < 1 || m.num_heads < 1 || m.vocab < 1 || m.dense_ffn < 1 || m.num_kv_heads < 1 ||
       m.num_layers > kMaxLayers || m.hidden > kMaxSize || m.num_heads > kMaxSize || m.vocab > kMaxSize ||
       m.dense_ffn > kMaxSize || m.num_kv_heads > m.num_heads) {
-    throw InputError(text_of(r, "id") + ": model_arch", arch.dump(),
+    throw InputError(record_text(r, "id") + ": model_arch", arch.dump(),
                      "layers (1 to 65536), hidden, ffn, heads and vocab (1 to 2^31), kv_heads (1 to heads)");
   }
   m.head_dim = int_of(arch, "head_dim", m.hidden / m.num_heads);
   if (m.head_dim < 1 || m.head_dim > kMaxSize) {
-    throw InputError(text_of(r, "id") + ": model_arch.head_dim", std::to_string(m.head_dim), "1 to 2^31");
+    throw InputError(record_text(r, "id") + ": model_arch.head_dim", std::to_string(m.head_dim), "1 to 2^31");
   }
-  m.tie_embeddings = lower(text_of(arch, "tied_embeddings")).rfind("true", 0) == 0;
+  m.tie_embeddings = lower(record_text(arch, "tied_embeddings")).rfind("true", 0) == 0;
   const std::string act = activation_of(arch);
   // "GeLU (no --swiglu)" is GeLU; torchtitan's Llama is SwiGLU.
   m.gated_mlp = fw == Framework::torchtitan || (contains(act, "swiglu") && !contains(act, "gelu"));
-  m.norm_bias = contains(lower(text_of(arch, "norm")), "layernorm");
-  m.qkv_bias = m.o_bias = m.mlp_bias = contains(lower(text_of(arch, "bias")), "on");
-  if (contains(lower(text_of(arch, "pos")), "learned")) m.learned_positions = int_of(r, "seq_len", 0);
+  m.norm_bias = contains(lower(record_text(arch, "norm")), "layernorm");
+  m.qkv_bias = m.o_bias = m.mlp_bias = contains(lower(record_text(arch, "bias")), "on");
+  if (contains(lower(record_text(arch, "pos")), "learned")) m.learned_positions = int_of(r, "seq_len", 0);
   m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
   validate_model(m);
   return m;
@@ -247,14 +241,14 @@ void torchtitan_settings(const json& r, const ParallelConfig& p, TrainingRequest
   const json settings = r.value("other_settings", json::object());
   t.fsdp.dp_replicate = std::max<std::int64_t>(1, int_of(r, "dp_replicate", 1));
   t.fsdp.compile = flag_of(settings, "torch_compile");
-  const std::string fp8 = lower(text_of(settings, "float8"));
+  const std::string fp8 = lower(record_text(settings, "float8"));
   if (!fp8.empty() && fp8 != "false") t.fp8 = Fp8Recipe::tensorwise;  // rowwise keeps the same saved tensors
   t.fsdp.fsdp_float8_all_gather =
       t.fp8.has_value() && (contains(fp8, "fsdp_float8_all_gather") || contains(fp8, "fsdp float8 all-gather"));
-  const std::string loss = lower(text_of(settings, "loss"));
+  const std::string loss = lower(record_text(settings, "loss"));
   if (contains(loss, "chunked")) t.fsdp.loss = LossImpl::chunked;
   else t.fsdp.loss = t.fsdp.compile && torchtitan_compiles_loss(version_date(r)) ? LossImpl::fused : LossImpl::upcast;
-  const std::string reshard = lower(text_of(r, "fsdp_reshard_after_forward"));
+  const std::string reshard = lower(record_text(r, "fsdp_reshard_after_forward"));
   t.fsdp.reshard = contains(reshard, "always") ? ReshardPolicy::always
                    : contains(reshard, "never") ? ReshardPolicy::never : ReshardPolicy::standard;
 }
@@ -268,7 +262,7 @@ TrainingRequest training_of(const json& r, Framework fw, const ParallelConfig& p
   if (fw == Framework::torchtitan) {
     torchtitan_settings(r, p, t);
   } else {
-    t.distributed_optimizer = contains(lower(text_of(r, "zero_or_dist_opt")), "distributed optimizer");
+    t.distributed_optimizer = contains(lower(record_text(r, "zero_or_dist_opt")), "distributed optimizer");
   }
   return t;
 }
@@ -276,12 +270,12 @@ TrainingRequest training_of(const json& r, Framework fw, const ParallelConfig& p
 }  // namespace
 
 std::string record_metric(const json& record) {
-  const std::string kind = lower(text_of(record, "metric_kind"));
+  const std::string kind = lower(record_text(record, "metric_kind"));
   return contains(kind, "allocated") ? "allocated" : contains(kind, "nvidia-smi") ? "device-used" : "reserved";
 }
 
 std::string record_family(const json& record) {
-  const std::string framework = text_of(record, "framework");
+  const std::string framework = record_text(record, "framework");
   return contains(framework, "FlagPerf") ? "FlagPerf (Megatron)"
          : contains(lower(framework), "megatron") ? "Megatron-LM"
          : contains(lower(framework), "torchtitan") ? "torchtitan" : framework;
@@ -293,7 +287,7 @@ std::variant<RecordRequest, std::string> record_request(const json& record) {
   const Framework fw = framework_of(record);
   RecordRequest out;
   out.metric = record_metric(record);
-  out.last_rank = contains(lower(text_of(record, "measured_rank")), "last");
+  out.last_rank = contains(lower(record_text(record, "measured_rank")), "last");
   try {
     out.request.model = model_request(record, fw, out.notes);
   } catch (const InputError& e) {
@@ -304,6 +298,12 @@ std::variant<RecordRequest, std::string> record_request(const json& record) {
   out.request.training = training_of(record, fw, out.request.parallel);
   out.request.profile = fw == Framework::torchtitan ? "torchtitan" : "megatron";
   return out;
+}
+
+std::string record_text(const json& record, const char* key) {
+  const auto it = record.find(key);
+  if (it == record.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
 }  // namespace moemem

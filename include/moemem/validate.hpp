@@ -49,6 +49,8 @@ struct RecordRequest {
 // preset (data/models) whose stated architecture agrees with it uses the preset; otherwise the
 // model is built from the record's model_arch. Settings the record leaves unstated stay unset.
 [[nodiscard]] std::variant<RecordRequest, std::string> record_request(const nlohmann::json& record);
+// A record's field as text: a string as it is, another value as JSON, "" when absent or null.
+[[nodiscard]] std::string record_text(const nlohmann::json& record, const char* key);
 // What a record measured: allocated, reserved or device-used.
 [[nodiscard]] std::string record_metric(const nlohmann::json& record);
 // The family a record is summarised under: Megatron-LM, FlagPerf (Megatron), torchtitan, or its framework.

@@ -22,18 +22,9 @@ namespace moemem::test::activations_cli {
 
 using nlohmann::json;
 
-using Args = std::vector<std::string>;
-
-inline std::string joined(const Args& args) {
-  std::string s = "moemem";
-  for (const auto& a : args) s += " '" + a + "'";
-  return s;
-}
-
-inline Args concat(Args a, const Args& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+using moemem::test::Args;
+using moemem::test::concat;
+using moemem::test::joined;
 
 // DeepSeek-V3 with the base layout; `pp`/`dp` overridable for schedules that need another one.
 inline Args dsv3(const Args& extra = {}, const std::string& pp = "16", const std::string& dp = "32", bool distopt = true) {

@@ -17,18 +17,9 @@ namespace moemem::test::pipeline_cli {
 
 using nlohmann::json;
 
-using Args = std::vector<std::string>;
-
-inline std::string joined(const Args& args) {
-  std::string s = "moemem";
-  for (const auto& a : args) s += " '" + a + "'";
-  return s;
-}
-
-inline Args concat(Args a, const Args& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+using moemem::test::Args;
+using moemem::test::concat;
+using moemem::test::joined;
 
 // DeepSeek-V3 (its MTP depth included, as the megatron profile does by default) with the
 // reference layout TP2 PP16 EP8 DP32 and sequence parallelism.

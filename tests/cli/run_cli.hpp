@@ -14,6 +14,20 @@ struct CliResult {
   std::string out, err;
 };
 
+using Args = std::vector<std::string>;
+
+// The command line as a shell would show it (for failure messages).
+inline std::string joined(const Args& args) {
+  std::string s = "moemem";
+  for (const auto& a : args) s += " '" + a + "'";
+  return s;
+}
+
+inline Args concat(Args a, const Args& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 inline CliResult run_cli(std::vector<std::string> args) {
   args.insert(args.begin(), "moemem");
   std::vector<const char*> argv;
