@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <variant>
 
 #include <fmt/format.h>
@@ -54,40 +55,60 @@ std::string dominant_terms(const StageBytes& b, std::size_t stage) {
                      terms[1].second, terms[1].first.gib(), terms[2].second, terms[2].first.gib());
 }
 
-// The ordinary path: make_scenario, analyze, then the measured quantity on the measured rank.
-void predict(const RecordRequest& rr, ValidationResult& v) {
-  const Scenario s = make_scenario(rr.request);
-  const MemoryReport rep = analyze(s.model, s.inventory, *s.profile, s.layout, s.training);
-  const std::size_t stage = rr.last_rank ? rep.stages.size() - 1 : static_cast<std::size_t>(rep.peak_stage);
+// The quantity measured on the stage measured.
+Bytes predicted_of(const MemoryReport& rep, const RecordSpec& spec, const std::string& metric, std::size_t& stage) {
+  stage = spec.stage == "peak" ? static_cast<std::size_t>(rep.peak_stage)
+          : spec.stage == "last" ? rep.stages.size() - 1 : static_cast<std::size_t>(std::stoul(spec.stage));
+  if (stage >= rep.stages.size()) {
+    throw InputError("moemem.stage", spec.stage, fmt::format("a stage below {}", rep.stages.size()));
+  }
   const StageBytes& b = rep.stages[stage].bytes;
-  v.predicted = rr.metric == "allocated" ? b.allocated() : rr.metric == "reserved" ? b.reserved() : b.total();
-  v.error_pct = 100.0 * (static_cast<double>(v.predicted->value()) - static_cast<double>(v.measured.value())) /
-                static_cast<double>(v.measured.value());
-  v.dominant = dominant_terms(b, stage);
-  v.reason = rr.notes;
+  return metric == "allocated" ? b.allocated() : metric == "reserved" ? b.reserved() : b.total();
 }
 
-// A record's result: the measurement, then a prediction or the reason there is none.
-ValidationResult evaluate(const json& r, ValidationResult v) {
-  v.family = record_family(r);
-  v.metric = record_metric(r);
-  const auto& gib = r.at("measured_gib_normalized");
-  if (!gib.is_number()) {
-    v.reason = "no measured value in the record";
-    return v;
-  }
-  v.measured = Bytes(static_cast<std::uint64_t>(std::llround(gib.get<double>() * kBytesPerGiB)));
-  const auto request = record_request(r);
-  if (const auto* why = std::get_if<std::string>(&request)) {
+// The record's results, one per measurement: the ordinary path (the builder's Request,
+// make_scenario, analyze), or the reason there is no prediction.
+void evaluate(const json& r, const ValidationResult& base, const RequestBuilder& build, std::vector<ValidationResult>& out) {
+  const auto spec = record_spec(r);
+  if (const auto* why = std::get_if<std::string>(&spec)) {
+    ValidationResult v = base;
+    v.metric.assign(1, '-');
     v.reason = *why;
-    return v;
+    out.push_back(std::move(v));
+    return;
   }
+  const RecordSpec& s = std::get<RecordSpec>(spec);
+  // Arguments analyze would refuse are a malformed record; a layout or setting moemem cannot
+  // evaluate is a record without a prediction, with the reason.
+  Request request;
   try {
-    predict(std::get<RecordRequest>(request), v);
+    request = build(s);
   } catch (const InputError& e) {
-    v.reason = fmt::format("configuration not representable: {}", e.what());
+    throw InputError(fmt::format("{}: {}", base.id, e.field()), e.value(), e.accepted());
   }
-  return v;
+  std::optional<MemoryReport> rep;
+  std::string failure;
+  try {
+    const Scenario sc = make_scenario(request);
+    rep = analyze(sc.model, sc.inventory, *sc.profile, sc.layout, sc.training);
+  } catch (const InputError& e) {
+    failure = fmt::format("configuration not representable: {}", e.what());
+  }
+  for (const Measurement& m : s.measurements) {
+    ValidationResult v = base;
+    if (!m.label.empty()) v.id.append("#").append(m.label);
+    v.metric = m.metric;
+    v.measured = m.bytes;
+    v.reason = rep ? fmt::format("model {}{}", s.model, s.assumptions.empty() ? "" : "; " + s.assumptions) : failure;
+    if (rep) {
+      std::size_t stage = 0;
+      v.predicted = predicted_of(*rep, s, m.metric, stage);
+      v.error_pct = 100.0 * (static_cast<double>(v.predicted->value()) - static_cast<double>(m.bytes.value())) /
+                    static_cast<double>(m.bytes.value());
+      v.dominant = dominant_terms(rep->stages[stage].bytes, stage);
+    }
+    out.push_back(std::move(v));
+  }
 }
 
 }  // namespace
@@ -99,7 +120,8 @@ Confidence parse_confidence(std::string_view text, std::string_view field) {
   throw InputError(std::string(field), std::string(text), "high, medium or low");
 }
 
-std::vector<ValidationResult> validate_records(std::string_view jsonl, const std::string& source, Confidence min) {
+std::vector<ValidationResult> validate_records(std::string_view jsonl, const std::string& source, Confidence min,
+                                               const RequestBuilder& build) {
   std::vector<ValidationResult> out;
   std::size_t line_no = 0, start = 0;
   while (start < jsonl.size()) {
@@ -113,9 +135,10 @@ std::vector<ValidationResult> validate_records(std::string_view jsonl, const std
     ValidationResult v;
     v.id = record_text(r, "id");
     v.confidence = record_text(r, "confidence");
+    v.family = record_family(r);
     const Confidence c = v.confidence.empty() ? Confidence::low : parse_confidence(v.confidence, "confidence");
     if (c < min) continue;
-    out.push_back(evaluate(r, std::move(v)));
+    evaluate(r, v, build, out);
   }
   return out;
 }
@@ -125,23 +148,35 @@ std::vector<ValidationSummary> summarize(const std::vector<ValidationResult>& re
   std::map<std::string, std::int64_t> counts;
   std::vector<std::string> order;
   for (const auto& r : results) {
-    for (const std::string& f : {r.family, std::string("all")}) {
-      if (!counts.contains(f)) order.push_back(f);
-      ++counts[f];
-      if (r.error_pct) errors[f].push_back(std::fabs(*r.error_pct));
+    const std::string metric = r.metric == "-" ? "" : "metric " + r.metric;
+    // allocated and reserved share thresholds (issue 12); device totals have their own.
+    const std::string pooled = r.metric == "allocated" || r.metric == "reserved" ? "metric allocated+reserved" : "";
+    for (const std::string& g : {r.family, metric, pooled, std::string("all")}) {
+      if (g.empty()) continue;
+      if (!counts.contains(g)) order.push_back(g);
+      ++counts[g];
+      if (r.error_pct) errors[g].push_back(*r.error_pct);
     }
   }
+  // Families in the set's order, then metrics, then all.
+  const auto rank = [](const std::string& g) { return g == "all" ? 2 : g.rfind("metric ", 0) == 0 ? 1 : 0; };
+  std::stable_sort(order.begin(), order.end(), [&](const std::string& x, const std::string& y) { return rank(x) < rank(y); });
   std::vector<ValidationSummary> out;
-  for (const auto& f : order) {
+  for (const auto& g : order) {
     ValidationSummary s;
-    s.family = f;
-    s.records = counts[f];
-    auto e = errors[f];
+    s.group = g;
+    s.records = counts[g];
+    const auto& e = errors[g];
     s.predicted = static_cast<std::int64_t>(e.size());
     if (!e.empty()) {
-      std::sort(e.begin(), e.end());
-      s.median_abs_error = e.size() % 2 == 1 ? e[e.size() / 2] : (e[e.size() / 2 - 1] + e[e.size() / 2]) / 2;
-      s.max_abs_error = e.back();
+      std::vector<double> abs;
+      for (const double x : e) abs.push_back(std::fabs(x));
+      std::sort(abs.begin(), abs.end());
+      s.median_abs_error = abs.size() % 2 == 1 ? abs[abs.size() / 2] : (abs[abs.size() / 2 - 1] + abs[abs.size() / 2]) / 2;
+      s.max_abs_error = abs.back();
+      s.mean_signed_error = std::accumulate(e.begin(), e.end(), 0.0) / static_cast<double>(e.size());
+      s.min_signed_error = *std::min_element(e.begin(), e.end());
+      s.max_signed_error = *std::max_element(e.begin(), e.end());
     }
     out.push_back(s);
   }

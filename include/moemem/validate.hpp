@@ -1,11 +1,13 @@
 // Predictions against published per-GPU memory measurements. Each record (one JSON object per
-// line, the schema of tests/data/validation/measured-public.jsonl) becomes a Request, as the
-// CLI's flags do (record_request), and takes the ordinary path: make_scenario, analyze; the
-// quantity it measured (peak allocated, peak reserved, or device memory in use) is predicted on
-// the rank it was measured on. Records moemem cannot represent yet are kept with the reason.
+// line, the schema of tests/data/validation/measured-public.jsonl) carries a `moemem` object: the
+// model, the analyze arguments that represent the run, the metric (peak allocated, peak reserved
+// or device memory in use), the stage measured and the unit. The caller turns model and arguments
+// into a Request as the CLI does (RequestBuilder), and the record takes the ordinary path:
+// make_scenario, analyze. A record that cannot be represented says why.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,43 +29,58 @@ struct ValidationResult {
   Bytes measured;
   std::optional<Bytes> predicted;   // absent when not representable
   std::optional<double> error_pct;  // signed, (predicted - measured) / measured
-  std::string reason;               // why not representable, or approximations made
+  std::string reason;               // why not representable, or the model used and assumptions made
   std::string dominant;             // the largest terms of the predicted stage
 };
 
+// Errors of the predicted records of one family or one metric, percent.
 struct ValidationSummary {
-  std::string family;
+  std::string group;  // a family ("torchtitan", ...), a metric ("metric allocated", ...) or "all"
   std::int64_t records = 0, predicted = 0;
-  double median_abs_error = 0, max_abs_error = 0;
+  double median_abs_error = 0, max_abs_error = 0, mean_signed_error = 0;
+  double min_signed_error = 0, max_signed_error = 0;
 };
 
-// One record as a request, with what it measured and where.
-struct RecordRequest {
-  Request request;
-  std::string metric;      // allocated | reserved | device-used
-  bool last_rank = false;  // measured on the last pipeline rank (else the peak stage)
-  std::string notes;       // the model used (a preset or the record's architecture) and approximations
+// One quantity a record measured; `label` is empty for the record's main measurement and names a
+// companion (e.g. "reserved") otherwise.
+struct Measurement {
+  std::string metric;  // allocated | reserved | device-used
+  Bytes bytes;
+  std::string label;
 };
 
-// The request a record describes, or the reason moemem cannot represent it. A record naming a
-// preset (data/models) whose stated architecture agrees with it uses the preset; otherwise the
-// model is built from the record's model_arch. Settings the record leaves unstated stay unset.
-[[nodiscard]] std::variant<RecordRequest, std::string> record_request(const nlohmann::json& record);
+// A record's `moemem` object.
+struct RecordSpec {
+  std::string model;              // a preset name, or models/<file>: .json a config.json, .args Megatron flags
+  std::vector<std::string> args;  // analyze's arguments for the run
+  std::string stage = "peak";     // peak | last | a stage number
+  std::vector<Measurement> measurements;
+  std::string assumptions;        // settings the source leaves unstated, and what was taken
+};
+
+// The record's moemem object, or the reason it cannot be represented. Throws InputError naming
+// the record and field when the object is malformed.
+[[nodiscard]] std::variant<RecordSpec, std::string> record_spec(const nlohmann::json& record);
 // A record's field as text: a string as it is, another value as JSON, "" when absent or null.
 [[nodiscard]] std::string record_text(const nlohmann::json& record, const char* key);
-// What a record measured: allocated, reserved or device-used.
-[[nodiscard]] std::string record_metric(const nlohmann::json& record);
 // The family a record is summarised under: Megatron-LM, FlagPerf (Megatron), torchtitan, or its framework.
 [[nodiscard]] std::string record_family(const nlohmann::json& record);
 
+// Builds the request a spec describes (the CLI parses its arguments as analyze would); throws
+// InputError when the arguments are not accepted.
+using RequestBuilder = std::function<Request(const RecordSpec&)>;
+
 // The measurement set compiled into the library (tests/data/validation/measured-public.jsonl).
 [[nodiscard]] std::string_view public_measurement_set();
+// A model file the public set's records name ("models/<file>"), compiled in with it.
+[[nodiscard]] std::optional<std::string_view> public_set_model(std::string_view name);
 
-// Evaluates every record of `jsonl` with confidence >= `min`. Throws InputError on a malformed
-// line (naming the line number and the field).
+// Evaluates every record of `jsonl` with confidence >= `min`: one result per measurement (a
+// companion's id is "<id>#<metric>"). Throws InputError on a malformed line (naming the line
+// number and the field).
 [[nodiscard]] std::vector<ValidationResult> validate_records(std::string_view jsonl, const std::string& source,
-                                                             Confidence min);
-// Median and max absolute error per family, and overall (family "all").
+                                                             Confidence min, const RequestBuilder& build);
+// Per family, per metric ("metric allocated", ...) and overall ("all").
 [[nodiscard]] std::vector<ValidationSummary> summarize(const std::vector<ValidationResult>& results);
 
 }  // namespace moemem

@@ -102,7 +102,14 @@ void read_megatron_script(AnalyzeCommand& c, std::ostream& err) {
   MegatronScript& m = c.megatron;
   if (c.app->count("--megatron-args") == 0) return;
   if (m.path.empty()) throw InputError("--megatron-args", "missing", "a file path");
-  MegatronSettings s = parse_megatron_args(read_text_file(m.path, "--megatron-args"), m.path);
+  read_megatron_text(c, read_text_file(m.path, "--megatron-args"), err);
+}
+
+}  // namespace
+
+void read_megatron_text(AnalyzeCommand& c, const std::string& text, std::ostream& err) {
+  MegatronScript& m = c.megatron;
+  MegatronSettings s = parse_megatron_args(text, m.path);
   m.given = given_flags(*c.app);
   check_world_size(s, c.layout, m.given);
   print_notes(s, m, err);
@@ -110,6 +117,8 @@ void read_megatron_script(AnalyzeCommand& c, std::ostream& err) {
   if (s.model && m.given.contains("--model")) check_same_model(*s.model, load_model(c.model.model));
   m.settings = std::move(s);
 }
+
+namespace {
 
 struct Commands {
   AnalyzeCommand analyze;
