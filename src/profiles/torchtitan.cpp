@@ -139,7 +139,8 @@ const Profile kTorchtitan{
     .assumptions =
         {
             "FSDP2 over dp/dp_replicate x cp: fp32 parameter and AdamW shards; gradients are None until backward "
-            "(zero_grad(set_to_none)) and counted at the optimizer step, whichever peak is higher",
+            "(zero_grad(set_to_none)) and counted at the optimizer step (fused AdamW, no temporary), whichever "
+            "peak is higher",
             "bf16 unsharded copies: the root (embedding, final norm, output: FSDP keeps the root unsharded after "
             "forward) and the blocks not resharded after forward (the last one by default; all with PP)",
             "TP plan: colwise wq/wk/wv/w1/w3/output, rowwise wo/w2/embedding, sequence-parallel norms, loss parallel; "
