@@ -33,6 +33,9 @@ std::optional<InputError> check_training(const TrainingConfig& t, const Layout& 
     return InputError("--make-vocab-size-divisible-by", std::to_string(*t.vocab_multiple),
                       fmt::format("an integer from 1 to {}", kMaxDegree));
   }
+  for (const auto& [flag, prob] : {std::pair{"--hidden-dropout", t.hidden_dropout}, std::pair{"--attention-dropout", t.attention_dropout}}) {
+    if (!(prob >= 0.0 && prob < 1.0)) return InputError(flag, fmt::format("{}", prob), "a probability from 0 up to (not including) 1");
+  }
   if (!(t.moe_imbalance >= 1.0) || t.moe_imbalance > 1e6) {
     return InputError("--moe-imbalance", fmt::format("{}", t.moe_imbalance), "a factor from 1 (balanced) upward");
   }

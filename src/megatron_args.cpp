@@ -75,6 +75,8 @@ const std::map<std::string, std::string, std::less<>> kValueFlags = {
     {"--exp-avg-sq-dtype", "--exp-avg-sq-dtype"},
     {"--make-vocab-size-divisible-by", "--make-vocab-size-divisible-by"},
     {"--moe-expert-capacity-factor", "--moe-capacity-factor"},
+    {"--hidden-dropout", "--hidden-dropout"},
+    {"--attention-dropout", "--attention-dropout"},
 };
 
 // Switches understood: those that are settings (kSwitchSettings) and those that shape the model
@@ -505,6 +507,8 @@ void read_settings(const ScriptFlags& f, MegatronSettings& s) {
                                          [](const std::string& v, const std::string&) { return v; });
   s.fp8 = read_fp8(f);
   s.moe_capacity_factor = typed<double>(f, "--moe-expert-capacity-factor", flag_number);
+  s.hidden_dropout = typed<double>(f, "--hidden-dropout", flag_number);
+  s.attention_dropout = typed<double>(f, "--attention-dropout", flag_number);
   s.recompute = typed<Recompute>(f, "--recompute-granularity",
                                  [](const std::string& v, const std::string& field) { return parse_recompute(v, field); });
   s.recompute_modules = read_recompute_modules(f);

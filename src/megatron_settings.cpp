@@ -52,6 +52,8 @@ void apply_training(const MegatronSettings& s, TrainingRequest& t, const Given& 
   put(s.attention, "--attention", given, t.attention);
   put(s.dispatcher, "--moe-token-dispatcher", given, t.dispatcher);
   put(s.moe_capacity_factor, "--moe-capacity-factor", given, t.moe_capacity_factor);
+  put(s.hidden_dropout, "--hidden-dropout", given, t.hidden_dropout);
+  put(s.attention_dropout, "--attention-dropout", given, t.attention_dropout);
 }
 
 // Megatron derives dp from the world size; so does moemem when the script gives it.

@@ -29,6 +29,9 @@ void apply_recipe(Recipe, TrainingRequest& r) {
     r.recompute_modules = kRecomputeLayernorm | kRecomputeMlaUpProj | kRecomputeMoeAct;
   }
   if (!r.zero) r.distributed_optimizer = true;
+  // DeepSeek-V3 trains without dropout (its config and Megatron's DeepSeek-V3 recipes: 0).
+  if (!r.hidden_dropout) r.hidden_dropout = 0.0;
+  if (!r.attention_dropout) r.attention_dropout = 0.0;
 }
 
 }  // namespace moemem

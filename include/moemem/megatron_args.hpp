@@ -73,6 +73,7 @@ struct MegatronSettings {
   Setting<AttentionKernel> attention;     // --attention, from --attention-backend
   Setting<Dispatcher> dispatcher;         // --moe-token-dispatcher: deepep from flex + --moe-enable-deepep
   Setting<double> moe_capacity_factor;    // --moe-capacity-factor
+  Setting<double> hidden_dropout, attention_dropout;  // --hidden-dropout, --attention-dropout
   Setting<std::int64_t> mtp;              // --mtp
   std::optional<ModelSpec> model;         // --model: present when the script gives architecture flags
 

@@ -67,6 +67,7 @@ struct Profile {
   bool include_mtp_by_default;        // MTP depths of the model's config counted without --mtp
   std::int64_t vocab_multiple;        // pad the vocabulary to a multiple of this x tp (0: no padding)
   AttentionKernel default_attention;  // kernel when --attention is not given
+  double default_dropout = 0;  // hidden and attention dropout when not given (Megatron: 0.1)
   // --- what the profile models
   bool supports_flash;          // the flash kernel may be chosen (paper: scores always materialised)
   bool selective_recompute;  // models selective recomputation (the report analyses none and full only)

@@ -97,6 +97,10 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                  "A published training recipe: deepseek-v3 (FP8 blockwise with FP8-cached SwiGLU inputs, bf16 moments, "
                  "fp32 master and gradients, recompute of norms, MLA up-projections and the expert activation, ZeRO-1); "
                  "flags given as well take precedence");
+  app.add_option("--hidden-dropout", o.numerics.hidden_dropout,
+                 "Dropout after attention and MLP: keeps a one-byte mask each (profile default: megatron 0.1, others 0)");
+  app.add_option("--attention-dropout", o.numerics.attention_dropout,
+                 "Dropout of the attention probabilities: a mask with --attention eager (profile default: megatron 0.1, others 0)");
   app.add_option("--moe-imbalance", o.moe.moe_imbalance, "Tokens the hottest expert rank receives, times the average (>= 1)");
   app.add_option("--moe-capacity-factor", o.moe.moe_capacity_factor, "Expert capacity, times the average tokens (excess dropped)");
   app.add_option("--moe-token-dispatcher", o.moe.dispatcher, "alltoall|deepep (DeepEP keeps a communication buffer)")
@@ -196,6 +200,9 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.attention = given<AttentionKernel>(o.numerics.attention, [](const std::string& v) { return parse_attention_kernel(v, "--attention"); });
   r.logits_dtype = parse_dtype(o.numerics.logits_dtype, "--logits-dtype");
   r.fp8 = given<Fp8Recipe>(o.numerics.fp8, [](const std::string& v) { return parse_fp8_recipe(v); });
+  r.hidden_dropout = given<double>(o.numerics.hidden_dropout, [](const std::string& v) { return parse_double_impl(v, "--hidden-dropout"); });
+  r.attention_dropout =
+      given<double>(o.numerics.attention_dropout, [](const std::string& v) { return parse_double_impl(v, "--attention-dropout"); });
   r.moe_imbalance = given<double>(o.moe.moe_imbalance, [](const std::string& v) { return parse_double_impl(v, "--moe-imbalance"); });
   r.moe_capacity_factor =
       given<double>(o.moe.moe_capacity_factor, [](const std::string& v) { return parse_double_impl(v, "--moe-capacity-factor"); });

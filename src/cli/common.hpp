@@ -58,6 +58,7 @@ struct NumericsOptions {
   std::string logits_dtype = "fp32";
   std::optional<std::int64_t> vocab_multiple;
   std::string fp8, recipe;
+  std::string hidden_dropout, attention_dropout;  // empty: the profile's default
 };
 struct MoeOptions {
   std::string moe_imbalance, moe_capacity_factor, dispatcher = "alltoall";

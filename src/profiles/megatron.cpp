@@ -184,12 +184,23 @@ void megatron_moe_block(const ActivationContext& c, Terms& t) {
   }
 }
 
+// Hidden dropout: the transformer layer's bias-dropout-add after the attention block and after the
+// MLP (megatron/core/fusions/fused_bias_dropout.py: torch's dropout inside the fused function)
+// keeps a bool mask of its input, one byte per element, for backward. No selective module
+// recomputes it; full recomputation keeps only the layer input.
+void megatron_dropout_mask(const ActivationContext& c, Terms& t, const char* name, Module mod) {
+  if (c.training.hidden_dropout <= 0) return;
+  const auto d = megatron_dims(c);
+  t.add(name, mod, elems({d.tokens_sp, c.model.hidden}), DType::int8, 0, "b*s/cp/(tp if sp) x h (a bool each)");
+}
+
 // One decoder layer: the attention block, then the dense MLP or the MoE block.
 void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
   const auto& m = c.model;
   const auto d = megatron_dims(c);
   Terms t{c, out};
   megatron_attention(c, t);
+  megatron_dropout_mask(c, t, "attn.dropout_mask (hidden dropout)", Module::attention);
   const Module block = kind == LayerKind::moe ? Module::router : Module::dense_mlp;
   t.add("mlp.input", block, elems({d.tokens_sp, m.hidden}), t.a, 0, "b*s/cp/(tp if sp) x h");
   if (kind == LayerKind::dense) {
@@ -197,12 +208,14 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
                    kRecomputeLayernorm, "b*s/cp/(tp if sp) x h");
     megatron_mlp(c, t, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output (fc2 input)",
                  "mlp.act_output.scales", kRecomputeMlp, m.gated_mlp);
+    megatron_dropout_mask(c, t, "mlp.dropout_mask (hidden dropout)", Module::dense_mlp);
     return;
   }
   // The MoE block's norm output feeds the router (bf16) and the dispatch.
   t.add("mlp.norm_output (router input)", block, elems({d.tokens_sp, m.hidden}), t.a, kRecomputeLayernorm,
         "b*s/cp/(tp if sp) x h");
   megatron_moe_block(c, t);
+  megatron_dropout_mask(c, t, "mlp.dropout_mask (hidden dropout)", Module::router);
 }
 
 // Embedding: the token ids (int64). Loss: the final norm's input and output and the logits of
@@ -262,7 +275,8 @@ const Profile kMegatron{
             "distributed optimizer (--distributed-optimizer, = --zero 1): master weights and moments over dp*cp, "
             "routed experts over edp; main gradients whole in their own dtype",
             "activations per module with sequence parallelism as set, fused attention by default (--attention eager "
-            "keeps the score matrices), no dropout; balanced routing",
+            "keeps the score matrices); hidden dropout (Megatron's default 0.1, --hidden-dropout 0 to turn off) keeps a "
+            "one-byte mask after attention and after the MLP; balanced routing",
             "last stage: final norm, head and fp32 logits of the loss; MTP depths with their own logits and a copy "
             "of the embedding where it is not already on the rank",
             "micro-batches in flight from the schedule; full recomputation keeps each layer's input plus one "
@@ -290,6 +304,9 @@ const Profile kMegatron{
     .include_mtp_by_default = true,
     .vocab_multiple = 128,
     .default_attention = AttentionKernel::flash,
+    // Megatron-Core's TransformerConfig: hidden_dropout = attention_dropout = 0.1 unless the
+    // script sets them (--hidden-dropout, --attention-dropout; recipes usually set 0).
+    .default_dropout = 0.1,
     .supports_flash = true,
     .selective_recompute = true,
     .models_fp8_and_routing = true,

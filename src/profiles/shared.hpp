@@ -98,4 +98,13 @@ inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, 
   return std::nullopt;
 }
 
+// Dropout under a profile whose models have none (torchtitan's Llama, the paper's analysis).
+inline std::optional<InputError> refuse_dropout(std::string_view profile, const TrainingConfig& t) {
+  if (t.hidden_dropout > 0 || t.attention_dropout > 0) {
+    return InputError("--hidden-dropout/--attention-dropout", fmt::format("{}/{}", t.hidden_dropout, t.attention_dropout),
+                     fmt::format("0 with the {} profile (its models have no dropout)", profile));
+  }
+  return std::nullopt;
+}
+
 }  // namespace moemem::profiles
