@@ -22,9 +22,9 @@ cases = [json.loads(l) for l in open("tests/data/regression/cases.jsonl")]
 expected = [json.loads(l) for l in open("tests/data/regression/expected.jsonl")]
 changed = []
 for case, old in zip(cases, expected):
-    p = subprocess.run([exe] + case["args"], capture_output=True, text=True)
-    new = {"id": case["id"], "code": p.returncode, "out": snapshot["normalise"](p.stdout),
-           "err": snapshot["normalise"](p.stderr)}
+    p = subprocess.run([exe] + case["args"], capture_output=True)  # bytes: text mode would turn the progress line's \r into \n
+    new = {"id": case["id"], "code": p.returncode, "out": snapshot["normalise"](p.stdout.decode()),
+           "err": snapshot["normalise"](p.stderr.decode())}
     if new != old:
         changed.append(case["id"])
         old.clear()

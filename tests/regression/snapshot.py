@@ -48,5 +48,5 @@ def normalise(text):
 
 for line in open("tests/data/regression/cases.jsonl"):
     case = json.loads(line)
-    p = subprocess.run([exe] + case["args"], capture_output=True, text=True)
-    print(json.dumps({"id": case["id"], "code": p.returncode, "out": normalise(p.stdout), "err": normalise(p.stderr)}))
+    p = subprocess.run([exe] + case["args"], capture_output=True)  # bytes: text mode would turn the progress line's \r into \n
+    print(json.dumps({"id": case["id"], "code": p.returncode, "out": normalise(p.stdout.decode()), "err": normalise(p.stderr.decode())}))
