@@ -24,6 +24,27 @@ void fsdp2_prepare(const EvalContext&, const Shares& sh, StageReport& st) {
 
 Bytes bytes_per(Count c, std::uint64_t per) { return Bytes(checked_mul(c.value(), per, "fsdp bytes")); }
 
+// With pipeline parallelism, torch.distributed.pipelining runs every micro-batch's backward
+// without gradient sync (stage.py _PipelineStageBase.backward_maybe_with_nosync: for an
+// FSDPModule set_requires_gradient_sync(False) and set_reshard_after_backward(False) around each
+// backward, then, after the last one, each FSDP group's post_backward by hand). FSDP2's
+// post_backward without reduce_grads (torch/distributed/_composable/fsdp/_fsdp_param_group.py
+// FSDPParamGroup.post_backward -> _fsdp_param.py FSDPParam.to_accumulated_grad_if_needed)
+// moves each unsharded bf16 gradient to `unsharded_accumulated_grad` in the reduce dtype, and
+// later micro-batches add into it (accumulate_unsharded_grad_if_needed); only the final
+// post_backward reduce-scatters and frees it. torchtitan's reduce dtype is fp32
+// (config_manager.py --training.mixed_precision_reduce, default and only choice "float32" at
+// commit 9dec370, 2024-12-26). So from the end of a stage's first backward to the end of the
+// step, the stage holds an fp32 gradient of every parameter it holds (after TP, before FSDP):
+// 4 bytes x (root + blocks). torch 1963fc8 (2024-12-23) is the torch of torchtitan's 2024-12
+// benchmark.
+Bytes pp_accumulated_grads(const EvalContext& c, const StageReport& st) {
+  if (c.layout.config.pp <= 1) return Bytes{};
+  const FsdpDetail& f = *st.fsdp;
+  const auto blocks = Count(checked_mul(f.block_params.value(), static_cast<std::uint64_t>(st.layers.num_layers), "fsdp"));
+  return bytes_per(f.root_params + blocks, 4);
+}
+
 // FSDP2 as torchtitan applies it (parallelize_llama.py apply_fsdp; torch.distributed.fsdp
 // fully_shard): parameters shard over dp/dp_replicate x cp in fp32; AdamW's moments with them;
 // gradients are None until backward writes fp32 shards. At the start of backward (the usual
@@ -57,7 +78,13 @@ bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
                           : bytes_per(f.block_params, 2);
   f.root_unsharded = bytes_per(f.root_params, 2);
   f.blocks_unsharded = Bytes(checked_mul(block.value(), static_cast<std::uint64_t>(f.blocks_kept), "fsdp"));
-  const Bytes backward = bytes_per(f.shard_params, 12) + f.root_unsharded + f.blocks_unsharded + activations;
+  // With PP the first backward's fp32 gradients stay while the later micro-batches run backward
+  // (pp_accumulated_grads); charged with the activations in flight at the first backward: as many
+  // as at the second where forwards resume between backwards (1F1B's steady state), one
+  // micro-batch's block inputs more where every forward came first (GPipe, 1F1B's first stage
+  // when micro-batches = stages).
+  const Bytes backward = bytes_per(f.shard_params, 12) + f.root_unsharded + f.blocks_unsharded +
+                         pp_accumulated_grads(c, st) + activations;
   f.optimizer_step_peak = bytes_per(f.shard_params, 16) > backward;
   if (shard_group > 1) {
     f.all_gather_cache = std::max(f.root_unsharded, Bytes(checked_mul(block.value(), 2, "fsdp")));
@@ -88,6 +115,17 @@ void record_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger) {
     });
     moments();
     return;
+  }
+  if (const Bytes grads = pp_accumulated_grads(c, st); grads.value() > 0) {
+    ledger.add(Category::gradients, grads, [&] {
+      const Count n = f.root_params + Count(checked_mul(f.block_params.value(),
+                                                        static_cast<std::uint64_t>(st.layers.num_layers), "fsdp"));
+      return ledger_item("fsdp", "unsharded gradients accumulated over micro-batches",
+                         fmt::format("({} root + {} blocks x {}) parameters x fp32 (PP: no gradient sync until the "
+                                     "last micro-batch)",
+                                     f.root_params.value(), st.layers.num_layers, f.block_params.value()),
+                         n, DType::fp32);
+    });
   }
   ledger.add(Category::weights, f.root_unsharded, [&] {
     return ledger_item("fsdp", "bf16 root copy",

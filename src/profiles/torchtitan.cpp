@@ -89,6 +89,14 @@ void titan_chunk_activations(const ActivationContext& c, const Chunk& chunk, std
   const auto d = titan_dims(c);
   const DType a = c.training.activation_dtype;
   if (chunk.embedding) out.push_back({"embedding.token_ids", Module::embedding, elems({d.tokens}), DType::int64, false, 0, "b*s/cp", false});
+  // A pipeline chunk before the loss keeps its output (the next chunk's input, the root of its
+  // backward) from its forward to its backward: torch.distributed.pipelining stage.py
+  // forward_one_chunk stores fwd_cache[mb] = (output_tuple, inputs), popped by backward_one_chunk.
+  // Sequence-parallel under TP (w2's RowwiseParallel output_layouts=Shard(1), local tensor).
+  if (!chunk.loss && c.layout.config.pp > 1) {
+    out.push_back({"stage.output", Module::attention, elems({d.tokens_sp, c.model.hidden}), a, true, 0,
+                   "b*s/cp/tp x h (held for the stage's backward)", false});
+  }
   if (chunk.loss) {
     out.push_back({"norm.input", Module::output_head, elems({d.tokens_sp, c.model.hidden}), a, false, 0, "b*s/cp/tp x h", false});
     out.push_back({"output.input", Module::output_head, elems({d.tokens, c.model.hidden}), a, false, 0,

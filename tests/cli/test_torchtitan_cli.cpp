@@ -88,6 +88,21 @@ TEST(TorchtitanCli, OptimizerStepPeakWhenActivationsAreSmall) {
   EXPECT_EQ(bytes(j, "activations"), 0u);
 }
 
+TEST(TorchtitanCli, PipelineKeepsTheStagesUnshardedFp32Gradients) {
+  // With PP, torch.distributed.pipelining turns FSDP's gradient sync off for every micro-batch's
+  // backward (stage.py backward_maybe_with_nosync) and FSDP2 keeps each unsharded gradient in the
+  // fp32 reduce dtype (FSDPParam.to_accumulated_grad_if_needed) until the last one: 4 bytes per
+  // parameter the stage holds after TP, FSDP or not. 32 layers over 2 stages: 16 blocks each,
+  // the embedding on the first, the final norm and output on the last.
+  const json j = titan({"--pp", "2", "--global-batch", "8", "--recompute", "full"}, "4");
+  ASSERT_FALSE(j.is_null());
+  constexpr std::uint64_t kEmbedding = 128256ull * 4096;
+  EXPECT_EQ(j.at("stages")[0].at("bytes").at("gradients").get<std::uint64_t>(), 4 * (16 * kBlock + kEmbedding));
+  EXPECT_EQ(j.at("stages")[1].at("bytes").at("gradients").get<std::uint64_t>(), 4 * (16 * kBlock + kEmbedding + 4096));
+  // Without PP the same shards hold no gradient at the start of backward.
+  EXPECT_EQ(bytes(titan({"--recompute", "full"}, "4"), "gradients"), 0u);
+}
+
 // Qwen3-32B as torchtitan's qwen3 "32B" flavour states it (experiments/qwen3/__init__.py at
 // d66b72a6a: dim 5120, 64 layers, 64 heads, 8 KV heads, head_dim 128, hidden_dim 25600, vocab
 // 151936, qk_norm, untied), written over the Qwen3-8B config (same family, same keys).
