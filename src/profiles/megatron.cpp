@@ -160,23 +160,23 @@ void megatron_moe_block(const ActivationContext& c, Terms& t) {
   // hottest rank receives --moe-imbalance times that, at most --moe-capacity-factor times.
   double factor = c.training.moe_imbalance;  // validated >= 1 in validate_training
   if (c.training.moe_capacity_factor) factor = std::min(factor, *c.training.moe_capacity_factor);
-  const auto base = static_cast<double>(elems({d.tokens_sp, e.top_k, p.etp}).value());
+  const auto base = static_cast<double>(elems({d.tokens_sp, e.top_k, p.etp_degree()}).value());
   const auto routed = static_cast<std::int64_t>(std::ceil(base * factor));
   const std::uint16_t moe = kRecomputeMoe;
   t.linear_input("experts.fc1_input (dispatched tokens)", "experts.fc1_input.scales", Module::routed_experts,
                  elems({routed, m.hidden}), moe, "R x h, R = tokens x top_k x etp x imbalance");
   if (c.training.fp8_swiglu_input) {
     t.linear_input("experts.fc1_output (SwiGLU input)", "experts.fc1_output.scales", Module::routed_experts,
-                   elems({routed, 2 * e.expert_ffn}, p.etp), moe, "R x 2 ffn/etp");
+                   elems({routed, 2 * e.expert_ffn}, p.etp_degree()), moe, "R x 2 ffn/etp");
   } else {
-    t.add("experts.fc1_output (SwiGLU input)", Module::routed_experts, elems({routed, 2 * e.expert_ffn}, p.etp), t.a, moe,
+    t.add("experts.fc1_output (SwiGLU input)", Module::routed_experts, elems({routed, 2 * e.expert_ffn}, p.etp_degree()), t.a, moe,
           "R x 2 ffn/etp");
   }
   // Megatron-Core's grouped MLP applies the routing probabilities inside the activation
   // (activation_func_with_probs), which keeps fc1's output and the probabilities; fc2 keeps the
   // product as its input, and the unpermute that follows only sums (nothing saved).
   t.linear_input("experts.act_output (fc2 input)", "experts.act_output.scales", Module::routed_experts,
-                 elems({routed, e.expert_ffn}, p.etp), kRecomputeMoe | kRecomputeMoeAct, "R x ffn/etp");
+                 elems({routed, e.expert_ffn}, p.etp_degree()), kRecomputeMoe | kRecomputeMoeAct, "R x ffn/etp");
   t.add("experts.probs", Module::routed_experts, elems({routed}), DType::fp32, moe, "R");
   if (e.shared_ffn > 0) {
     megatron_mlp(c, t, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output (fc2 input)",
@@ -290,6 +290,9 @@ const Profile kMegatron{
     .include_mtp_by_default = true,
     .vocab_multiple = 128,
     .default_attention = AttentionKernel::flash,
+    // megatron/training/arguments.py validate_args: "if args.expert_tensor_parallel_size is None:
+    // args.expert_tensor_parallel_size = args.tensor_model_parallel_size".
+    .etp_follows_tp = true,
     .supports_flash = true,
     .selective_recompute = true,
     .models_fp8_and_routing = true,
