@@ -110,15 +110,28 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
   t.linear_input("attn.norm_output (q/kv input)", "attn.norm_output.scales", Module::attention,
                  elems({d.tokens_sp, m.hidden}), kRecomputeLayernorm, "b*s/cp/(tp if sp) x h");
   const auto [qk_dim, v_dim, kv_heads] = megatron_projections(c, t);
-  // Inputs of the core attention (after RoPE), kept by both kernels.
+  const bool eager = c.attention == AttentionKernel::eager;
+  // Inputs of the core attention (after RoPE), kept by both kernels. The unfused kernel
+  // (megatron/core/transformer/dot_product_attention.py, DotProductAttention.forward) first
+  // repeat_interleaves K and V to every query head (a copy when kv heads < heads), and its
+  // baddbmm and bmm save those copies.
+  const bool repeated = eager && kv_heads != d.heads;
+  const std::int64_t kv_saved = repeated ? d.heads : kv_heads;
   t.add("attn.q", Module::attention, elems({d.tokens, d.heads, qk_dim}), t.a, up, "b*s/cp x heads/tp x qk_dim");
-  t.add("attn.k", Module::attention, elems({d.tokens, kv_heads, qk_dim}), t.a, up, "b*s/cp x kv_heads/tp x qk_dim");
-  t.add("attn.v", Module::attention, elems({d.tokens, kv_heads, v_dim}), t.a, up, "b*s/cp x kv_heads/tp x v_dim");
-  if (c.attention == AttentionKernel::eager) {
-    t.add("attn.scores", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), t.a, kRecomputeCoreAttn,
-          "b x heads/tp x s/cp x s");
+  t.add("attn.k", Module::attention, elems({d.tokens, kv_saved, qk_dim}), t.a, up,
+        repeated ? "b*s/cp x heads/tp x qk_dim (repeated to every query head)" : "b*s/cp x kv_heads/tp x qk_dim");
+  t.add("attn.v", Module::attention, elems({d.tokens, kv_saved, v_dim}), t.a, up,
+        repeated ? "b*s/cp x heads/tp x v_dim (repeated to every query head)" : "b*s/cp x kv_heads/tp x v_dim");
+  if (eager) {
+    // DotProductAttention.forward: scores = baddbmm(q, k^T) (its backward saves q and k, not the
+    // scores); probs = FusedScaleMaskSoftmax (megatron/core/fusions/fused_softmax.py: the fused
+    // Scaled*Softmax functions save only softmax_results; the torch fallback's nn.Softmax saves
+    // its output, the in-place mask saves the cached causal mask); context = bmm(probs, v) saves
+    // the same probs tensor. So one b x heads/tp x s/cp x s matrix in the activation dtype
+    // (Megatron's launcher default: no --attention-softmax-in-fp32). Attention dropout, which
+    // would add its mask and output, is not charged (docs/formulas.md).
     t.add("attn.softmax", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), t.a, kRecomputeCoreAttn,
-          "b x heads/tp x s/cp x s");
+          "b x heads/tp x s/cp x s (softmax output)");
   } else {
     t.add("attn.softmax_lse", Module::attention, elems({d.b, d.heads, d.s_local}), DType::fp32, kRecomputeCoreAttn,
           "b x heads/tp x s/cp");
@@ -262,7 +275,7 @@ const Profile kMegatron{
             "distributed optimizer (--distributed-optimizer, = --zero 1): master weights and moments over dp*cp, "
             "routed experts over edp; main gradients whole in their own dtype",
             "activations per module with sequence parallelism as set, fused attention by default (--attention eager "
-            "keeps the score matrices), no dropout; balanced routing",
+            "keeps the softmax output and K, V repeated to every query head), no dropout; balanced routing",
             "last stage: final norm, head and fp32 logits of the loss; MTP depths with their own logits and a copy "
             "of the embedding where it is not already on the rank",
             "micro-batches in flight from the schedule; full recomputation keeps each layer's input plus one "

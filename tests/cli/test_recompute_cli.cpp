@@ -90,9 +90,9 @@ TEST(RecomputeCli, SharedExpertsFreesTheSharedMlpIntermediates) {
 }
 
 TEST(RecomputeCli, CoreAttnFreesWhatTheKernelSavesBeyondItsInputs) {
-  // Flash keeps the log-sum-exp; eager the score and softmax matrices.
+  // Flash keeps the log-sum-exp; eager the softmax output (Megatron's DotProductAttention).
   EXPECT_EQ(changed_by("core_attn", 1), (Names{"attn.softmax_lse"}));
-  EXPECT_EQ(changed_by("core_attn", 1, {"--attention", "eager"}), (Names{"attn.scores", "attn.softmax"}));
+  EXPECT_EQ(changed_by("core_attn", 1, {"--attention", "eager"}), (Names{"attn.softmax"}));
 }
 
 TEST(RecomputeCli, MlpFreesNothingOnAMoeStageAndTheDenseMlpOnStageZero) {
