@@ -243,10 +243,25 @@ void megatron_chunk_activations(const ActivationContext& c, const Chunk& chunk, 
   }
 }
 
-// vocab_parallel_cross_entropy's backward returns the fp32 gradient of the logits (computed in
-// place in the saved softmax); autograd casts it to the bf16 of the head's output while the fp32
-// one is alive.
+// The loss's backward returns the logits' gradient in the dtype the loss keeps them in, and the
+// autograd engine casts it to the dtype of the head's output (the activation dtype) while the
+// loss's own copy is alive.
+// - fp32 (default): megatron/core/tensor_parallel/cross_entropy.py calculate_logits_max upcasts
+//   (.float()), _VocabParallelCrossEntropy saves the fp32 softmax and its backward returns the
+//   fp32 gradient computed in place in it; so does the native fused path
+//   (megatron/core/fusions/fused_cross_entropy.py, --cross-entropy-fusion-impl native), and
+//   Transformer Engine's parallel_cross_entropy from 2.18 (transformer_engine/pytorch/triton/
+//   cross_entropy.py cross_entropy_forward: "Store the input gradient in FP32", PR 3193). The
+//   cast adds one b*s/cp x vocab/tp tensor in the activation dtype.
+// - logits kept in the activation dtype (--logits-dtype bf16): Transformer Engine's
+//   parallel_cross_entropy before 2.18 (--cross-entropy-loss-fusion --cross-entropy-fusion-impl
+//   te) writes the gradient in place into the bf16 logits it saved (cross_entropy_forward
+//   returned `_input`; CrossEntropyFunction.backward returns it scaled in place), so there is no
+//   cast and no further tensor.
 LossPeak megatron_loss_peak(const ActivationContext& c) {
+  if (c.training.logits_dtype == c.training.activation_dtype) {
+    return {Bytes{}, Bytes{}, "none: the logits' gradient is written in place into the saved logits"};
+  }
   const auto d = megatron_dims(c);
   return {bytes_of(elems({d.tokens, c.padded_vocab}, d.tp), c.training.activation_dtype), Bytes{},
           "bf16 copy of the logits' fp32 gradient"};
@@ -286,7 +301,8 @@ const Profile kMegatron{
             "+ NCCL 0.39 GiB + 0.4 GiB per further process group (+ 5.7 GiB with tp > 1, fitted to FlagPerf's "
             "nvidia-smi figures); DeepEP buffer 3.1 GB with --moe-token-dispatcher deepep",
             "loss backward: the fp32 gradient of the logits is cast to bf16 for the head (one more b*s/cp x vocab/tp "
-            "bf16 tensor on the last stage), before any layer is recomputed",
+            "bf16 tensor on the last stage), before any layer is recomputed; none with --logits-dtype bf16 (the "
+            "gradient written in place into the saved logits, as Transformer Engine's fused cross entropy before 2.18)",
         },
     .check = megatron_check,
     .tp_split = megatron_tp_split,
