@@ -23,7 +23,7 @@ void apply_layout(const MegatronSettings& s, ParallelConfig& p, const Given& giv
   put(s.pp, "--pp", given, p.pp);
   put(s.cp, "--cp", given, p.cp);
   put(s.ep, "--ep", given, p.ep);
-  put(s.etp, "--etp", given, p.etp);
+  put(s.etp, "--etp", given, p.etp);  // unset: make_scenario makes it the final tp (Megatron's default)
   put(s.vpp, "--vpp", given, p.vpp);
   put(s.sp, "--sp", given, p.sp);
   put(s.pipeline_layout, "--pipeline-model-parallel-layout", given, p.pipeline_layout);

@@ -220,7 +220,7 @@ Problem cut_into_chunks(const ModelSpec& m, const ParallelConfig& p, std::int64_
 // The degrees and the world size they make.
 Problem check_degrees(const ParallelConfig& p, Layout& out) {
   for (const auto& [v, flag] : {std::pair{p.tp, "--tp"}, std::pair{p.pp, "--pp"}, std::pair{p.dp, "--dp"},
-                               std::pair{p.cp, "--cp"}, std::pair{p.ep, "--ep"}, std::pair{p.etp, "--etp"}}) {
+                               std::pair{p.cp, "--cp"}, std::pair{p.ep, "--ep"}, std::pair{p.etp_degree(), "--etp"}}) {
     if (auto problem = check_degree(v, flag)) return problem;
   }
   std::uint64_t world = 1;
@@ -243,18 +243,19 @@ Problem check_model_split(const ModelSpec& m, const ParallelConfig& p, Layout& o
   }
   if (!m.is_moe()) {
     if (p.ep != 1) return InputError("--ep", std::to_string(p.ep), "1 for a model without routed experts");
-    if (p.etp != 1) return InputError("--etp", std::to_string(p.etp), "1 for a model without routed experts");
+    if (p.etp_degree() != 1) return InputError("--etp", std::to_string(p.etp_degree()), "1 for a model without routed experts");
   } else {
     if (auto problem = check_divides(m.moe.num_routed_experts, "n_routed_experts", p.ep, "--ep")) return problem;
-    if (auto problem = check_divides(m.moe.expert_ffn, "moe_intermediate_size", p.etp, "--etp")) return problem;
+    if (auto problem = check_divides(m.moe.expert_ffn, "moe_intermediate_size", p.etp_degree(), "--etp")) return problem;
   }
   const std::int64_t dense_ranks = p.tp * p.cp * p.dp;  // ranks of one pipeline stage
-  if (dense_ranks % (p.ep * p.etp) != 0) {
-    return InputError("--ep/--etp", fmt::format("ep*etp = {}", p.ep * p.etp),
+  const std::int64_t etp = p.etp_degree();
+  if (dense_ranks % (p.ep * etp) != 0) {
+    return InputError("--ep/--etp", fmt::format("ep*etp = {}", p.ep * etp),
                       fmt::format("a divisor of tp*cp*dp = {} (every stage's ranks must form whole expert groups)",
                                   dense_ranks));
   }
-  out.edp = dense_ranks / (p.ep * p.etp);
+  out.edp = dense_ranks / (p.ep * etp);
   return std::nullopt;
 }
 
@@ -351,6 +352,7 @@ LayoutVerdict check_layout(const ModelSpec& m, const ParallelConfig& p) {
   LayoutVerdict v;
   Layout out;
   out.config = p;
+  out.config.etp = p.etp_degree();
   v.error = check_degrees(p, out);
   if (!v.error) v.error = check_model_split(m, p, out);
   if (!v.error) v.error = resolve_schedule(p, out.config.schedule);

@@ -94,6 +94,24 @@ void check_one_pipeline_split(const ParallelConfig& p) {
   }
 }
 
+// The layout with etp, when not given, at the profile's default (Megatron: tp for a model with
+// routed experts, megatron/training/arguments.py validate_args); an error about etp then says
+// where its value came from.
+Layout resolve_layout_with_default_etp(const ModelSpec& m, const ParallelConfig& given, const Profile& profile) {
+  ParallelConfig p = given;
+  if (given.etp) return resolve_layout(m, p);
+  p.etp = profile.etp_follows_tp && m.is_moe() ? p.tp : 1;
+  LayoutVerdict v = check_layout(m, p);
+  if (v.error) {
+    const InputError& e = *v.error;
+    if (*p.etp == 1 || e.field().find("--etp") == std::string::npos) throw e;
+    throw InputError(e.field(), e.value(),
+                     fmt::format("{}; etp was not given and is tp = {}, Megatron's default (--etp sets it)", e.accepted(), *p.etp));
+  }
+  v.layout->etp_defaulted = true;
+  return std::move(*v.layout);
+}
+
 }  // namespace
 
 Scenario make_scenario(const Request& r) {
@@ -102,7 +120,7 @@ Scenario make_scenario(const Request& r) {
   s.model = load_requested_model(r.model, *s.profile);
   s.inventory = build_inventory(s.model);
   check_one_pipeline_split(r.parallel);
-  s.layout = resolve_layout(s.model, r.parallel);
+  s.layout = resolve_layout_with_default_etp(s.model, r.parallel, *s.profile);
   s.training = resolve_training(r.training, *s.profile);
   validate_training(s.training, s.layout);
   if (auto problem = s.profile->check(s.model, s.layout, s.training)) throw *problem;

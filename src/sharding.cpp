@@ -21,8 +21,8 @@ Count shard_params(const Tensor& t, TpSplit split, const ParallelConfig& p, Shar
     // Whole experts over ep; each expert's FFN dimension over etp.
     const std::uint64_t experts = share(u(t.copies), p.ep, at.ep_rank);
     const bool ffn_in_rows = t.role != Role::expert_down;
-    const std::uint64_t rows = ffn_in_rows ? share(u(t.rows), p.etp, at.etp_rank) : u(t.rows);
-    const std::uint64_t cols = ffn_in_rows ? u(t.cols) : share(u(t.cols), p.etp, at.etp_rank);
+    const std::uint64_t rows = ffn_in_rows ? share(u(t.rows), p.etp_degree(), at.etp_rank) : u(t.rows);
+    const std::uint64_t cols = ffn_in_rows ? u(t.cols) : share(u(t.cols), p.etp_degree(), at.etp_rank);
     return Count(checked_mul(checked_mul(rows, cols, "shard size"), experts, "shard size"));
   }
   const std::uint64_t copies = u(t.copies);

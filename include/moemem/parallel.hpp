@@ -22,7 +22,14 @@ inline constexpr std::int64_t kMaxDegree = std::int64_t{1} << 20;
 inline constexpr std::int64_t kMaxWorld = std::int64_t{1} << 24;
 
 struct ParallelConfig {
-  std::int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 1;
+  std::int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1;
+  // Expert-tensor-parallel degree. Unset: the profile's default, which make_scenario puts in
+  // (Megatron: tp for a model with routed experts, as megatron/training/arguments.py
+  // validate_args sets expert_tensor_parallel_size when it is not given; torchtitan and the
+  // reference analysis: 1). A config checked on its own (check_layout) takes 1; its Layout's
+  // config always has it set.
+  std::optional<std::int64_t> etp;
+  [[nodiscard]] std::int64_t etp_degree() const { return etp.value_or(1); }
   bool sp = false;  // sequence parallelism (splits the sequence of non-attention parts over tp)
   std::int64_t vpp = 1;  // virtual pipeline stages (model chunks) per rank, interleaved schedule
   Schedule schedule = Schedule::one_f_one_b;
@@ -41,7 +48,8 @@ struct StageRange {
 };
 
 struct Layout {
-  ParallelConfig config;        // as given, with the schedule resolved (vpp > 1: interleaved)
+  ParallelConfig config;        // as given, with the schedule (vpp > 1: interleaved) and etp resolved
+  bool etp_defaulted = false;   // etp was not given: the profile's default (set by make_scenario)
   std::int64_t edp = 1;         // expert data-parallel degree
   std::int64_t world_size = 1;  // tp * pp * cp * dp
   std::vector<StageRange> stages;                      // per rank: first decoder layer, layer count

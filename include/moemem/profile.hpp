@@ -68,6 +68,11 @@ struct Profile {
   std::int64_t vocab_multiple;        // pad the vocabulary to a multiple of this x tp (0: no padding)
   AttentionKernel default_attention;  // kernel when --attention is not given
   double default_dropout = 0;  // hidden and attention dropout when not given (Megatron: 0.1)
+  // --etp when not given: tp for a model with routed experts (true: Megatron,
+  // megatron/training/arguments.py validate_args), else 1 (torchtitan's job_config.py
+  // Parallelism.expert_tensor_parallel_degree = 1; the reference analysis's ETP 1). Defaults to
+  // false so that a profile which leaves it out keeps etp 1.
+  bool etp_follows_tp = false;
   // --- what the profile models
   bool supports_flash;          // the flash kernel may be chosen (paper: scores always materialised)
   bool selective_recompute;  // models selective recomputation (the report analyses none and full only)

@@ -27,6 +27,12 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
   r.overhead = c.profile.overhead;
   r.total_params = c.cm.total_params;
   r.assumptions.assign(c.profile.assumptions.begin(), c.profile.assumptions.end());
+  if (c.layout.etp_defaulted && c.profile.etp_follows_tp && c.model.is_moe() && c.layout.config.tp > 1) {
+    // megatron/training/arguments.py validate_args: expert_tensor_parallel_size defaults to tp
+    // (named when it differs from 1, the value it would otherwise be taken for).
+    r.assumptions.push_back(fmt::format("expert tensor parallel = tp = {} (Megatron's default when --etp is not given)",
+                                        c.layout.config.tp));
+  }
   const auto& layout = c.layout;
   r.stages.resize(layout.rank_chunks.size());
   for (std::size_t s = 0; s < r.stages.size(); ++s) {

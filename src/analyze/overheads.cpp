@@ -14,7 +14,7 @@ Bytes runtime_bytes(const EvalContext& c) {
   const auto& o = c.profile.overhead;
   Bytes runtime = c.t.cuda_context.value_or(o.cuda_context);
   if (c.layout.world_size > 1) runtime += o.nccl_world;
-  for (const std::int64_t g : {p.tp, p.pp, p.dp, p.cp, p.ep, p.etp, c.layout.edp}) {
+  for (const std::int64_t g : {p.tp, p.pp, p.dp, p.cp, p.ep, p.etp_degree(), c.layout.edp}) {
     if (g > 1 && c.layout.world_size > 1) runtime += c.t.nccl_per_group.value_or(o.nccl_per_group);
   }
   if (p.tp > 1) runtime += o.tp_device_residual;

@@ -123,7 +123,7 @@ const Shares& shares_for(const EvalContext& c, EvalCache* cache, Shares& local) 
     return local;
   }
   const auto& p = c.layout.config;
-  const SharesKey key{p.tp, p.ep, p.etp, c.vocab, c.t.fp8 != Fp8Recipe::none};
+  const SharesKey key{p.tp, p.ep, p.etp_degree(), c.vocab, c.t.fp8 != Fp8Recipe::none};
   auto it = cache->shares.find(key);
   if (it == cache->shares.end()) it = cache->shares.emplace(key, compute_shares(c)).first;
   return it->second;

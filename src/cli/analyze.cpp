@@ -74,7 +74,7 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
       {"model", {{"name", r.model_name}, {"total_params", r.total_params.value()}}},
       {"profile", r.profile},
       {"parallel", {{"world_size", r.layout.world_size}, {"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp},
-                    {"ep", p.ep}, {"etp", p.etp}, {"edp", r.layout.edp}, {"sp", p.sp}, {"vpp", p.vpp},
+                    {"ep", p.ep}, {"etp", p.etp_degree()}, {"edp", r.layout.edp}, {"sp", p.sp}, {"vpp", p.vpp},
                     {"schedule", name_of(p.schedule)}, {"num_chunks", r.layout.chunks.size()}}},
       {"training", {{"micro_batch", r.training.micro_batch}, {"seq_len", r.training.seq_len},
                     {"global_batch", r.training.global_batch ? nlohmann::json(*r.training.global_batch) : nlohmann::json()},
@@ -248,7 +248,7 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
                                          group_thousands(r.total_params.value()), r.profile);
   out << (md ? "\n" : "")
       << fmt::format("layout: tp {} pp {} dp {} cp {} ep {} etp {} (edp {}), sp {}, world size {}\n", p.tp, p.pp, p.dp,
-                     p.cp, p.ep, p.etp, r.layout.edp, p.sp ? "on" : "off", r.layout.world_size);
+                     p.cp, p.ep, p.etp_degree(), r.layout.edp, p.sp ? "on" : "off", r.layout.world_size);
   const std::string recompute =
       r.training.recompute == Recompute::selective
           ? fmt::format("selective ({})", recompute_modules_text(r.training.recompute_modules))

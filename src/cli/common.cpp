@@ -28,8 +28,10 @@ void add_int(CLI::App& app, const char* flag, std::int64_t& target, const char* 
 }
 
 void add_optional_int(CLI::App& app, const char* flag, std::optional<std::int64_t>& target, const char* help) {
-  app.add_option_function<std::string>(flag, [&target, flag](const std::string& s) { target = parse_int(s, flag); }, help)
-      ->type_name("INT");
+  auto* option =
+      app.add_option_function<std::string>(flag, [&target, flag](const std::string& s) { target = parse_int(s, flag); }, help)
+          ->type_name("INT");
+  if (target) option->default_str(std::to_string(*target));  // a command's preset (paper: --etp 1)
 }
 
 void add_model_options(CLI::App& app, ModelOptions& o) {
@@ -47,7 +49,10 @@ void add_layout_options(CLI::App& app, LayoutOptions& o) {
   add_int(app, "--dp", o.dp, "Data-parallel degree");
   add_int(app, "--cp", o.cp, "Context-parallel degree");
   add_int(app, "--ep", o.ep, "Expert-parallel degree");
-  add_int(app, "--etp", o.etp, "Expert-tensor-parallel degree");
+  add_optional_int(app, "--etp", o.etp,
+                   o.etp ? "Expert-tensor-parallel degree"
+                         : "Expert-tensor-parallel degree (default: tp with the megatron profile, as Megatron's "
+                           "--expert-tensor-parallel-size; 1 otherwise)");
   add_int(app, "--vpp", o.vpp, "Virtual pipeline stages (model chunks) per rank: interleaved 1F1B");
   app.add_flag("--sp,--sequence-parallel", o.sp, "Sequence parallelism (split non-attention activations over tp)");
   app.add_option("--layers-per-stage", o.layers_per_stage,

@@ -28,7 +28,8 @@ struct ModelOptions {
 };
 
 struct LayoutOptions {
-  std::int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 1, vpp = 1;
+  std::int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
+  std::optional<std::int64_t> etp;  // unset: the profile's default (Megatron: tp), resolved by make_scenario
   bool sp = false;
   std::string layers_per_stage;
   std::string schedule = "1f1b";

@@ -134,7 +134,7 @@ Table static_table(const Evaluation& e, const StageReport& st, std::int64_t stag
   const auto& p = e.layout.config;
   Table t;
   t.title = fmt::format("Static parameters on one device of stage {} (reference §4): TP {}, EP {}, ETP {}, EDP {}", stage,
-                        p.tp, p.ep, p.etp, e.layout.edp);
+                        p.tp, p.ep, p.etp_degree(), e.layout.edp);
   t.columns = {"part", "params", "bf16 bytes", "GiB"};
   auto row = [&](const char* name, Count c) {
     const Bytes b = bytes_of(c, DType::bf16);

@@ -19,7 +19,7 @@ std::string recompute_text(const SearchEntry& e) { return e.recompute_name; }
 nlohmann::json entry_json(const SearchEntry& e, std::int64_t rank) {
   const auto& p = e.parallel;
   return {{"rank", rank},
-          {"tp", p.tp}, {"pp", p.pp}, {"vpp", p.vpp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp}, {"dp", p.dp},
+          {"tp", p.tp}, {"pp", p.pp}, {"vpp", p.vpp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp_degree()}, {"dp", p.dp},
           {"sp", p.sp}, {"schedule", name_of(p.schedule)}, {"split", e.split_name},
           {"micro_batch", e.training.micro_batch}, {"zero", e.training.zero},
           {"distributed_optimizer", e.training.zero == 1}, {"recompute", recompute_text(e)},
@@ -33,7 +33,7 @@ void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable) {
   std::vector<Cell> row;
   row.emplace_back(rank);
   row.emplace_back(fmt::format("tp{} pp{}{} cp{} ep{} etp{} dp{}", p.tp, p.pp, p.vpp > 1 ? fmt::format("x{}", p.vpp) : "",
-                               p.cp, p.ep, p.etp, p.dp));
+                               p.cp, p.ep, p.etp_degree(), p.dp));
   row.emplace_back(std::string(name_of(p.schedule)));
   row.emplace_back(e.split_name);
   row.emplace_back(e.training.micro_batch);

@@ -110,15 +110,34 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
   t.linear_input("attn.norm_output (q/kv input)", "attn.norm_output.scales", Module::attention,
                  elems({d.tokens_sp, m.hidden}), kRecomputeLayernorm, "b*s/cp/(tp if sp) x h");
   const auto [qk_dim, v_dim, kv_heads] = megatron_projections(c, t);
-  // Inputs of the core attention (after RoPE), kept by both kernels.
+  const bool eager = c.attention == AttentionKernel::eager;
+  // Inputs of the core attention (after RoPE), kept by both kernels. The unfused kernel
+  // (megatron/core/transformer/dot_product_attention.py, DotProductAttention.forward) first
+  // repeat_interleaves K and V to every query head (a copy when kv heads < heads), and its
+  // baddbmm and bmm save those copies.
+  const bool repeated = eager && kv_heads != d.heads;
+  const std::int64_t kv_saved = repeated ? d.heads : kv_heads;
   t.add("attn.q", Module::attention, elems({d.tokens, d.heads, qk_dim}), t.a, up, "b*s/cp x heads/tp x qk_dim");
-  t.add("attn.k", Module::attention, elems({d.tokens, kv_heads, qk_dim}), t.a, up, "b*s/cp x kv_heads/tp x qk_dim");
-  t.add("attn.v", Module::attention, elems({d.tokens, kv_heads, v_dim}), t.a, up, "b*s/cp x kv_heads/tp x v_dim");
-  if (c.attention == AttentionKernel::eager) {
-    t.add("attn.scores", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), t.a, kRecomputeCoreAttn,
-          "b x heads/tp x s/cp x s");
-    t.add("attn.softmax", Module::attention, elems({d.b, d.heads, d.s_local, c.training.seq_len}), t.a, kRecomputeCoreAttn,
-          "b x heads/tp x s/cp x s");
+  t.add("attn.k", Module::attention, elems({d.tokens, kv_saved, qk_dim}), t.a, up,
+        repeated ? "b*s/cp x heads/tp x qk_dim (repeated to every query head)" : "b*s/cp x kv_heads/tp x qk_dim");
+  t.add("attn.v", Module::attention, elems({d.tokens, kv_saved, v_dim}), t.a, up,
+        repeated ? "b*s/cp x heads/tp x v_dim (repeated to every query head)" : "b*s/cp x kv_heads/tp x v_dim");
+  if (eager) {
+    // DotProductAttention.forward: scores = baddbmm(q, k^T) (its backward saves q and k, not the
+    // scores); probs = FusedScaleMaskSoftmax (megatron/core/fusions/fused_softmax.py: the fused
+    // Scaled*Softmax functions save only softmax_results; the torch fallback's nn.Softmax saves
+    // its output, the in-place mask saves the cached causal mask); context = bmm(probs, v) saves
+    // the same probs tensor. So one b x heads/tp x s/cp x s matrix in the activation dtype
+    // (Megatron's launcher default: no --attention-softmax-in-fp32). With attention dropout the
+    // probabilities then pass torch's dropout (DotProductAttention.attention_dropout), which keeps
+    // a bool mask, and bmm saves the dropped-out probabilities instead (a second matrix).
+    const Count scores = elems({d.b, d.heads, d.s_local, c.training.seq_len});
+    t.add("attn.softmax", Module::attention, scores, t.a, kRecomputeCoreAttn, "b x heads/tp x s/cp x s (softmax output)");
+    if (c.training.attention_dropout > 0) {
+      t.add("attn.dropout_mask", Module::attention, scores, DType::int8, kRecomputeCoreAttn,
+            "b x heads/tp x s/cp x s (a bool each)");
+      t.add("attn.dropout_output (bmm input)", Module::attention, scores, t.a, kRecomputeCoreAttn, "b x heads/tp x s/cp x s");
+    }
   } else {
     t.add("attn.softmax_lse", Module::attention, elems({d.b, d.heads, d.s_local}), DType::fp32, kRecomputeCoreAttn,
           "b x heads/tp x s/cp");
@@ -160,23 +179,23 @@ void megatron_moe_block(const ActivationContext& c, Terms& t) {
   // hottest rank receives --moe-imbalance times that, at most --moe-capacity-factor times.
   double factor = c.training.moe_imbalance;  // validated >= 1 in validate_training
   if (c.training.moe_capacity_factor) factor = std::min(factor, *c.training.moe_capacity_factor);
-  const auto base = static_cast<double>(elems({d.tokens_sp, e.top_k, p.etp}).value());
+  const auto base = static_cast<double>(elems({d.tokens_sp, e.top_k, p.etp_degree()}).value());
   const auto routed = static_cast<std::int64_t>(std::ceil(base * factor));
   const std::uint16_t moe = kRecomputeMoe;
   t.linear_input("experts.fc1_input (dispatched tokens)", "experts.fc1_input.scales", Module::routed_experts,
                  elems({routed, m.hidden}), moe, "R x h, R = tokens x top_k x etp x imbalance");
   if (c.training.fp8_swiglu_input) {
     t.linear_input("experts.fc1_output (SwiGLU input)", "experts.fc1_output.scales", Module::routed_experts,
-                   elems({routed, 2 * e.expert_ffn}, p.etp), moe, "R x 2 ffn/etp");
+                   elems({routed, 2 * e.expert_ffn}, p.etp_degree()), moe, "R x 2 ffn/etp");
   } else {
-    t.add("experts.fc1_output (SwiGLU input)", Module::routed_experts, elems({routed, 2 * e.expert_ffn}, p.etp), t.a, moe,
+    t.add("experts.fc1_output (SwiGLU input)", Module::routed_experts, elems({routed, 2 * e.expert_ffn}, p.etp_degree()), t.a, moe,
           "R x 2 ffn/etp");
   }
   // Megatron-Core's grouped MLP applies the routing probabilities inside the activation
   // (activation_func_with_probs), which keeps fc1's output and the probabilities; fc2 keeps the
   // product as its input, and the unpermute that follows only sums (nothing saved).
   t.linear_input("experts.act_output (fc2 input)", "experts.act_output.scales", Module::routed_experts,
-                 elems({routed, e.expert_ffn}, p.etp), kRecomputeMoe | kRecomputeMoeAct, "R x ffn/etp");
+                 elems({routed, e.expert_ffn}, p.etp_degree()), kRecomputeMoe | kRecomputeMoeAct, "R x ffn/etp");
   t.add("experts.probs", Module::routed_experts, elems({routed}), DType::fp32, moe, "R");
   if (e.shared_ffn > 0) {
     megatron_mlp(c, t, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output (fc2 input)",
@@ -243,10 +262,25 @@ void megatron_chunk_activations(const ActivationContext& c, const Chunk& chunk, 
   }
 }
 
-// vocab_parallel_cross_entropy's backward returns the fp32 gradient of the logits (computed in
-// place in the saved softmax); autograd casts it to the bf16 of the head's output while the fp32
-// one is alive.
+// The loss's backward returns the logits' gradient in the dtype the loss keeps them in, and the
+// autograd engine casts it to the dtype of the head's output (the activation dtype) while the
+// loss's own copy is alive.
+// - fp32 (default): megatron/core/tensor_parallel/cross_entropy.py calculate_logits_max upcasts
+//   (.float()), _VocabParallelCrossEntropy saves the fp32 softmax and its backward returns the
+//   fp32 gradient computed in place in it; so does the native fused path
+//   (megatron/core/fusions/fused_cross_entropy.py, --cross-entropy-fusion-impl native), and
+//   Transformer Engine's parallel_cross_entropy from 2.18 (transformer_engine/pytorch/triton/
+//   cross_entropy.py cross_entropy_forward: "Store the input gradient in FP32", PR 3193). The
+//   cast adds one b*s/cp x vocab/tp tensor in the activation dtype.
+// - logits kept in the activation dtype (--logits-dtype bf16): Transformer Engine's
+//   parallel_cross_entropy before 2.18 (--cross-entropy-loss-fusion --cross-entropy-fusion-impl
+//   te) writes the gradient in place into the bf16 logits it saved (cross_entropy_forward
+//   returned `_input`; CrossEntropyFunction.backward returns it scaled in place), so there is no
+//   cast and no further tensor.
 LossPeak megatron_loss_peak(const ActivationContext& c) {
+  if (c.training.logits_dtype == c.training.activation_dtype) {
+    return {Bytes{}, Bytes{}, "none: the logits' gradient is written in place into the saved logits"};
+  }
   const auto d = megatron_dims(c);
   return {bytes_of(elems({d.tokens, c.padded_vocab}, d.tp), c.training.activation_dtype), Bytes{},
           "bf16 copy of the logits' fp32 gradient"};
@@ -275,8 +309,9 @@ const Profile kMegatron{
             "distributed optimizer (--distributed-optimizer, = --zero 1): master weights and moments over dp*cp, "
             "routed experts over edp; main gradients whole in their own dtype",
             "activations per module with sequence parallelism as set, fused attention by default (--attention eager "
-            "keeps the score matrices); hidden dropout (Megatron's default 0.1, --hidden-dropout 0 to turn off) keeps a "
-            "one-byte mask after attention and after the MLP; balanced routing",
+            "keeps the softmax output and K, V repeated to every query head, with attention dropout its mask and "
+            "output too); hidden dropout (Megatron's default 0.1, --hidden-dropout 0 to turn off) keeps a one-byte mask "
+            "after attention and after the MLP; balanced routing",
             "last stage: final norm, head and fp32 logits of the loss; MTP depths with their own logits and a copy "
             "of the embedding where it is not already on the rank",
             "micro-batches in flight from the schedule; full recomputation keeps each layer's input plus one "
@@ -287,7 +322,8 @@ const Profile kMegatron{
             "+ NCCL 0.39 GiB + 0.4 GiB per further process group (+ 5.7 GiB with tp > 1, fitted to FlagPerf's "
             "nvidia-smi figures); DeepEP buffer 3.1 GB with --moe-token-dispatcher deepep",
             "loss backward: the fp32 gradient of the logits is cast to bf16 for the head (one more b*s/cp x vocab/tp "
-            "bf16 tensor on the last stage), before any layer is recomputed",
+            "bf16 tensor on the last stage), before any layer is recomputed; none with --logits-dtype bf16 (the "
+            "gradient written in place into the saved logits, as Transformer Engine's fused cross entropy before 2.18)",
         },
     .check = megatron_check,
     .tp_split = megatron_tp_split,
@@ -307,6 +343,9 @@ const Profile kMegatron{
     // Megatron-Core's TransformerConfig: hidden_dropout = attention_dropout = 0.1 unless the
     // script sets them (--hidden-dropout, --attention-dropout; recipes usually set 0).
     .default_dropout = 0.1,
+    // megatron/training/arguments.py validate_args: "if args.expert_tensor_parallel_size is None:
+    // args.expert_tensor_parallel_size = args.tensor_model_parallel_size".
+    .etp_follows_tp = true,
     .supports_flash = true,
     .selective_recompute = true,
     .models_fp8_and_routing = true,

@@ -190,6 +190,7 @@ const Profile kPaper{
     .include_mtp_by_default = false,
     .vocab_multiple = 0,
     .default_attention = AttentionKernel::eager,
+    .etp_follows_tp = false,  // §4: EDP = DP x TP / (EP x ETP) = 32 x 2 / 8 = 8, so ETP 1
     .supports_flash = false,
     .selective_recompute = false,
     .models_fp8_and_routing = false,

@@ -2,10 +2,12 @@
 // recompute modules, orderings, FP8, routing, context parallelism, overheads and the
 // deepseek-v3 recipe (tests/cli/test_{explain,recompute,orderings,fp8,routing,
 // context_parallel,overheads,recipe}_cli.cpp). The base configuration is DeepSeek-V3 (megatron
-// profile, MTP included) with TP2 PP16 DP32 EP8, sequence parallelism, b = 1, s = 4096, the
+// profile, MTP included) with TP2 PP16 DP32 EP8 ETP1 (the reference analysis's layout, §4:
+// EDP = 32 x 2 / 8 = 8; Megatron's own default would be etp = tp), sequence parallelism, b = 1, s = 4096, the
 // distributed optimizer and a global batch of 1024 (m = 32 micro-batches per step).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -26,10 +28,15 @@ using moemem::test::Args;
 using moemem::test::concat;
 using moemem::test::joined;
 
-// DeepSeek-V3 with the base layout; `pp`/`dp` overridable for schedules that need another one.
+// DeepSeek-V3 with the base layout; `pp`/`dp` overridable for schedules that need another one,
+// etp by an --etp in `extra`.
 inline Args dsv3(const Args& extra = {}, const std::string& pp = "16", const std::string& dp = "32", bool distopt = true) {
   Args a = {"--model", "deepseek-v3", "--tp", "2", "--pp", pp, "--dp", dp, "--ep", "8", "--sp",
             "--micro-batch", "1", "--seq-len", "4096", "--global-batch", "1024"};
+  if (std::find(extra.begin(), extra.end(), "--etp") == extra.end()) {
+    a.emplace_back("--etp");
+    a.emplace_back("1");
+  }
   if (distopt) a.emplace_back("--distributed-optimizer");
   return concat(a, extra);
 }

@@ -148,6 +148,15 @@ TEST(BadLayout, ExpertGroupsNotDividingStageRanks) {
   expect_bad_input({"analyze", "--tp", "1", "--dp", "4", "--ep", "8"}, {"--ep", "8", "4"});
 }
 
+TEST(BadLayout, DefaultedEtpSaysItFollowsTp) {
+  // Megatron's etp defaults to tp (arguments.py validate_args): tp 2, ep 8 make expert groups of
+  // ep*etp = 16 ranks, which tp*cp*dp = 2*1*4 = 8 cannot hold; the error says etp was not given.
+  const CliResult r = expect_bad_input({"analyze", "--tp", "2", "--dp", "4", "--ep", "8"}, {"--ep/--etp", "'ep*etp = 16'"});
+  EXPECT_EQ(r.err,
+            "moemem: error: --ep/--etp: 'ep*etp = 16' is not accepted; expected a divisor of tp*cp*dp = 8 (every stage's "
+            "ranks must form whole expert groups); etp was not given and is tp = 2, Megatron's default (--etp sets it)\n");
+}
+
 TEST(BadLayout, EpNotDividingExpertsOfV2Lite) {
   // deepseek-v2-lite has 64 experts: 128 does not divide it.
   expect_bad_input({"analyze", "--model", "deepseek-v2-lite", "--ep", "128", "--dp", "128"}, {"--ep", "128", "64"});

@@ -37,7 +37,7 @@ TEST(Dropout, MegatronDefaultKeepsTwoOneByteMasksPerLayer) {
 
 TEST(Dropout, DeepSeekRecipeHasNone) {
   const auto with = [](const Args& extra) {
-    const auto r = run_cli(concat({"analyze", "--model", "deepseek-v3", "--pp", "16", "--ep", "8", "--tp", "2", "--sp", "--dp", "4",
+    const auto r = run_cli(concat({"analyze", "--model", "deepseek-v3", "--pp", "16", "--ep", "8", "--tp", "2", "--sp", "--dp", "4", "--etp", "1",
                                    "--recipe", "deepseek-v3", "--format", "json"},
                                   extra));
     EXPECT_EQ(r.code, 0) << r.err;

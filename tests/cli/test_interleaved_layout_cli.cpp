@@ -23,10 +23,11 @@ using moemem::test::pipeline_cli::u64;
 using moemem::test::pipeline_cli::i64;
 using moemem::test::pipeline_cli::expect_exit_2;
 
-// NVIDIA's DeepSeek-V3 recipe: TP2 PP8 VPP4 EP64 DP64, MTP 1, with a layout string.
+// NVIDIA's DeepSeek-V3 recipe: TP2 PP8 VPP4 EP64 ETP1 DP64, MTP 1, with a layout string (the
+// recipe gives --expert-tensor-parallel-size 1; Megatron's default would be etp = tp = 2).
 Args nvidia_with(const std::string& layout, const Args& extra = {}) {
   return concat({"analyze", "--model", "deepseek-v3", "--mtp", "1", "--tp", "2", "--pp", "8", "--vpp", "4", "--ep",
-                 "64", "--dp", "64", "--sp", "--pipeline-model-parallel-layout", layout},
+                 "64", "--etp", "1", "--dp", "64", "--sp", "--pipeline-model-parallel-layout", layout},
                 extra);
 }
 // ... with its own layout, `Et|(tt|)*30mL`.

@@ -36,6 +36,11 @@ TEST(PipelineCli, LogitsDtypeOnTheLastStage) {
       const std::uint64_t b = u64(bf16.at("stages")[p].at("activations_per_microbatch"));
       EXPECT_EQ(a - b, p == 15 ? 2 * 4096 * per_rank * 2 : 0) << "tp " << tp << " stage " << p;
     }
+    // The loss's backward on the last stage: fp32 logits are cast back to bf16 for the head
+    // (4096 x V/tp x 2 bytes); bf16 logits take their gradient in place (TE's fused cross
+    // entropy before 2.18), so nothing.
+    EXPECT_EQ(u64(fp32.at("stages")[15].at("loss_transient")), 4096 * per_rank * 2) << tp;
+    EXPECT_EQ(u64(bf16.at("stages")[15].at("loss_transient")), 0u) << tp;
     // Without padding (--make-vocab-size-divisible-by 1) the head has 129,280 rows at any tp.
     const json unpadded = analyze_json(concat(base, {"--make-vocab-size-divisible-by", "1"}));
     ASSERT_FALSE(unpadded.is_null());

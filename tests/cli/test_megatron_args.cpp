@@ -1,6 +1,7 @@
 // `analyze --megatron-args FILE`: a Megatron-LM launch script gives the same report as moemem's
 // own flags for the same run (issue 5), lists what it does not model, and refuses what would
 // change memory unmodelled.
+#include <algorithm>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -24,13 +25,13 @@ json analyze_json(std::vector<std::string> args) {
   return r.code == 0 ? json::parse(r.out) : json();
 }
 
-// NVIDIA's published DeepSeek-V3 recipe (TP2 PP8 VPP4 EP64 on 1,024 GPUs, layout Et|(tt|)*30mL,
+// NVIDIA's published DeepSeek-V3 recipe (TP2 PP8 VPP4 EP64 ETP1 on 1,024 GPUs, layout Et|(tt|)*30mL,
 // MTP 1, recompute mla_up_proj and mlp) written as a launch script, against the same run in
-// moemem's flags.
+// moemem's flags (the script's --expert-tensor-parallel-size 1 is --etp 1).
 TEST(MegatronArgs, DeepSeekV3RecipeMatchesEquivalentFlags) {
   const json script = analyze_json({"--megatron-args", kDir + "deepseek_v3_tp2_pp8_vpp4_ep64.sh"});
   const json flags = analyze_json({"--model", "deepseek-v3", "--tp", "2", "--pp", "8", "--vpp", "4", "--ep", "64",
-                                   "--dp", "64", "--sp", "--pipeline-model-parallel-layout", "Et|(tt|)*30mL", "--mtp",
+                                   "--etp", "1", "--dp", "64", "--sp", "--pipeline-model-parallel-layout", "Et|(tt|)*30mL", "--mtp",
                                    "1", "--recompute", "selective", "--recompute-modules", "mla_up_proj,mlp",
                                    "--distributed-optimizer", "--micro-batch", "1", "--global-batch", "8192",
                                    "--seq-len", "4096", "--main-grads-dtype", "bf16", "--exp-avg-dtype", "bf16",
@@ -253,6 +254,31 @@ TEST(MegatronArgs, ScriptErrorsAreWordForWord) {
   EXPECT_EQ(model.code, 2);
   EXPECT_EQ(model.err,
             "moemem: error: --megatron-args --num-layers: '80' is not accepted; expected 32 as in --model mixtral-8x7b\n");
+}
+
+// Megatron's default etp is tp (megatron/training/arguments.py validate_args), and analyze says
+// so among its assumptions. DeepSeek-V3 at tp 2, pp 16, dp 32, ep 8: etp 2 gives
+// edp = tp*cp*dp / (ep*etp) = 64 / 16 = 4; --etp 1 gives 64 / 8 = 8 and no such line.
+TEST(EtpDefault, IsTpAndIsNamedAmongTheAssumptions) {
+  const std::vector<std::string> layout = {"--tp", "2", "--pp", "16", "--dp", "32", "--ep", "8", "--sp"};
+  const json unset = analyze_json(layout);
+  ASSERT_FALSE(unset.is_null());
+  EXPECT_EQ(unset.at("parallel").at("etp"), 2);
+  EXPECT_EQ(unset.at("parallel").at("edp"), 4);
+  const std::string note = "expert tensor parallel = tp = 2 (Megatron's default when --etp is not given)";
+  const auto& assumptions = unset.at("assumptions");
+  EXPECT_NE(std::find(assumptions.begin(), assumptions.end(), note), assumptions.end()) << assumptions.dump();
+  std::vector<std::string> table = layout;
+  table.insert(table.begin(), "analyze");
+  EXPECT_NE(run_cli(table).out.find("- " + note + "\n"), std::string::npos);
+
+  std::vector<std::string> pinned = layout;
+  pinned.insert(pinned.end(), {"--etp", "1"});
+  const json one = analyze_json(pinned);
+  ASSERT_FALSE(one.is_null());
+  EXPECT_EQ(one.at("parallel").at("etp"), 1);
+  EXPECT_EQ(one.at("parallel").at("edp"), 8);
+  EXPECT_EQ(one.at("assumptions").dump().find("expert tensor parallel"), std::string::npos);
 }
 
 }  // namespace

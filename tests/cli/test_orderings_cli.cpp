@@ -72,11 +72,18 @@ TEST(ActivationsCli, FlashKeepsLessThanEagerOnEveryStageWithLayers) {
     ASSERT_GT(i64(flash.at("stages")[p].at("num_layers")), 0);
     EXPECT_LT(stage_bytes(flash, p, "activations"), stage_bytes(eager, p, "activations"));
   }
-  // On stage 1 the difference is exactly the score and softmax matrices (bf16, b x heads/tp x
-  // s x s each) minus flash's fp32 log-sum-exp (b x heads/tp x s), per layer and micro-batch.
+  // On stage 1 the difference is exactly the softmax output (bf16, b x heads/tp x s x s; Megatron's
+  // unfused DotProductAttention saves it, not the scores) minus flash's fp32 log-sum-exp
+  // (b x heads/tp x s), per layer and micro-batch. MLA has as many K/V heads as query heads, so
+  // nothing is repeated.
+  // Megatron's attention dropout (default 0.1) adds, under eager only, its one-byte mask and the
+  // bf16 dropped-out probabilities that bmm saves: 3 more bytes per score element.
   const std::uint64_t heads = 128 / 2, s = 4096;
-  const std::uint64_t per_layer = 2 * heads * s * s * 2 - heads * s * 4;
-  EXPECT_EQ(stage_bytes(eager, 1, "activations") - stage_bytes(flash, 1, "activations"), per_layer * kStage1Copies);
+  const std::uint64_t per_layer = heads * s * s * 2 - heads * s * 4;
+  const json eager_no_dropout = analyze_json(dsv3({"--attention", "eager", "--attention-dropout", "0"}));
+  EXPECT_EQ(stage_bytes(eager_no_dropout, 1, "activations") - stage_bytes(flash, 1, "activations"), per_layer * kStage1Copies);
+  EXPECT_EQ(stage_bytes(eager, 1, "activations") - stage_bytes(eager_no_dropout, 1, "activations"),
+            heads * s * s * 3 * kStage1Copies);
 }
 
 TEST(ActivationsCli, Fp8KeepsLessThanBf16OnEveryStage) {

@@ -90,9 +90,12 @@ TEST(RecomputeCli, SharedExpertsFreesTheSharedMlpIntermediates) {
 }
 
 TEST(RecomputeCli, CoreAttnFreesWhatTheKernelSavesBeyondItsInputs) {
-  // Flash keeps the log-sum-exp; eager the score and softmax matrices.
+  // Flash keeps the log-sum-exp; eager the softmax output (Megatron's DotProductAttention).
   EXPECT_EQ(changed_by("core_attn", 1), (Names{"attn.softmax_lse"}));
-  EXPECT_EQ(changed_by("core_attn", 1, {"--attention", "eager"}), (Names{"attn.scores", "attn.softmax"}));
+  EXPECT_EQ(changed_by("core_attn", 1, {"--attention", "eager", "--attention-dropout", "0"}), (Names{"attn.softmax"}));
+  // With attention dropout (Megatron's default 0.1) also its mask and the dropped-out probabilities.
+  EXPECT_EQ(changed_by("core_attn", 1, {"--attention", "eager"}),
+            (Names{"attn.dropout_mask", "attn.dropout_output (bmm input)", "attn.softmax"}));
 }
 
 TEST(RecomputeCli, MlpFreesNothingOnAMoeStageAndTheDenseMlpOnStageZero) {

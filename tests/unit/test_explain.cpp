@@ -159,18 +159,38 @@ TEST(ActivationTerms, DeepSeekV3MoeLayerSizesAndDtypes) {
   for (const auto& t : terms) EXPECT_EQ(t.kept_under_full, t.name == "attn.input (layer input)") << t.name;
 }
 
-TEST(ActivationTerms, EagerKeepsScoresAndSoftmaxInsteadOfLogSumExp) {
+TEST(ActivationTerms, EagerKeepsTheSoftmaxOutputInsteadOfLogSumExp) {
+  // Megatron's unfused DotProductAttention.forward: the baddbmm scores are not saved (its backward
+  // needs q and k; FusedScaleMaskSoftmax saves only its output, which the bmm with V saves too).
   const World s = world("deepseek-v3", base_parallel());
   TrainingConfig t = base_training();
   t.attention = AttentionKernel::eager;
   const auto terms = layer_activation_terms(megatron_profile(), s.model, s.layout, t, LayerKind::moe);
   EXPECT_EQ(find(terms, "attn.softmax_lse"), nullptr);
-  for (const char* n : {"attn.scores", "attn.softmax"}) {
-    const auto* term = find(terms, n);
-    ASSERT_NE(term, nullptr) << n;
-    EXPECT_EQ(term->elements.value(), 1 * kHeads * 4096 * 4096) << n;  // b x heads/tp x s/cp x s
-    EXPECT_EQ(term->dtype, DType::bf16);
-  }
+  EXPECT_EQ(find(terms, "attn.scores"), nullptr);
+  const auto* term = find(terms, "attn.softmax");
+  ASSERT_NE(term, nullptr);
+  EXPECT_EQ(term->elements.value(), 1 * kHeads * 4096 * 4096);  // b x heads/tp x s/cp x s
+  EXPECT_EQ(term->dtype, DType::bf16);
+}
+
+TEST(ActivationTerms, EagerGqaKeepsKAndVRepeatedToEveryQueryHead) {
+  // Llama-3.1-70B at tp 8: 64/8 = 8 query heads, 8/8 = 1 KV head per rank, head_dim 128. The
+  // unfused kernel repeat_interleaves K and V to the 8 query heads before baddbmm/bmm save them:
+  // T x 8 x 128 each instead of flash's T x 1 x 128.
+  ParallelConfig p;
+  p.tp = 8;
+  p.pp = 4;
+  p.dp = 4;
+  p.sp = true;
+  const World s = world("llama-3.1-70b", p);
+  TrainingConfig t = base_training();
+  t.attention = AttentionKernel::eager;
+  const auto terms = layer_activation_terms(megatron_profile(), s.model, s.layout, t, LayerKind::dense);
+  const std::uint64_t tokens = 4096;
+  EXPECT_EQ(find(terms, "attn.k")->elements.value(), tokens * 8 * 128);
+  EXPECT_EQ(find(terms, "attn.v")->elements.value(), tokens * 8 * 128);
+  EXPECT_EQ(find(terms, "attn.softmax")->elements.value(), 1 * 8 * tokens * tokens);  // b x heads/tp x s x s
 }
 
 TEST(ActivationTerms, GqaUsesKvHeadsAndHasNoMlaTerms) {

@@ -149,4 +149,22 @@ TEST(MegatronLogits, LogitsDtypeHalvesTheTermInTheReport) {
   }
 }
 
+// The loss's backward (megatron_loss_peak): with fp32 logits (Megatron's vocab_parallel_cross_entropy
+// and native fused path, TE's parallel_cross_entropy from 2.18) the fp32 gradient is cast to the
+// head's bf16, one more b*s/cp x V/tp bf16 tensor: DeepSeek-V3 at tp 2, b = 1, s = 4096:
+// 4096 x 129280/2 x 2 = 529,530,880 bytes. With bf16 logits (TE's fused cross entropy before 2.18)
+// the gradient is written in place into the saved logits: nothing more.
+TEST(MegatronLogits, LossBackwardCastsOnlyAnFp32Gradient) {
+  const ModelSpec m = model("deepseek-v3", 1);
+  const Layout l = resolve_layout(m, par(2, 1, 1, 1, true));
+  TrainingConfig t = megatron_training();
+  const LossPeak fp32 = megatron_profile().loss_peak(ActivationContext{m, l, t, AttentionKernel::flash, 129280});
+  EXPECT_EQ(fp32.allocated.value(), 4096u * 64640u * 2u);
+  EXPECT_EQ(fp32.cached.value(), 0u);
+  t.logits_dtype = DType::bf16;
+  const LossPeak bf16 = megatron_profile().loss_peak(ActivationContext{m, l, t, AttentionKernel::flash, 129280});
+  EXPECT_EQ(bf16.allocated.value(), 0u);
+  EXPECT_EQ(bf16.cached.value(), 0u);
+}
+
 }  // namespace

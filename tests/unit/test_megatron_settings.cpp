@@ -239,4 +239,52 @@ TEST(MegatronSettings, BadValuesNameTheMoememFlag) {
   }
 }
 
+// megatron/training/arguments.py validate_args: "if args.expert_tensor_parallel_size is None:
+// args.expert_tensor_parallel_size = args.tensor_model_parallel_size". Mixtral-8x7B (8 experts,
+// expert FFN 14336, 32 heads, 8 KV heads) at tp 4, ep 2, dp 2: tp*cp*dp = 8 ranks per stage.
+Request mixtral_request(const std::string& script, const std::set<std::string>& given = {}) {
+  Request r;
+  r.model.source = "mixtral-8x7b";
+  r.parallel.tp = 4;
+  r.parallel.dp = 2;
+  apply_megatron_settings(parse_megatron_args(script, "etp.args"), r, given);
+  return r;
+}
+
+TEST(MegatronSettings, UnsetEtpIsTheFinalTpLikeMegatron) {
+  // No --expert-tensor-parallel-size: etp = tp = 4, edp = 8 / (ep 2 x etp 4) = 1.
+  const Scenario unset = make_scenario(mixtral_request("--expert-model-parallel-size 2\n"));
+  EXPECT_EQ(unset.layout.config.etp, 4);
+  EXPECT_TRUE(unset.layout.etp_defaulted);
+  EXPECT_EQ(unset.layout.edp, 1);
+  // Given as 1: kept; edp = 8 / (2 x 1) = 4.
+  const Scenario one = make_scenario(mixtral_request("--expert-model-parallel-size 2 --expert-tensor-parallel-size 1\n"));
+  EXPECT_EQ(one.layout.config.etp, 1);
+  EXPECT_FALSE(one.layout.etp_defaulted);
+  EXPECT_EQ(one.layout.edp, 4);
+  // The script's tp 2 (dp stays 2): etp follows it, edp = 2*2 / (2 x 2) = 1.
+  const Scenario script_tp = make_scenario(mixtral_request("--tensor-model-parallel-size 2 --expert-model-parallel-size 2\n"));
+  EXPECT_EQ(script_tp.layout.config.tp, 2);
+  EXPECT_EQ(script_tp.layout.config.etp, 2);
+  EXPECT_EQ(script_tp.layout.edp, 1);
+  // The inline tp (4) wins over the script's 2, and etp follows the tp in effect.
+  const Scenario inline_tp =
+      make_scenario(mixtral_request("--tensor-model-parallel-size 2 --expert-model-parallel-size 2\n", {"--tp"}));
+  EXPECT_EQ(inline_tp.layout.config.etp, 4);
+}
+
+TEST(MegatronSettings, EtpDefaultIsOneOutsideMegatronAndForDenseModels) {
+  Request r = mixtral_request("--expert-model-parallel-size 2\n");
+  // torchtitan's job_config.py Parallelism.expert_tensor_parallel_degree = 1.
+  r.profile = "torchtitan";
+  EXPECT_EQ(make_scenario(r).layout.config.etp, 1);
+  // A dense model has no expert layers: etp stays 1 whatever tp is.
+  Request dense;
+  dense.model.source = "llama-3.1-8b";
+  dense.parallel.tp = 4;
+  const Scenario d = make_scenario(dense);
+  EXPECT_EQ(d.layout.config.etp, 1);
+  EXPECT_EQ(d.layout.edp, 4);  // tp*cp*dp / (ep 1 x etp 1)
+}
+
 }  // namespace
