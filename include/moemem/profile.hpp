@@ -33,9 +33,9 @@ struct OverheadModel {
   Bytes nccl_world{};                        // the first (world) NCCL communicator
   Bytes nccl_per_group{};                    // each further process-group dimension
   Bytes deepep_buffer{};                     // DeepEP's communication buffer, when that dispatcher is used
-  // Calibrated (docs/formulas.md, "Fitted constants"): device memory that tensor-parallel runs
-  // show in nvidia-smi beyond what the terms above explain; added to the device total when tp > 1.
-  Bytes tp_device_residual{};
+  // NCCL modelled per communicator the run uses (src/analyze/overheads.cpp) instead of the two
+  // constants above.
+  bool nccl_communicators = false;
 };
 
 // What the loss adds to a stage for one micro-batch at the start of backward, beyond the chunk's

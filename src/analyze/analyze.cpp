@@ -53,7 +53,7 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
 
 // One stage's ledger, in the order explain shows it: states, activations, buffers, fragmentation,
 // runtime. Activations are recorded first (FSDP2's peak depends on them), then moved after the states.
-void cost_stage(const detail::EvalContext& c, const detail::ChunkActivations& chunks, Bytes cp_block, Bytes runtime,
+void cost_stage(const detail::EvalContext& c, const detail::ChunkActivations& chunks, Bytes cp_block, const detail::Runtime& runtime,
                 StageReport& st) {
   Ledger ledger(&st.ledger, c.detail == Detail::items);
   detail::stage_activations(c, chunks, cp_block, st);
@@ -124,7 +124,8 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
   }
   thread_local detail::ChunkActivations chunks;
   detail::chunk_activations(c, cache, chunks);
-  const Bytes runtime = detail::runtime_bytes(c), cp_block = detail::cp_kv_block(c);
+  const detail::Runtime runtime = detail::runtime_bytes(c);
+  const Bytes cp_block = detail::cp_kv_block(c);
   for (auto& st : r.stages) cost_stage(c, chunks, cp_block, runtime, st);
   for (const auto& st : r.stages) {
     if (st.bytes.total() > r.stages[idx(r.peak_stage)].bytes.total()) r.peak_stage = st.stage;

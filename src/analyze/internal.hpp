@@ -111,12 +111,27 @@ struct StateModel {
 extern const StateModel kZeroStates, kFsdp2States;
 
 // overheads.cpp: outside the allocator, CP ring blocks, buffers and fragmentation.
-Bytes runtime_bytes(const EvalContext& c);
+// Memory outside PyTorch's allocator, itemised: the CUDA context and each NCCL communicator.
+struct RuntimePart {
+  const char* name = "";
+  Bytes bytes;
+  const char* rule = "";
+};
+struct Runtime {
+  std::array<RuntimePart, 12> parts{};
+  std::size_t count = 0;
+  Bytes total;
+  void add(const char* name, Bytes b, const char* rule) {
+    parts[count++] = {name, b, rule};
+    total += b;
+  }
+};
+Runtime runtime_bytes(const EvalContext& c);
 // The profile's buffer allowance at the chosen point, and its fragmentation percentage (in
 // thousandths of a percent, so integral percentages stay exact).
 std::pair<Bytes, std::uint64_t> allowance(const EvalContext& c);
 Bytes cp_kv_block(const EvalContext& c);
-void record_overheads(const EvalContext& c, const StageReport& st, Bytes runtime, Ledger& ledger);
+void record_overheads(const EvalContext& c, const StageReport& st, const Runtime& runtime, Ledger& ledger);
 
 }  // namespace moemem::detail
 

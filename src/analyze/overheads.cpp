@@ -1,24 +1,93 @@
 // Memory beyond the tensors: communication buffers, the caching allocator's reserve beyond what
 // is allocated, and the CUDA context and NCCL communicators outside the allocator; also context
 // parallelism's ring block.
+#include <algorithm>
 #include <cmath>
 
 #include "analyze/internal.hpp"
 
 namespace moemem::detail {
 
-// The CUDA context, the world communicator and one per further process-group dimension the layout
-// creates (tp, pp, dp, cp, ep, etp, expert dp).
-Bytes runtime_bytes(const EvalContext& c) {
+namespace {
+
+// NCCL's device buffers (NVIDIA/nccl src/init.cc computeBuffSizes, src/include/device.h,
+// src/transport/p2p.cc p2pSendSetup/p2pRecvSetup): per channel and connected peer, the LL
+// (512 KiB), LL128 (4.6875 MiB) and SIMPLE (NCCL_BUFFSIZE, 4 MiB) buffers, each side rounded to
+// 2 MiB: 10 MiB received + 2 MiB sent on Hopper (nccl issue 1685 logs exactly these allocations).
+constexpr std::uint64_t kNcclPerChannelPeer = 12ull << 20;
+// Collective channels on an 8-GPU H100 NVLink node ("24 coll channels" in NCCL's INFO logs; H800
+// and A800, with 8 NVLinks, use 16, so this errs high there); send/recv channels per NVLink peer
+// (src/graph/paths.cc ncclTopoComputeP2pChannels: 32 on H100), 2 per peer once a communicator
+// spans nodes.
+constexpr std::uint64_t kCollChannels = 24, kP2pChannelsNvlink = 32, kP2pChannelsNet = 2;
+// Send/recv over the network: shared buffers of p2p channels (32) x NCCL_SHARED_STEPS (16) x
+// NCCL_P2P_NET_CHUNKSIZE (128 KiB) per direction (src/transport/net.cc sharedNetBuffersInit).
+constexpr std::uint64_t kNetSharedP2p = 2ull * 32 * 16 * (128ull << 10);
+constexpr std::int64_t kGpusPerNode = 8;  // HGX/DGX nodes
+
+// A group of `size` ranks `stride` apart (Megatron's rank order tp-cp-ep-dp-pp): does it leave the node?
+bool spans_nodes(std::int64_t size, std::int64_t stride) { return size * stride > kGpusPerNode; }
+
+// Send/recv to `peers` peers of a group: NVLink buffers per local peer, or the network's shared ones.
+Bytes p2p_bytes(std::int64_t peers, bool across_nodes) {
+  if (across_nodes) return Bytes(kNetSharedP2p + static_cast<std::uint64_t>(peers) * kP2pChannelsNet * kNcclPerChannelPeer);
+  return Bytes(static_cast<std::uint64_t>(peers) * kP2pChannelsNvlink * kNcclPerChannelPeer);
+}
+
+}  // namespace
+
+// The CUDA context, then one NCCL communicator per process group the run communicates on.
+// PyTorch creates a communicator at a group's first collective (Megatron passes no device_id to
+// init_process_group) and NCCL >= 2.22 connects an algorithm's buffers at its first use
+// (NCCL_RUNTIME_CONNECT), so: a ring's channels for each collective group, send/recv buffers for
+// the peers a group exchanges with. Groups (megatron/core/parallel_state.py): world (the barrier
+// after init), dp x cp (gradient reduce-scatter, parameter all-gather), tp, cp (its ring), pp
+// (1F1B: the pp group's send/recv to both neighbours; interleaved: one 2-rank communicator per
+// neighbour, as unbatched isend/irecv create), the embedding group (first and last stage, with
+// tied embeddings or MTP), model-parallel tp x pp (gradient-norm all-reduce), ep (token
+// all-to-all and the counts' all-gather), expert tp and expert dp. --nccl-per-group replaces each
+// communicator's size; profiles without this model keep their constants.
+Runtime runtime_bytes(const EvalContext& c) {
   const auto& p = c.layout.config;
   const auto& o = c.profile.overhead;
-  Bytes runtime = c.t.cuda_context.value_or(o.cuda_context);
-  if (c.layout.world_size > 1) runtime += o.nccl_world;
-  for (const std::int64_t g : {p.tp, p.pp, p.dp, p.cp, p.ep, p.etp_degree(), c.layout.edp}) {
-    if (g > 1 && c.layout.world_size > 1) runtime += c.t.nccl_per_group.value_or(o.nccl_per_group);
+  Runtime r;
+  r.add("cuda.context", c.t.cuda_context.value_or(o.cuda_context), "CUDA context and loaded modules (measured)");
+  if (c.layout.world_size <= 1) return r;
+  const Bytes ring(kCollChannels * kNcclPerChannelPeer);
+  const auto comm = [&](const char* name, Bytes modelled, const char* rule) {
+    r.add(name, c.t.nccl_per_group.value_or(modelled), rule);
+  };
+  if (!o.nccl_communicators) {
+    r.add("nccl.world", o.nccl_world, "profile constant");
+    for (const std::int64_t g : {p.tp, p.pp, p.dp, p.cp, p.ep, p.etp_degree(), c.layout.edp}) {
+      if (g > 1) comm("nccl.group", o.nccl_per_group, "profile constant per process-group dimension");
+    }
+    return r;
   }
-  if (p.tp > 1) runtime += o.tp_device_residual;
-  return runtime;
+  comm("nccl.world", ring, "24 channels x 12 MiB");
+  if (p.dp * p.cp > 1) comm("nccl.dp_cp", ring, "24 channels x 12 MiB");
+  if (p.tp > 1) comm("nccl.tp", ring, "24 channels x 12 MiB");
+  if (p.cp > 1) comm("nccl.cp", ring + p2p_bytes(2, spans_nodes(p.cp, p.tp)), "ring + send/recv to 2 neighbours");
+  if (p.pp > 1) {
+    const bool across = spans_nodes(2, p.tp * p.cp * p.dp);
+    if (p.vpp > 1) {
+      comm("nccl.pp_prev", p2p_bytes(1, across), "2-rank communicator, send/recv");
+      comm("nccl.pp_next", p2p_bytes(1, across), "2-rank communicator, send/recv");
+    } else {
+      comm("nccl.pp", p2p_bytes(2, across), "send/recv to 2 neighbours");
+    }
+    if (c.model.tie_embeddings || c.model.mtp_layers > 0) comm("nccl.embedding", ring, "24 channels x 12 MiB");
+  }
+  if (p.tp * p.pp > 1) comm("nccl.mp", ring, "24 channels x 12 MiB");
+  const std::int64_t etp = p.etp_degree();
+  if (p.ep > 1) {
+    const bool across = spans_nodes(p.ep, etp);
+    const std::int64_t local = across ? std::max<std::int64_t>(1, kGpusPerNode / etp) : p.ep;
+    comm("nccl.ep", ring + p2p_bytes(std::min(local, p.ep) - 1, across), "ring + all-to-all with every local peer");
+  }
+  if (etp > 1 && c.model.is_moe()) comm("nccl.expert_tp", ring, "24 channels x 12 MiB");
+  if (c.layout.edp > 1 && c.model.is_moe()) comm("nccl.expert_dp", ring, "24 channels x 12 MiB");
+  return r;
 }
 
 // Context parallelism's ring: one layer's local K and V block.
@@ -58,7 +127,7 @@ Bytes allocated(const Ledger& l) {
 
 }  // namespace
 
-void record_overheads(const EvalContext& c, const StageReport& st, Bytes runtime, Ledger& ledger) {
+void record_overheads(const EvalContext& c, const StageReport& st, const Runtime& runtime, Ledger& ledger) {
   const auto [buffers, milli_pct] = c.allowance;
   if (buffers.value() > 0) {
     ledger.add(Category::buffers, buffers, [&] {
@@ -69,9 +138,11 @@ void record_overheads(const EvalContext& c, const StageReport& st, Bytes runtime
   // side-stream buffers, a loss block too small to reuse; zero elsewhere).
   const Bytes pct(ceil_div(checked_mul(allocated(ledger).value(), milli_pct, "fragmentation"), 100000));
   c.profile.states->record_cache(c, st, pct, ledger);
-  if (runtime.value() > 0) {
-    ledger.add(Category::runtime, runtime,
-               [] { return ledger_item("cuda/nccl", "CUDA context and NCCL communicators", "outside PyTorch's allocator"); });
+  for (std::size_t i = 0; i < runtime.count; ++i) {
+    const RuntimePart& part = runtime.parts[i];
+    if (part.bytes.value() == 0) continue;
+    ledger.add(Category::runtime, part.bytes,
+               [&] { return ledger_item("cuda/nccl", part.name, std::string(part.rule) + ", outside PyTorch's allocator"); });
   }
 }
 

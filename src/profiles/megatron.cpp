@@ -319,8 +319,9 @@ const Profile kMegatron{
             "FP8 recipes (--fp8) cache linear-layer inputs in FP8 with their scales and keep FP8 weight copies "
             "(row- and column-wise); --moe-imbalance/--moe-capacity-factor size the hottest expert rank",
             "device total = allocated + fragmentation (5% of allocated, --fragmentation-pct) + CUDA context 0.52 GiB "
-            "+ NCCL 0.39 GiB + 0.4 GiB per further process group (+ 5.7 GiB with tp > 1, fitted to FlagPerf's "
-            "nvidia-smi figures); DeepEP buffer 3.1 GB with --moe-token-dispatcher deepep",
+            "+ each NCCL communicator the run uses (24 channels x 12 MiB per collective group, send/recv buffers for "
+            "pipeline and all-to-all peers; H100 node of 8, NCCL >= 2.22); DeepEP buffer 3.1 GB with "
+            "--moe-token-dispatcher deepep",
             "loss backward: the fp32 gradient of the logits is cast to bf16 for the head (one more b*s/cp x vocab/tp "
             "bf16 tensor on the last stage), before any layer is recomputed; none with --logits-dtype bf16 (the "
             "gradient written in place into the saved logits, as Transformer Engine's fused cross entropy before 2.18)",
@@ -355,21 +356,18 @@ const Profile kMegatron{
     .single_microbatch = false,
     .recompute_transient = true,
     // Allocator fragmentation (reserved - allocated) 5% of allocated, the low end of the report's
-    // 5-30% (published Megatron runs: 0.2-8 GiB); outside the allocator, measured on an H100 MoE
-    // trainer (mlc-ai/pith-train tools/memory_estimator): CUDA context 0.52 GiB, world NCCL
-    // communicator 0.39 GiB, 0.4 GiB per further process-group dimension; DeepEP's buffer 3.1 GB
+    // 5-30% (published Megatron runs: 0.2-8 GiB); outside the allocator: the CUDA context, 0.52 GiB
+    // measured on an H100 MoE trainer (mlc-ai/pith-train tools/memory_estimator; PyTorch PR 86509
+    // measured 0.27-0.62 GiB with and without lazy module loading), and each NCCL communicator
+    // the run uses, from NCCL's buffer sizes (src/analyze/overheads.cpp); DeepEP's buffer 3.1 GB
     // (deepseek-ai/DeepEP issue 510). See docs/formulas.md.
-    // tp_device_residual: the one fitted constant, 5.7 GiB, the mean shortfall of the device totals
-    // against FlagPerf's four tensor-parallel Llama3-8B rows (validation set, nvidia-smi "used").
     .overhead = {.buffers_low = Bytes{},
                  .buffers_high = Bytes{},
                  .fragmentation_pct_low = 5,
                  .fragmentation_pct_high = 5,
                  .cuda_context = Bytes::from_gib(0.52),
-                 .nccl_world = Bytes::from_gib(0.39),
-                 .nccl_per_group = Bytes::from_gib(0.4),
                  .deepep_buffer = Bytes::from_gb(3.1),
-                 .tp_device_residual = Bytes::from_gib(5.7)},
+                 .nccl_communicators = true},
 };
 
 }  // namespace moemem::profiles

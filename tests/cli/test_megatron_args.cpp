@@ -151,11 +151,8 @@ TEST(OverheadFlags, CudaContextAndNcclOverridesReplaceTheDefaults) {
   const json j = analyze_json({"--tp", "2", "--pp", "16", "--dp", "32", "--ep", "8", "--sp", "--cuda-context", "1GiB",
                                "--nccl-per-group", "0"});
   ASSERT_FALSE(j.is_null());
-  // 1 GiB of context plus the world communicator's 0.39 GiB (rounded up to a byte), no per-group
-  // memory; tp 2 adds the fitted 5.7 GiB residual, which the two flags do not touch.
-  const std::uint64_t world = (39ull * 1073741824ull + 99) / 100;
-  const std::uint64_t residual = (57ull * 1073741824ull + 9) / 10;
-  EXPECT_EQ(j.at("stages")[0].at("bytes").at("runtime").get<std::uint64_t>(), 1073741824ull + world + residual);
+  // 1 GiB of context and every communicator replaced by 0 bytes.
+  EXPECT_EQ(j.at("stages")[0].at("bytes").at("runtime").get<std::uint64_t>(), 1073741824ull);
   const auto bad = run_cli({"analyze", "--cuda-context", "lots"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("--cuda-context"), std::string::npos);

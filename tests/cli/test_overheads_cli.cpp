@@ -1,5 +1,5 @@
 // Runtime overhead, fragmentation and buffers through `moemem analyze` (issue 4): the CUDA
-// context, NCCL world and one communicator per process group; --fragmentation-pct; the DeepEP
+// context and the NCCL communicators the layout uses (issue 12); --fragmentation-pct; the DeepEP
 // buffer; the paper profile's allowance without a runtime term.
 // Base configuration: activations_cli_helpers.hpp.
 // Expected values are derived by hand from the rules (the issue, docs/formulas.md,
@@ -31,13 +31,22 @@ using moemem::test::activations_cli::ceil_div;
 // Bytes::from_gib: 2^30 bytes per GiB, rounded up to a whole byte.
 std::uint64_t gib(double x) { return static_cast<std::uint64_t>(std::ceil(x * 1073741824.0)); }
 
-TEST(OverheadCli, RuntimeIsCudaContextNcclWorldAndOnePerProcessGroup) {
+// NCCL per communicator (issue 12, defect 3): a ring of 24 channels x 12 MiB for each group that
+// runs collectives, send/recv buffers per peer: 32 channels x 12 MiB per NVLink peer, or the
+// network's shared 2 x 32 x 16 x 128 KiB = 128 MiB plus 2 channels x 12 MiB per peer when the
+// group leaves the 8-GPU node (NCCL's buffer sizes; docs/formulas.md).
+constexpr std::uint64_t kMiB = 1ull << 20, kRing = 24 * 12 * kMiB, kNet = 128 * kMiB;
+
+TEST(OverheadCli, RuntimeIsCudaContextAndTheCommunicatorsTheLayoutUses) {
   const json r = analyze_json(dsv3());
   ASSERT_FALSE(r.is_null());
-  // Groups of size > 1 among tp 2, pp 16, dp 32, cp 1, ep 8, etp 1, edp 8: five; tp > 1 adds the
-  // fitted 5.7 GiB residual (docs/formulas.md, fitted constants).
+  // tp 2, pp 16, dp 32, ep 8, etp 1, edp 8 (DeepSeek-V3 with its MTP depth, untied):
+  // rings: world, dp x cp, tp, embedding (first/last stage: MTP), model-parallel tp x pp, ep's
+  // all-gather, expert dp = 7; pp: 1F1B send/recv to 2 neighbours 64 ranks apart (other nodes):
+  // 128 MiB + 2 x 2 x 12 MiB; ep: 8 consecutive ranks in one node, all-to-all with 7 NVLink peers:
+  // 7 x 32 x 12 MiB.
   EXPECT_EQ(i64(r.at("parallel").at("edp")), 8);
-  const std::uint64_t runtime = gib(0.52) + gib(0.39) + 5 * gib(0.4) + gib(5.7);
+  const std::uint64_t runtime = gib(0.52) + 7 * kRing + (kNet + 2 * 2 * 12 * kMiB) + 7 * 32 * 12 * kMiB;
   for (std::size_t p = 0; p < 16; ++p) {
     SCOPED_TRACE("stage " + std::to_string(p));
     const auto& b = r.at("stages")[p].at("bytes");
@@ -52,21 +61,42 @@ TEST(OverheadCli, RuntimeIsCudaContextNcclWorldAndOnePerProcessGroup) {
   }
 }
 
-TEST(OverheadCli, EachFurtherGroupDimensionAddsOneCommunicator) {
-  // cp 2 (dp 16): tp, pp, dp, cp, ep, edp 8 -> six groups.
+TEST(OverheadCli, CommunicatorsFollowTheLayout) {
+  const std::uint64_t base = gib(0.52) + 7 * kRing + (kNet + 2 * 2 * 12 * kMiB) + 7 * 32 * 12 * kMiB;
+  // cp 2 (dp 16): the cp ring, with send/recv to its 2 neighbours 2 ranks apart (one node).
   const json cp = analyze_json(dsv3({"--cp", "2"}, "16", "16"));
   ASSERT_FALSE(cp.is_null());
-  EXPECT_EQ(stage_bytes(cp, 0, "runtime"), gib(0.52) + gib(0.39) + 6 * gib(0.4) + gib(5.7));
-  // etp 2: edp = tp*cp*dp / (ep*etp) = 64 / 16 = 4; tp, pp, dp, ep, etp, edp -> six.
+  EXPECT_EQ(stage_bytes(cp, 0, "runtime"), base + kRing + 2 * 32 * 12 * kMiB);
+  // etp 2: ep's 8 ranks are 2 apart and span 2 nodes (4 local: 3 peers over 2 channels each, plus
+  // the network's shared buffers); an expert-tp ring is added; edp = 64 / 16 = 4 keeps its ring.
   const json etp = analyze_json(dsv3({"--etp", "2"}));
   ASSERT_FALSE(etp.is_null());
   EXPECT_EQ(i64(etp.at("parallel").at("edp")), 4);
-  EXPECT_EQ(stage_bytes(etp, 0, "runtime"), gib(0.52) + gib(0.39) + 6 * gib(0.4) + gib(5.7));
+  EXPECT_EQ(stage_bytes(etp, 0, "runtime"),
+            base - 7 * 32 * 12 * kMiB + (kNet + 3 * 2 * 12 * kMiB) + kRing);
+  // Interleaved: one 2-rank communicator per pipeline neighbour instead of the pp group's.
+  // (pp 8 x vpp 2 chunks; the same groups otherwise.)
+  const json pp8 = analyze_json(dsv3({}, "8")), vpp = analyze_json(dsv3({"--vpp", "2"}, "8"));
+  ASSERT_FALSE(vpp.is_null() || pp8.is_null());
+  EXPECT_EQ(stage_bytes(pp8, 0, "runtime"), base);
+  EXPECT_EQ(stage_bytes(vpp, 0, "runtime"), base - (kNet + 2 * 2 * 12 * kMiB) + 2 * (kNet + 2 * 12 * kMiB));
   // One GPU: no communicator at all, only the CUDA context.
   const json one = analyze_json({"--model", "deepseek-v2-lite", "--micro-batch", "1", "--seq-len", "1024"});
   ASSERT_FALSE(one.is_null());
   EXPECT_EQ(i64(one.at("parallel").at("world_size")), 1);
   EXPECT_EQ(stage_bytes(one, 0, "runtime"), gib(0.52));
+}
+
+// explain lists each communicator as an item of its own.
+TEST(OverheadCli, ExplainItemisesTheCommunicators) {
+  const json e = explain_json(dsv3(), 0);
+  ASSERT_FALSE(e.is_null());
+  std::vector<std::string> names;
+  for (const auto& it : e.at("items")) {
+    if (it.at("category") == "runtime") names.push_back(it.at("item").get<std::string>());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"cuda.context", "nccl.world", "nccl.dp_cp", "nccl.tp", "nccl.pp",
+                                             "nccl.embedding", "nccl.mp", "nccl.ep", "nccl.expert_dp"}));
 }
 
 TEST(OverheadCli, FragmentationPercentOverridesTheDefault) {
