@@ -96,6 +96,7 @@ void evaluate(const json& r, const ValidationResult& base, const RequestBuilder&
   }
   for (const Measurement& m : s.measurements) {
     ValidationResult v = base;
+    v.profile = request.profile;
     if (!m.label.empty()) v.id.append("#").append(m.label);
     v.metric = m.metric;
     v.measured = m.bytes;

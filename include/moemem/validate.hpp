@@ -26,6 +26,7 @@ enum class Confidence : std::uint8_t { low, medium, high };
 
 struct ValidationResult {
   std::string id, family, metric, confidence;
+  std::string profile;  // the accounting profile the prediction used
   Bytes measured;
   std::optional<Bytes> predicted;   // absent when not representable
   std::optional<double> error_pct;  // signed, (predicted - measured) / measured

@@ -15,7 +15,7 @@ namespace {
 nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>& gpu) {
   const auto& p = r.layout.config;
   nlohmann::json stages = nlohmann::json::array();
-  const auto fits = gpu ? fit(r, gpu->capacity) : std::vector<StageFit>{};
+  const auto fits = gpu ? fit(r, gpu->usable()) : std::vector<StageFit>{};
   for (const auto& s : r.stages) {
     nlohmann::json chunks = nlohmann::json::array();
     for (std::size_t i = 0; i < s.chunks.size(); ++i) {
@@ -105,6 +105,7 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
       {"peak", {{"stage", r.peak_stage}, {"total_bytes", r.stages[static_cast<std::size_t>(r.peak_stage)].bytes.total().value()}}},
       {"assumptions", r.assumptions},
       {"gpu", gpu ? nlohmann::json{{"name", gpu->name}, {"capacity_bytes", gpu->capacity.value()},
+                                   {"margin_pct", gpu->margin_pct}, {"usable_bytes", gpu->usable().value()},
                                    {"all_fit", std::all_of(fits.begin(), fits.end(), [](const StageFit& f) { return f.fits; })}}
                   : nlohmann::json()},
   };
@@ -122,7 +123,7 @@ std::string layer_span(const StageReport& s) {
 }
 
 Table stage_table(const MemoryReport& r, bool exact, const std::optional<GpuChoice>& gpu) {
-  const auto fits = gpu ? fit(r, gpu->capacity) : std::vector<StageFit>{};
+  const auto fits = gpu ? fit(r, gpu->usable()) : std::vector<StageFit>{};
   Table t;
   if (exact) {
     t.columns = {"stage", "first_layer", "last_layer", "non_expert_params", "expert_params", "weights_bytes",
@@ -177,6 +178,11 @@ void AnalyzeCommand::setup(CLI::App& root, const char* name) {
   add_layout_options(*app, layout);
   add_training_options(*app, training);
   add_format_option(*app, format);
+  if (!is_explain) {
+    app->add_flag("--no-margin", no_margin,
+                  "Fit verdict on the prediction alone (default: the upper end of the band measured runs fell in, "
+                  "from moemem validate's public set)");
+  }
   app->add_option("--megatron-args", megatron.path,
                   "A Megatron-LM launch script or argument file: its layout, batch, recompute, precision and "
                   "architecture flags (flags given here as well take precedence)")
@@ -222,18 +228,42 @@ void explain_output(const Evaluation& e, std::int64_t stage, Format f, std::ostr
   render(t, f, out);
 }
 
+namespace {
+
+// The band for the device totals analyze reports; where a profile has no device measurements, the
+// nearest kind it has (reserved, then allocated), named.
+struct MetricBand {
+  std::string metric;
+  Band band;
+};
+std::optional<MetricBand> uncertainty(const std::string& profile) {
+  for (const char* metric : {"device-used", "reserved", "allocated"}) {
+    if (const auto b = measured_band(profile, metric)) return MetricBand{metric, *b};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = parse_format(format);
   const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
-  const auto gpu = gpu_choice(training);
+  auto gpu = gpu_choice(training);
   report_unrecognised_keys(e.model, err);
   if (explain) {
     explain_output(e, *explain, f, out);
     return;
   }
   const MemoryReport r = analyze(e.model, e.inventory, *e.profile, e.layout, e.training);
+  const auto band = uncertainty(r.profile);
+  if (gpu && band && !no_margin) gpu->margin_pct = std::max(0.0, band->band.high_pct);
   if (f == Format::json) {
-    out << report_json(r, gpu).dump(2) << "\n";
+    nlohmann::json j = report_json(r, gpu);
+    j["uncertainty"] = band ? nlohmann::json{{"metric", band->metric}, {"records", band->band.records},
+                                             {"low_pct", band->band.low_pct}, {"high_pct", band->band.high_pct},
+                                             {"margin_applied", gpu && !no_margin}}
+                            : nlohmann::json();
+    out << j.dump(2) << "\n";
     return;
   }
   if (f == Format::csv) {
@@ -278,10 +308,20 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   render(stage_table(r, false, gpu), f, out);
   out << fmt::format("peak: stage {}, {} ({} bytes)\n", r.peak_stage, format_gib(peak.bytes.total()),
                      group_thousands(peak.bytes.total().value()));
+  if (band) {
+    out << fmt::format("uncertainty: on {} published {} runs measuring {} memory, the measurement was {:+.1f}% .. "
+                       "{:+.1f}% of moemem's prediction (moemem validate); peak at the upper end {}\n",
+                       band->band.records, r.profile, band->metric, band->band.low_pct, band->band.high_pct,
+                       format_gib(Bytes(static_cast<std::uint64_t>(static_cast<double>(peak.bytes.total().value()) *
+                                                                   (1.0 + std::max(0.0, band->band.high_pct) / 100.0)))));
+  } else {
+    out << fmt::format("uncertainty: no published {} measurements to compare with\n", r.profile);
+  }
   if (gpu) {
-    const auto fits = fit(r, gpu->capacity);
+    const auto fits = fit(r, gpu->usable());
     const auto& pf = fits[static_cast<std::size_t>(r.peak_stage)];
-    out << fmt::format("{}: {} ({}); peak stage {} by {:.2f} GiB\n", gpu->name, format_gib(gpu->capacity),
+    out << fmt::format("{}: {}{} ({}); peak stage {} by {:.2f} GiB\n", gpu->name, format_gib(gpu->capacity),
+                       gpu->margin_pct > 0 ? fmt::format(", {} with the +{:.1f}% margin", format_gib(gpu->usable()), gpu->margin_pct) : "",
                        pf.fits ? "every stage fits" : "DOES NOT FIT", pf.fits ? "fits" : "exceeds",
                        std::abs(gib_of(pf.headroom_bytes)));
   }

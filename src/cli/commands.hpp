@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/common.hpp"
+#include "moemem/validate.hpp"
 
 namespace moemem::cli {
 
@@ -17,6 +18,7 @@ struct AnalyzeCommand {
   TrainingOptions training;
   std::string format = "table";
   std::optional<std::int64_t> explain;  // a stage to itemise (analyze --explain N, explain --stage N)
+  bool no_margin = false;               // fit verdict on the prediction alone, without the validation band
   CLI::App* app = nullptr;
   // `name` is "analyze" or "explain" (the same options; explain requires --stage).
   void setup(CLI::App& root, const char* name = "analyze");
@@ -68,6 +70,19 @@ struct ValidateCommand {
   // Returns the exit code: 0 within the thresholds, 4 past them.
   int run(std::ostream& out, std::ostream& err) const;
 };
+
+// The request a validation record's moemem object describes: its arguments parsed as analyze's,
+// its model file read from the compiled-in set (set_dir empty) or beside the set's file.
+Request record_request_of(const RecordSpec& spec, const std::string& set_dir);
+
+// How far published measurements fell from moemem's predictions, for runs of one profile and
+// metric: measured / predicted - 1, its smallest and largest value over the public set's
+// predicted records (confidence medium and up). Computed once per process.
+struct Band {
+  std::int64_t records = 0;
+  double low_pct = 0, high_pct = 0;
+};
+std::optional<Band> measured_band(const std::string& profile, const std::string& metric);
 
 // Reads a Megatron script's text (named by c.megatron.path) into c.megatron, as --megatron-args
 // does after parsing: its errors, its notes (to `err`), repeated settings, a --model that differs.

@@ -131,6 +131,11 @@ Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const Traini
 struct GpuChoice {
   std::string name;
   Bytes capacity;
+  double margin_pct = 0;  // the validation band's upper end: totals may be this much higher
+  // The capacity a predicted total must fit in so that total x (1 + margin) fits the GPU.
+  [[nodiscard]] Bytes usable() const {
+    return Bytes(static_cast<std::uint64_t>(static_cast<double>(capacity.value()) / (1.0 + margin_pct / 100.0)));
+  }
 };
 std::optional<GpuChoice> gpu_choice(const TrainingOptions& to);
 

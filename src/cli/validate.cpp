@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -43,7 +44,9 @@ std::string model_text(const std::string& model, const std::string& set_dir) {
 // The request a record's moemem object describes: its arguments parsed as analyze's command line,
 // its model a preset, a config.json (.json) or a Megatron argument file (.args, read as
 // --megatron-args reads one).
-Request request_of(const RecordSpec& spec, const std::string& set_dir) {
+}  // namespace
+
+Request record_request_of(const RecordSpec& spec, const std::string& set_dir) {
   CLI::App root;
   AnalyzeCommand cmd;
   cmd.setup(root);
@@ -73,6 +76,28 @@ Request request_of(const RecordSpec& spec, const std::string& set_dir) {
   }
   return to_request(cmd.model, cmd.layout, cmd.training, cmd.megatron);
 }
+
+std::optional<Band> measured_band(const std::string& profile, const std::string& metric) {
+  static const std::map<std::pair<std::string, std::string>, Band> bands = [] {
+    std::map<std::pair<std::string, std::string>, Band> out;
+    const RequestBuilder build = [](const RecordSpec& spec) { return record_request_of(spec, ""); };
+    for (const auto& r : validate_records(public_measurement_set(), "public set", Confidence::medium, build)) {
+      if (!r.error_pct) continue;
+      // measured / predicted - 1, from (predicted - measured) / measured = e: 1 / (1 + e) - 1.
+      const double off = 100.0 * (1.0 / (1.0 + *r.error_pct / 100.0) - 1.0);
+      Band& b = out[{r.profile, r.metric}];
+      b.low_pct = b.records == 0 ? off : std::min(b.low_pct, off);
+      b.high_pct = b.records == 0 ? off : std::max(b.high_pct, off);
+      ++b.records;
+    }
+    return out;
+  }();
+  const auto it = bands.find({profile, metric});
+  if (it == bands.end()) return std::nullopt;
+  return it->second;
+}
+
+namespace {
 
 const ValidationSummary* group(const std::vector<ValidationSummary>& summary, const std::string& name) {
   for (const auto& s : summary) {
@@ -198,7 +223,7 @@ int ValidateCommand::run(std::ostream& out, std::ostream& err) const {
     set_dir = std::filesystem::path(set).parent_path().string();
     if (set_dir.empty()) set_dir = ".";
   }
-  const RequestBuilder build = [&](const RecordSpec& spec) { return request_of(spec, set_dir); };
+  const RequestBuilder build = [&](const RecordSpec& spec) { return record_request_of(spec, set_dir); };
   const auto results = validate_records(text, set.empty() ? "public set" : set, min, build);
   const auto summary = summarize(results);
   const bool pass = passes(summary, t);

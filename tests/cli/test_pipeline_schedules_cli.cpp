@@ -40,7 +40,7 @@ using moemem::test::pipeline_cli::expect_exit_2;
 // attention activations each ~ 54 GB) while the last one does (about 4e9 parameters and one
 // micro-batch): the report must say which.
 TEST(PipelineCli, OneFOneBDeepSeekV3StagePHoldsSixteenMinusP) {
-  const Args args = dsv3({"--global-batch", "1024", "--distributed-optimizer", "--gpu", "h800-80g"});
+  const Args args = dsv3({"--global-batch", "1024", "--distributed-optimizer", "--gpu", "h800-80g", "--no-margin"});
   const json j = analyze_json(args);
   ASSERT_FALSE(j.is_null());
   EXPECT_EQ(j.at("schema"), "moemem.report/1");
@@ -120,7 +120,7 @@ TEST(PipelineCli, OneFOneBDeepSeekV3StagePHoldsSixteenMinusP) {
 
 // --gpu-memory takes any size: 80 GiB = 85,899,345,920 bytes; margins against it.
 TEST(PipelineCli, GpuMemoryGivenAsASize) {
-  const json j = analyze_json(dsv3({"--global-batch", "1024", "--gpu-memory", "80GiB"}));
+  const json j = analyze_json(dsv3({"--global-batch", "1024", "--gpu-memory", "80GiB", "--no-margin"}));
   ASSERT_FALSE(j.is_null());
   const std::uint64_t capacity = 80ull << 30;
   EXPECT_EQ(u64(j.at("gpu").at("capacity_bytes")), capacity);

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -272,6 +275,61 @@ TEST(Validate, NumberOverflowIsNamed) {
   const auto c = run_cli({"count", "--model", config});
   EXPECT_EQ(c.code, 2);
   EXPECT_NE(c.err.find("'a number beyond a 64-bit float' is not accepted"), std::string::npos) << c.err;
+}
+
+}  // namespace
+
+namespace {
+
+using moemem::test::run_cli;
+
+// Issue 12: analyze states the band measured runs of its profile fell in (from validate's public
+// set) and its fit verdict uses the band's upper end unless --no-margin.
+TEST(Uncertainty, AnalyzeStatesTheBandAndTheVerdictUsesItsUpperEnd) {
+  // The band from validate itself: measured / predicted - 1 over the megatron device-used rows.
+  const auto v = run_cli({"validate", "--format", "json", "--max-median-error", "1000", "--max-error", "1000",
+                          "--max-device-median-error", "1000", "--min-mean-error", "-1000"});
+  ASSERT_EQ(v.code, 0) << v.err;
+  const json vj = json::parse(v.out);
+  double lo = 1e9, hi = -1e9;
+  int n = 0;
+  for (const auto& rec : vj.at("records")) {
+    if (rec.at("metric") != "device-used" || rec.at("error_pct").is_null() || rec.at("family") == "torchtitan") continue;
+    const double off = 100.0 * (rec.at("measured_bytes").get<double>() / rec.at("predicted_bytes").get<double>() - 1.0);
+    lo = std::min(lo, off);
+    hi = std::max(hi, off);
+    ++n;
+  }
+  ASSERT_GT(n, 0);
+  const std::vector<std::string> args = {"analyze", "--model", "llama-3.1-8b", "--tp", "2", "--dp", "4", "--gpu-memory",
+                                         "80GiB", "--format", "json"};
+  const auto a = run_cli(args);
+  ASSERT_EQ(a.code, 0) << a.err;
+  const json aj = json::parse(a.out);
+  const json& u = aj.at("uncertainty");
+  EXPECT_EQ(u.at("metric"), "device-used");
+  EXPECT_EQ(u.at("records").get<int>(), n);
+  EXPECT_NEAR(u.at("low_pct").get<double>(), lo, 0.01);  // ratios of rounded byte counts
+  EXPECT_NEAR(u.at("high_pct").get<double>(), hi, 0.01);
+  EXPECT_TRUE(u.at("margin_applied").get<bool>());
+  const double capacity = 80.0 * 1073741824.0;
+  EXPECT_NEAR(aj.at("gpu").at("usable_bytes").get<double>(), capacity / (1.0 + hi / 100.0), 1.0);
+  // A stage fits when its total times (1 + upper end) fits the GPU: 80 GiB / 1.25 ~ 64 GiB.
+  std::vector<std::string> tight = args;
+  for (auto& x : tight) {
+    if (x == "80GiB") x = fmt::format("{}B", static_cast<std::uint64_t>(aj.at("stages")[0].at("bytes").at("total").get<double>() * 1.01));
+  }
+  const json close = json::parse(run_cli(tight).out);
+  EXPECT_FALSE(close.at("stages")[0].at("fits").get<bool>());  // 1% headroom < the band's upper end
+  tight.push_back("--no-margin");
+  const json bare = json::parse(run_cli(tight).out);
+  EXPECT_TRUE(bare.at("stages")[0].at("fits").get<bool>());
+  EXPECT_FALSE(bare.at("uncertainty").at("margin_applied").get<bool>());
+  // The table says it in words; the paper profile has no measurements to compare with.
+  EXPECT_NE(run_cli({"analyze", "--model", "llama-3.1-8b", "--tp", "2", "--dp", "4"}).out.find("uncertainty: on "),
+            std::string::npos);
+  EXPECT_NE(run_cli({"analyze", "--profile", "paper"}).out.find("uncertainty: no published paper measurements"),
+            std::string::npos);
 }
 
 }  // namespace
