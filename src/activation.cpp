@@ -78,6 +78,23 @@ Bytes kept_bytes(const std::vector<ActivationTerm>& terms, Recompute r, std::uin
   return b;
 }
 
+std::string_view name_of(MegatronVersion v) {
+  switch (v) {
+    case MegatronVersion::v0_6: return "0.6";
+    case MegatronVersion::v0_12: return "0.12";
+    case MegatronVersion::current: return "current";
+  }
+  return "?";
+}
+
+MegatronVersion parse_megatron_version(std::string_view text) {
+  for (const MegatronVersion v : {MegatronVersion::v0_6, MegatronVersion::v0_12, MegatronVersion::current}) {
+    if (text == name_of(v)) return v;
+  }
+  throw InputError("--megatron-version", std::string(text),
+                   "0.6 (up to 0.7), 0.12 (0.8 to 0.12) or current (0.13 and later)");
+}
+
 std::string_view name_of(LossImpl l) {
   switch (l) {
     case LossImpl::upcast: return "upcast";

@@ -42,6 +42,7 @@ struct TrainingRequest {
   std::optional<Fp8Recipe> fp8;
   std::optional<double> moe_imbalance, moe_capacity_factor;
   std::optional<double> hidden_dropout, attention_dropout;  // unset: the profile's default
+  MegatronVersion megatron_version = MegatronVersion::current;
   Dispatcher dispatcher = Dispatcher::alltoall;
   std::optional<double> fragmentation_pct;
   std::optional<Bytes> cuda_context, nccl_per_group;

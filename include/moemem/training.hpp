@@ -59,6 +59,15 @@ enum class LossImpl : std::uint8_t { upcast, fused, chunked };
 [[nodiscard]] std::string_view name_of(LossImpl l);
 [[nodiscard]] LossImpl parse_loss_impl(std::string_view text);
 
+// The Megatron-Core release a run used, where it changes what MoE layers keep (issue 12 defect 8):
+// up to 0.12 the routing probabilities are applied in unpermute, which saves the unweighted
+// expert output (moe_utils.py unpermute); 0.6's GroupedMLP also runs an unfused SwiGLU that keeps
+// silu's output (experts.py glu). From 0.13 (commit 2659630721) the probabilities are applied
+// inside the fused activation (WeightedSwiGLUFunction).
+enum class MegatronVersion : std::uint8_t { v0_6, v0_12, current };
+[[nodiscard]] std::string_view name_of(MegatronVersion v);
+[[nodiscard]] MegatronVersion parse_megatron_version(std::string_view text);
+
 // FSDP2's reshard_after_forward policy as torchtitan sets it: `standard` (its "default": every
 // block resharded after forward but the last, none with pipeline parallelism), always, never.
 enum class ReshardPolicy : std::uint8_t { standard, always, never };
@@ -111,6 +120,7 @@ struct Numerics {
   // Dropout probabilities (Megatron's --hidden-dropout, --attention-dropout): a mask is kept for
   // backward wherever one is drawn.
   double hidden_dropout = 0, attention_dropout = 0;
+  MegatronVersion megatron_version = MegatronVersion::current;  // the megatron profile's release
   auto operator<=>(const Numerics&) const = default;
 };
 

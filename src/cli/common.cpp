@@ -102,6 +102,10 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                  "A published training recipe: deepseek-v3 (FP8 blockwise with FP8-cached SwiGLU inputs, bf16 moments, "
                  "fp32 master and gradients, recompute of norms, MLA up-projections and the expert activation, ZeRO-1); "
                  "flags given as well take precedence");
+  app.add_option("--megatron-version", o.numerics.megatron_version,
+                 "Megatron-Core release (megatron profile): 0.6 (to 0.7), 0.12 (0.8 to 0.12) or current (0.13+); "
+                 "before 0.13 MoE layers keep the unweighted expert output, 0.6 also silu's output")
+      ->capture_default_str();
   app.add_option("--hidden-dropout", o.numerics.hidden_dropout,
                  "Dropout after attention and MLP: keeps a one-byte mask each (profile default: megatron 0.1, others 0)");
   app.add_option("--attention-dropout", o.numerics.attention_dropout,
@@ -205,6 +209,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.attention = given<AttentionKernel>(o.numerics.attention, [](const std::string& v) { return parse_attention_kernel(v, "--attention"); });
   r.logits_dtype = parse_dtype(o.numerics.logits_dtype, "--logits-dtype");
   r.fp8 = given<Fp8Recipe>(o.numerics.fp8, [](const std::string& v) { return parse_fp8_recipe(v); });
+  r.megatron_version = parse_megatron_version(o.numerics.megatron_version);
   r.hidden_dropout = given<double>(o.numerics.hidden_dropout, [](const std::string& v) { return parse_double_impl(v, "--hidden-dropout"); });
   r.attention_dropout =
       given<double>(o.numerics.attention_dropout, [](const std::string& v) { return parse_double_impl(v, "--attention-dropout"); });

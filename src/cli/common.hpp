@@ -60,6 +60,7 @@ struct NumericsOptions {
   std::optional<std::int64_t> vocab_multiple;
   std::string fp8, recipe;
   std::string hidden_dropout, attention_dropout;  // empty: the profile's default
+  std::string megatron_version = "current";
 };
 struct MoeOptions {
   std::string moe_imbalance, moe_capacity_factor, dispatcher = "alltoall";

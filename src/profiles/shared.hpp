@@ -98,6 +98,15 @@ inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, 
   return std::nullopt;
 }
 
+// A Megatron-Core release under another profile.
+inline std::optional<InputError> refuse_megatron_version(std::string_view profile, const TrainingConfig& t) {
+  if (t.megatron_version != MegatronVersion::current) {
+    return InputError("--megatron-version", std::string(name_of(t.megatron_version)),
+                     fmt::format("current with the {} profile (releases are a megatron-profile setting)", profile));
+  }
+  return std::nullopt;
+}
+
 // Dropout under a profile whose models have none (torchtitan's Llama, the paper's analysis).
 inline std::optional<InputError> refuse_dropout(std::string_view profile, const TrainingConfig& t) {
   if (t.hidden_dropout > 0 || t.attention_dropout > 0) {
