@@ -120,7 +120,11 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
   t.add("attn.q", Module::attention, elems({d.tokens, d.heads, qk_dim}), t.a, up, "b*s/cp x heads/tp x qk_dim");
   t.add("attn.k", Module::attention, elems({d.tokens, kv_saved, qk_dim}), t.a, up,
         repeated ? "b*s/cp x heads/tp x qk_dim (repeated to every query head)" : "b*s/cp x kv_heads/tp x qk_dim");
-  t.add("attn.v", Module::attention, elems({d.tokens, kv_saved, v_dim}), t.a, up,
+  // mla_up_proj discards q, k and v (multi_latent_attention.py, CheckpointWithoutOutput), but TE's
+  // fused attention keeps its own V when the q/k and v head sizes differ (192 vs 128 on
+  // DeepSeek-V3), so freeing v returns nothing (research notes D5(b): Moonlight measured 0.716 GB
+  // freed against q + k + the up-projection norms' 0.736 GB; with v 0.963 GB). Freed by no module.
+  t.add("attn.v", Module::attention, elems({d.tokens, kv_saved, v_dim}), t.a, 0,
         repeated ? "b*s/cp x heads/tp x v_dim (repeated to every query head)" : "b*s/cp x kv_heads/tp x v_dim");
   if (eager) {
     // DotProductAttention.forward: scores = baddbmm(q, k^T) (its backward saves q and k, not the
@@ -270,8 +274,12 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
   const Module block = kind == LayerKind::moe ? Module::router : Module::dense_mlp;
   t.add("mlp.input", block, elems({d.tokens_sp, m.hidden}), t.a, 0, "b*s/cp/(tp if sp) x h");
   if (kind == LayerKind::dense) {
+    // The dense MLP's norm is fused into fc1 (Transformer Engine's LayerNormLinear,
+    // TELayerNormColumnParallelLinear in gpt_layer_specs.py; pre_mlp_layernorm is an IdentityOp),
+    // which saves its own ln_out: the layernorm module skips it (transformer_layer.py, research
+    // notes D5(a)), so nothing frees it but the mlp module's checkpoint.
     t.linear_input("mlp.norm_output (fc1 input)", "mlp.norm_output.scales", block, elems({d.tokens_sp, m.hidden}),
-                   kRecomputeLayernorm, "b*s/cp/(tp if sp) x h");
+                   kRecomputeMlp, "b*s/cp/(tp if sp) x h");
     megatron_mlp(c, t, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output (fc2 input)",
                  "mlp.act_output.scales", kRecomputeMlp, m.gated_mlp);
     megatron_dropout_mask(c, t, "mlp.dropout_mask (hidden dropout)", Module::dense_mlp);
