@@ -61,6 +61,7 @@ void validate_training(const TrainingConfig& t, const Layout& layout) {
 }
 
 bool is_kept(const ActivationTerm& t, Recompute r, std::uint16_t modules) {
+  if (t.transient) return false;
   if (t.only_selective) return r == Recompute::selective;
   switch (r) {
     case Recompute::none: return true;
@@ -74,6 +75,14 @@ Bytes kept_bytes(const std::vector<ActivationTerm>& terms, Recompute r, std::uin
   Bytes b;
   for (const auto& t : terms) {
     if (is_kept(t, r, modules)) b += t.bytes();
+  }
+  return b;
+}
+
+Bytes transient_bytes(const std::vector<ActivationTerm>& terms, std::uint16_t rerun_modules) {
+  Bytes b;
+  for (const auto& t : terms) {
+    if (t.transient && (rerun_modules == 0 || (t.dropped_by & rerun_modules) != 0)) b += t.bytes();
   }
   return b;
 }

@@ -67,6 +67,11 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   const bool deepseek = r.recipe == Recipe::deepseek_v3;
   t.fp8_swiglu_input = deepseek && t.fp8 != Fp8Recipe::none;
   t.fp8_online_weights = deepseek && t.fp8 == Fp8Recipe::blockwise;
+  // §3.3.2: the activation before the MoE up-projections is quantized to FP8 and then dispatched
+  // (the combine stays BF16); §3.2.3: recomputing the MLA up-projections removes their outputs
+  // (q, k and v) from what is stored, DeepSeek's attention keeping no copy of its own.
+  t.fp8_dispatch = deepseek && t.fp8 != Fp8Recipe::none;
+  t.mla_up_frees_v = deepseek;
   t.hidden_dropout = r.hidden_dropout.value_or(profile.default_dropout);
   t.attention_dropout = r.attention_dropout.value_or(profile.default_dropout);
   t.megatron_version = r.megatron_version;

@@ -28,6 +28,10 @@ struct ActivationTerm {
   std::string_view rule{};     // how the size follows from the model (for explain)
   bool only_selective{};       // kept only under selective recomputation (torchtitan's per-op SAC caches
                                // matmul outputs that eager backward would not keep)
+  bool transient{};            // never saved: alive only while the layer computes its forward (MoE
+                               // dispatch copies); counted in the layer transient, never kept.
+                               // dropped_by then names the selective modules whose recomputation
+                               // re-creates it (their rerun holds it again)
 
   [[nodiscard]] Bytes bytes() const { return bytes_of(elements, dtype); }
 };
@@ -43,6 +47,9 @@ struct ActivationContext {
 // Sum of the terms a layer keeps under `r` (`modules`: the selective set).
 [[nodiscard]] Bytes kept_bytes(const std::vector<ActivationTerm>& terms, Recompute r, std::uint16_t modules = 0);
 [[nodiscard]] bool is_kept(const ActivationTerm& t, Recompute r, std::uint16_t modules);
+// Sum of the transient terms a layer's forward holds at once; `rerun_modules` (nonzero): only those
+// a selective recomputation of these modules re-creates.
+[[nodiscard]] Bytes transient_bytes(const std::vector<ActivationTerm>& terms, std::uint16_t rerun_modules = 0);
 
 
 }  // namespace moemem

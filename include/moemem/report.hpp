@@ -18,6 +18,16 @@
 
 namespace moemem {
 
+// What one layer holds beyond the stage's saved activations while it computes (the largest over
+// the stage's layers): the saved tensors of the layer or group recomputed during backward, and
+// the tensors its forward (or that recomputation) holds without saving them (MoE dispatch copies).
+struct LayerTransient {
+  Bytes recomputed, unsaved;
+  LayerKind unsaved_kind = LayerKind::dense;  // whose unsaved terms
+  bool rerun = false;  // selective: only the unsaved terms the recomputed modules re-create
+  [[nodiscard]] Bytes total() const { return recomputed + unsaved; }
+};
+
 struct StageBytes {
   Bytes weights, gradients, optimizer, activations, buffers, fragmentation;
   Bytes runtime;  // outside PyTorch's allocator: CUDA context, NCCL communicators
@@ -52,7 +62,7 @@ struct StageReport {
   std::vector<Bytes> chunk_activations;               // one micro-batch through each held chunk
   std::vector<std::int64_t> chunk_in_flight;          // micro-batches in flight in each held chunk
   Bytes activations_per_microbatch;                   // sum of chunk_activations
-  Bytes recompute_transient;                          // one layer recomputed during backward
+  LayerTransient transient;                           // one layer computing or recomputed
   Bytes cp_ring_buffers;                              // ring attention's K/V in flight, one layer
   Bytes fp8_weight_copies;                            // part of bytes.weights
   Count fp8_weight_params;                            // parameters whose GEMMs run in FP8

@@ -117,6 +117,8 @@ struct Numerics {
   Fp8Recipe fp8 = Fp8Recipe::none;
   bool fp8_swiglu_input = false;  // DeepSeek-V3: the SwiGLU input of the experts cached in FP8 too
   bool fp8_online_weights = false;  // DeepSeek-V3: weights quantized online per GEMM, no resident FP8 copies
+  bool fp8_dispatch = false;        // DeepSeek-V3: tokens quantized to FP8 before the dispatch all-to-all
+  bool mla_up_frees_v = false;      // DeepSeek-V3's own kernels: recomputing MLA's up-projections frees v too
   // Dropout probabilities (Megatron's --hidden-dropout, --attention-dropout): a mask is kept for
   // backward wherever one is drawn.
   double hidden_dropout = 0, attention_dropout = 0;

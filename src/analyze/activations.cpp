@@ -54,36 +54,58 @@ std::array<KindBytes, 2> kind_bytes(const EvalContext& c) {
     k.all = kept_bytes(terms, Recompute::none);
     k.kept = kept_bytes(terms, c.t.recompute, c.t.recompute_modules);
     k.input = kept_bytes(terms, Recompute::full);
+    k.unsaved = transient_bytes(terms);
+    if (c.t.recompute == Recompute::selective) k.rerun_unsaved = transient_bytes(terms, c.t.recompute_modules);
   }
   return kinds;
 }
 
-// What is recomputed at once during backward: an output-discarding module's output one layer at
-// a time; a whole group of N layers (uniform); one checkpointed layer at a time (block).
-Bytes chunk_transient(const EvalContext& c, const Chunk& ch, const ChunkLayerCounts& counts,
-                      const std::array<KindBytes, 2>& kinds) {
+// What one layer holds at once beyond the saved activations, the largest over the chunk: any
+// layer's forward holds its unsaved terms (MoE dispatch copies); under selective recomputation a
+// layer's discarded outputs come back one layer at a time, with the unsaved terms the rerun modules
+// re-create; under full recomputation a whole group of N layers (uniform) or one checkpointed
+// layer (block) is rerun, and the rerun forward of one of its layers holds that layer's unsaved
+// terms as well.
+LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const ChunkLayerCounts& counts,
+                               const std::array<KindBytes, 2>& kinds) {
   const auto& t = c.t;
   const LayerKind mtp_kind = c.model.is_moe() ? LayerKind::moe : LayerKind::dense;
-  const auto all_at = [&](std::int64_t l) {
-    const LayerKind k = l < ch.num_layers ? c.model.layer_kinds[idx(ch.first_layer + l)] : mtp_kind;
-    return kinds[static_cast<std::size_t>(k)].all;
+  const auto kind_at = [&](std::int64_t l) {
+    return l < ch.num_layers ? c.model.layer_kinds[idx(ch.first_layer + l)] : mtp_kind;
   };
+  const auto of = [&](LayerKind k) -> const KindBytes& { return kinds[static_cast<std::size_t>(k)]; };
   const std::int64_t n = ch.num_layers + ch.mtp_depths;
-  Bytes transient;
-  if (t.recompute != Recompute::full) {
-    for (const std::size_t k : {std::size_t{0}, std::size_t{1}}) {
-      if (counts.mode[k] > 0) transient = std::max(transient, Bytes(kinds[k].all.value() - kinds[k].kept.value()));
-    }
-  } else if (t.recompute_method == RecomputeMethod::uniform) {
-    for (std::int64_t g = 0; g < n; g += t.recompute_num_layers) {
-      Bytes group;
-      for (std::int64_t l = g; l < std::min(n, g + t.recompute_num_layers); ++l) group += all_at(l);
-      transient = std::max(transient, group);
+  LayerTransient best;
+  const auto consider = [&](const LayerTransient& candidate) {
+    if (candidate.total() > best.total()) best = candidate;
+  };
+  const bool full = t.recompute == Recompute::full;
+  for (std::int64_t l = 0; l < n; ++l) consider({Bytes{}, of(kind_at(l)).unsaved, kind_at(l), false});
+  if (!full) {
+    for (const LayerKind k : {LayerKind::dense, LayerKind::moe}) {
+      const auto& kb = of(k);
+      if (counts.mode[static_cast<std::size_t>(k)] > 0) {
+        consider({Bytes(kb.all.value() - kb.kept.value()), kb.rerun_unsaved, k, true});
+      }
     }
   } else {
-    for (std::int64_t l = 0; l < std::min(n, t.recompute_num_layers); ++l) transient = std::max(transient, all_at(l));
+    // Uniform: groups of N from the first layer; block: the first N layers, one at a time.
+    const bool uniform = t.recompute_method == RecomputeMethod::uniform;
+    const std::int64_t groups_end = uniform ? n : std::min(n, t.recompute_num_layers);
+    const std::int64_t size = uniform ? t.recompute_num_layers : 1;
+    for (std::int64_t g = 0; g < groups_end; g += size) {
+      LayerTransient group;
+      for (std::int64_t l = g; l < std::min(groups_end, g + size); ++l) {
+        group.recomputed += of(kind_at(l)).all;
+        if (of(kind_at(l)).unsaved > group.unsaved) {
+          group.unsaved = of(kind_at(l)).unsaved;
+          group.unsaved_kind = kind_at(l);
+        }
+      }
+      consider(group);
+    }
   }
-  return transient;
+  return best;
 }
 
 // chunk_layer_counts; without full recomputation every layer keeps what the mode keeps, so the
@@ -123,7 +145,7 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
     if (it != cache->acts.end()) acts = &it->second;
   }
   out.bytes.assign(c.layout.chunks.size(), Bytes{});
-  out.transient.assign(c.layout.chunks.size(), Bytes{});
+  out.transient.assign(c.layout.chunks.size(), LayerTransient{});
   try {
     if (acts == nullptr) {
       local.kinds = kind_bytes(c);
@@ -165,10 +187,13 @@ void stage_activations(const EvalContext& c, const ChunkActivations& chunks, Byt
     st.chunk_in_flight.assign(f.per_chunk.begin(), f.per_chunk.end());
     st.in_flight_microbatches = f.total;
   }
-  if (c.profile.recompute_transient && c.t.recompute != Recompute::none) {
-    for (const auto ci : st.chunks) st.recompute_transient = std::max(st.recompute_transient, chunks.transient[idx(ci)]);
+  if (c.profile.recompute_transient) {
+    for (const auto ci : st.chunks) {
+      if (chunks.transient[idx(ci)].total() > st.transient.total()) st.transient = chunks.transient[idx(ci)];
+    }
   }
-  // The loss's backward comes before any layer's recomputation: the larger of the two enters.
+  // The loss's backward comes after the last forward and before any layer's recomputation: the
+  // larger of it and the layer transient enters.
   if (c.profile.loss_peak != nullptr && st.has_head) st.loss = c.profile.loss_peak(c.activation_context());
   // Ring attention (context parallelism over p2p): the K and V block being sent and the one being
   // received for the layer in flight.
@@ -219,6 +244,39 @@ void record_chunk_terms(const EvalContext& c, std::int64_t chunk, std::int64_t m
   }
 }
 
+// The layer transient: what a recomputation brings back, and the unsaved tensors of the layer whose
+// forward (or selective rerun) sets it.
+void record_layer_transient(const EvalContext& c, const LayerTransient& lt, Ledger& ledger) {
+  if (lt.recomputed.value() > 0) {
+    ledger.add(Category::activations, lt.recomputed, [] {
+      return ledger_item("recompute", "recomputation transient", "the largest layer or group recomputed at once during backward");
+    });
+  }
+  if (lt.unsaved.value() == 0) return;
+  if (!ledger.detail()) {
+    ledger.add(Category::activations, lt.unsaved, [] { return LedgerItem{}; });
+    return;
+  }
+  const auto terms = layer_activation_terms(c.profile, c.model, c.layout, c.t, lt.unsaved_kind);
+  for (const auto& term : terms) {
+    if (!term.transient || (lt.rerun && (term.dropped_by & c.t.recompute_modules) == 0)) continue;
+    ledger.add(Category::activations, term.bytes(), [&] {
+      return ledger_item(std::string(name_of(term.module)), std::string(term.name),
+                         fmt::format("{} ({}, {}) while one {} layer computes, not saved", term.elements.value(),
+                                     term.rule, name_of(term.dtype), lt.unsaved_kind == LayerKind::moe ? "moe" : "dense"),
+                         term.elements, term.dtype, 1);
+    });
+  }
+}
+
+void record_ring_buffers(const StageReport& st, Ledger& ledger) {
+  if (st.cp_ring_buffers.value() > 0) {
+    ledger.add(Category::activations, st.cp_ring_buffers, [] {
+      return ledger_item("attention", "context-parallel ring buffers", "2 x one layer's local K and V block");
+    });
+  }
+}
+
 }  // namespace
 
 void record_activations(const EvalContext& c, const StageReport& st, Ledger& ledger) {
@@ -228,21 +286,15 @@ void record_activations(const EvalContext& c, const StageReport& st, Ledger& led
     if (ledger.detail()) record_chunk_terms(c, st.chunks[i], mb, ledger);
     else ledger.add(Category::activations, times(st.chunk_activations[i], mb, "activation bytes"), [] { return LedgerItem{}; });
   }
-  if (st.loss.allocated > st.recompute_transient) {
+  if (st.loss.allocated > st.transient.total()) {
     ledger.add(Category::activations, st.loss.allocated, [&] {
       return ledger_item("output_head", "loss backward transient",
                          fmt::format("{} (more than the recomputation transient)", st.loss.rule));
     });
-  } else if (st.recompute_transient.value() > 0) {
-    ledger.add(Category::activations, st.recompute_transient, [] {
-      return ledger_item("recompute", "recomputation transient", "the largest layer or group recomputed at once during backward");
-    });
+  } else {
+    record_layer_transient(c, st.transient, ledger);
   }
-  if (st.cp_ring_buffers.value() > 0) {
-    ledger.add(Category::activations, st.cp_ring_buffers, [] {
-      return ledger_item("attention", "context-parallel ring buffers", "2 x one layer's local K and V block");
-    });
-  }
+  record_ring_buffers(st, ledger);
 }
 
 }  // namespace detail

@@ -82,7 +82,8 @@ void StageReport::reset(std::int64_t s) {
   params_by_module = {};
   chunk_activations.clear();
   chunk_in_flight.clear();
-  activations_per_microbatch = recompute_transient = cp_ring_buffers = fp8_weight_copies = Bytes{};
+  transient = LayerTransient{};
+  activations_per_microbatch = cp_ring_buffers = fp8_weight_copies = Bytes{};
   fp8_weight_params = Count{};
   in_flight_microbatches = model_chunks = 1;
   loss = LossPeak{};

@@ -37,9 +37,10 @@ struct SharesKey {
 };
 
 // A layer kind's activation bytes: nothing recomputed; kept under the mode; kept under full
-// recomputation (its input).
+// recomputation (its input); held unsaved while its forward runs, and while the mode's selective
+// modules rerun.
 struct KindBytes {
-  Bytes all, kept, input;
+  Bytes all, kept, input, unsaved, rerun_unsaved;
 };
 // Everything the activation terms depend on besides the model: the degrees, the resolved
 // vocabulary and kernel, and whole parts of the training settings.
@@ -89,7 +90,8 @@ void record_weights_by_role(const EvalContext& c, const StageReport& st, Ledger&
 // activations.cpp: one micro-batch's bytes in each chunk of the layout, and each chunk's
 // recomputation transient; then a stage's activations under its schedule, and their items.
 struct ChunkActivations {
-  std::vector<Bytes> bytes, transient;
+  std::vector<Bytes> bytes;
+  std::vector<LayerTransient> transient;
 };
 void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations& out);
 void stage_activations(const EvalContext& c, const ChunkActivations& chunks, Bytes cp_kv_block, StageReport& st);

@@ -57,7 +57,7 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
         {"fp8_weight_copies", s.fp8_weight_copies.value()},
         {"cp_ring_buffers", s.cp_ring_buffers.value()},
         {"activations_per_microbatch", s.activations_per_microbatch.value()},
-        {"recompute_transient", s.recompute_transient.value()},
+        {"recompute_transient", s.transient.total().value()},
         {"loss_transient", s.loss.allocated.value()},
         {"in_flight_microbatches", s.in_flight_microbatches},
         {"model_chunks", s.model_chunks},

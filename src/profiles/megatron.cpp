@@ -120,7 +120,11 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
   t.add("attn.q", Module::attention, elems({d.tokens, d.heads, qk_dim}), t.a, up, "b*s/cp x heads/tp x qk_dim");
   t.add("attn.k", Module::attention, elems({d.tokens, kv_saved, qk_dim}), t.a, up,
         repeated ? "b*s/cp x heads/tp x qk_dim (repeated to every query head)" : "b*s/cp x kv_heads/tp x qk_dim");
-  t.add("attn.v", Module::attention, elems({d.tokens, kv_saved, v_dim}), t.a, up,
+  // mla_up_proj discards q, k and v (multi_latent_attention.py, CheckpointWithoutOutput), but TE's
+  // fused attention keeps its own V when the q/k and v head sizes differ (192 vs 128 on
+  // DeepSeek-V3), so freeing v returns nothing (research notes D5(b): Moonlight measured 0.716 GB
+  // freed against q + k + the up-projection norms' 0.736 GB; with v 0.963 GB). Freed by no module.
+  t.add("attn.v", Module::attention, elems({d.tokens, kv_saved, v_dim}), t.a, c.training.mla_up_frees_v ? up : std::uint16_t{0},
         repeated ? "b*s/cp x heads/tp x v_dim (repeated to every query head)" : "b*s/cp x kv_heads/tp x v_dim");
   if (eager) {
     // DotProductAttention.forward: scores = baddbmm(q, k^T) (its backward saves q and k, not the
@@ -162,6 +166,61 @@ void megatron_mlp(const ActivationContext& c, Terms& t, std::int64_t ffn, Module
   t.linear_input(act, act_scales, mod, elems({d.tokens, ffn}, d.tp), dropped_by, "b*s/cp x ffn/tp");
 }
 
+// What one MoE layer's forward holds without saving it (docs/formulas.md "MoE dispatch
+// transient"; Megatron-LM d98e8a64, megatron/core/transformer/moe/moe_layer.py MoELayer.forward's
+// custom_forward keeps `hidden_states` (the permuted tokens) and `dispatched_input` (the all-to-all
+// output) referenced until it returns, and routed_experts_compute keeps `expert_output` (fc2's
+// output) until it returns; token_dispatcher.py MoEAlltoAllTokenDispatcher: permute in
+// dispatch_preprocess, all_to_all in token_dispatch, sort_chunks_by_idxs in dispatch_postprocess
+// and its inverse in combine_preprocess when the rank holds more than one expert, all_to_all back
+// in token_combine). None of these copies is saved (all_to_all's autograd keeps the split sizes,
+// the fused permute an int32 row map); the sorted copy is the fc1 input, counted as saved.
+// S = tokens x top_k sent, R = the routed rows received (as for the fc1 input).
+// - alltoall, more than one local expert: at combine_preprocess permuted S + all-to-all output R +
+//   fc2 output R + unsorted R; at the combine's all-to-all (fc2's output freed) permuted S + R + R +
+//   the returned S. The larger: S + 3R when R >= S (always, unless --moe-capacity-factor < 1).
+// - alltoall, one local expert: no sort; the all-to-all output is the fc1 input; at the combine
+//   permuted S + fc2 output R + the returned S.
+// - DeepEP (flex, _DeepepManager; fused_a2a.py fused_dispatch): the received tokens once per
+//   (token, destination rank), at most the ep group's tokens and at most R, expanded per expert into
+//   the fc1 input; with fc2's output R.
+void megatron_moe_dispatch_transient(const ActivationContext& c, Terms& t, std::int64_t routed) {
+  const auto& m = c.model;
+  const auto d = megatron_dims(c);
+  const auto& p = c.layout.config;
+  const std::int64_t sent = d.tokens_sp * m.moe.top_k;
+  const std::uint16_t rerun = kRecomputeMoe;
+  if (c.training.deepep) {
+    const std::int64_t received = std::min(d.tokens_sp * p.ep, routed);
+    t.transient("moe.deepep_received_tokens (transient)", Module::routed_experts, elems({received, m.hidden}), rerun,
+                "min(tokens x ep, R) x h");
+    t.transient("experts.fc2_output (transient)", Module::routed_experts, elems({routed, m.hidden}), rerun, "R x h");
+    return;
+  }
+  // The dispatch side in FP8 where the recipe quantizes before dispatching (DeepSeek-V3 §3.3.2:
+  // one byte per element and an fp32 scale per 128), the combine side in the activation dtype.
+  const bool fp8 = c.training.fp8_dispatch;
+  const auto dispatched = [&](const char* name, const char* scales, std::int64_t rows, const char* rule) {
+    t.transient(name, Module::routed_experts, elems({rows, m.hidden}), fp8 ? DType::fp8 : t.a, rerun, rule);
+    if (fp8) {
+      t.transient(scales, Module::routed_experts, elems({rows, (m.hidden + 127) / 128}), DType::fp32, rerun,
+                  "rows x h/128");
+    }
+  };
+  dispatched("moe.permuted_tokens (transient)", "moe.permuted_tokens.scales (transient)", sent, "S x h, S = tokens x top_k");
+  const bool one_expert = m.moe.num_routed_experts / p.ep == 1;
+  if (!one_expert) {
+    dispatched("moe.a2a_output (transient)", "moe.a2a_output.scales (transient)", routed, "R x h");
+    t.transient("moe.unsorted_output (transient)", Module::routed_experts, elems({routed, m.hidden}), rerun, "R x h");
+  }
+  if (one_expert || routed >= sent) {
+    t.transient("experts.fc2_output (transient)", Module::routed_experts, elems({routed, m.hidden}), rerun, "R x h");
+  }
+  if (one_expert || routed < sent) {
+    t.transient("moe.combine_output (transient)", Module::routed_experts, elems({sent, m.hidden}), rerun, "S x h");
+  }
+}
+
 // The MoE block after its norm: router, the routed experts of the hottest expert rank, and the
 // shared experts.
 void megatron_moe_block(const ActivationContext& c, Terms& t) {
@@ -197,6 +256,7 @@ void megatron_moe_block(const ActivationContext& c, Terms& t) {
   t.linear_input("experts.act_output (fc2 input)", "experts.act_output.scales", Module::routed_experts,
                  elems({routed, e.expert_ffn}, p.etp_degree()), kRecomputeMoe | kRecomputeMoeAct, "R x ffn/etp");
   t.add("experts.probs", Module::routed_experts, elems({routed}), DType::fp32, moe, "R");
+  megatron_moe_dispatch_transient(c, t, routed);
   if (e.shared_ffn > 0) {
     megatron_mlp(c, t, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output (fc2 input)",
                  "shared.act_output.scales", kRecomputeMoe | kRecomputeSharedExperts);
@@ -223,8 +283,12 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
   const Module block = kind == LayerKind::moe ? Module::router : Module::dense_mlp;
   t.add("mlp.input", block, elems({d.tokens_sp, m.hidden}), t.a, 0, "b*s/cp/(tp if sp) x h");
   if (kind == LayerKind::dense) {
+    // The dense MLP's norm is fused into fc1 (Transformer Engine's LayerNormLinear,
+    // TELayerNormColumnParallelLinear in gpt_layer_specs.py; pre_mlp_layernorm is an IdentityOp),
+    // which saves its own ln_out: the layernorm module skips it (transformer_layer.py, research
+    // notes D5(a)), so nothing frees it but the mlp module's checkpoint.
     t.linear_input("mlp.norm_output (fc1 input)", "mlp.norm_output.scales", block, elems({d.tokens_sp, m.hidden}),
-                   kRecomputeLayernorm, "b*s/cp/(tp if sp) x h");
+                   kRecomputeMlp, "b*s/cp/(tp if sp) x h");
     megatron_mlp(c, t, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output (fc2 input)",
                  "mlp.act_output.scales", kRecomputeMlp, m.gated_mlp);
     megatron_dropout_mask(c, t, "mlp.dropout_mask (hidden dropout)", Module::dense_mlp);

@@ -58,7 +58,15 @@ struct Terms {
 
   void add(std::string_view name, Module mod, Count n, DType t, std::uint16_t dropped_by, std::string_view rule,
            bool kept_under_full = false) {
-    out.push_back({name, mod, n, t, kept_under_full, dropped_by, rule, false});
+    out.push_back({name, mod, n, t, kept_under_full, dropped_by, rule, false, false});
+  }
+  // A tensor alive while the layer's forward runs but saved by nothing (`rerun_by`: the selective
+  // modules whose recomputation re-creates it).
+  void transient(std::string_view name, Module mod, Count n, std::uint16_t rerun_by, std::string_view rule) {
+    transient(name, mod, n, a, rerun_by, rule);
+  }
+  void transient(std::string_view name, Module mod, Count n, DType dtype, std::uint16_t rerun_by, std::string_view rule) {
+    out.push_back({name, mod, n, dtype, false, rerun_by, rule, false, true});
   }
   void linear_input(std::string_view name, std::string_view scales, Module mod, Count n, std::uint16_t dropped_by,
                     std::string_view rule) {

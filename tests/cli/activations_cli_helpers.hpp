@@ -67,11 +67,12 @@ inline std::map<std::string, std::uint64_t> items_of(const json& explain, const 
   return out;
 }
 
-// The saved-tensor items of a stage, without the recomputation transient (which only appears
-// under recomputation).
+// The saved-tensor items of a stage, without the layer transient: the recomputation transient
+// (under recomputation) and the tensors one layer's forward holds unsaved ("... (transient)").
 inline std::map<std::string, std::uint64_t> saved_tensors(const json& explain) {
   auto out = items_of(explain, "activations");
   out.erase("recomputation transient");
+  std::erase_if(out, [](const auto& item) { return item.first.ends_with("(transient)"); });
   return out;
 }
 
@@ -97,6 +98,10 @@ inline constexpr std::uint64_t kTopK = 8;
 inline constexpr std::uint64_t kTokensSp = 4096 / 2;
 // Routed rows on an expert rank under balanced routing: tokens_sp x top_k x etp 1.
 inline constexpr std::uint64_t kRouted = kTokensSp * kTopK * 1;
+// The MoE dispatch transient (docs/formulas.md) of one layer on the base layout: 256 / ep 8 = 32
+// experts per rank, so permuted S + all-to-all output R + fc2 output R + unsorted R, bf16, with
+// S = tokens_sp x top_k = R: 2 x 7168 x (16384 + 3 x 16384) = 939,524,096 bytes.
+inline constexpr std::uint64_t kDispatchTransient = 2 * kHidden * (kTokensSp * kTopK + 3 * kRouted);
 // Stage 1 of the base layout: ceil(61 / 16) = 4 decoder layers (4-7, all MoE), and 1F1B keeps
 // min(pp - 1, m) = min(15, 32) = 15 micro-batches in flight.
 inline constexpr std::uint64_t kStage1Layers = 4;

@@ -18,6 +18,7 @@ using nlohmann::json;
 using moemem::test::pipeline_cli::dsv3;
 using moemem::test::pipeline_cli::analyze_json;
 using moemem::test::pipeline_cli::u64;
+using moemem::test::pipeline_cli::stage_transient;
 using moemem::test::pipeline_cli::i64;
 using moemem::test::pipeline_cli::expect_exit_2;
 
@@ -61,7 +62,7 @@ TEST(PipelineCli, DualPipeDoublesWeightsAndHoldsPpPlusOne) {
       }
       EXPECT_EQ(u64(d.at("params").at("expert")), 2 * u64(o.at("params").at("expert")));
       // Two equal chunks: pp + 1 = 17 micro-batches of either.
-      EXPECT_EQ(u64(d.at("bytes").at("activations")), 17 * u64(o.at("activations_per_microbatch")));
+      EXPECT_EQ(u64(d.at("bytes").at("activations")), 17 * u64(o.at("activations_per_microbatch")) + stage_transient(d));
     } else {
       const auto& s0 = one.at("stages")[0];
       const auto& s15 = one.at("stages")[15];
@@ -125,7 +126,7 @@ TEST(PipelineCli, DualPipeVHoldsTwoChunksWithoutDoubling) {
   // Ranks 1-7 hold two chunks of four MoE layers: 17 micro-batches of either.
   for (std::size_t r = 1; r < 8; ++r) {
     EXPECT_EQ(u64(v.at("stages")[r].at("bytes").at("activations")),
-              17 * u64(one.at("stages")[r].at("activations_per_microbatch")))
+              17 * u64(one.at("stages")[r].at("activations_per_microbatch")) + stage_transient(v.at("stages")[r]))
         << r;
   }
 }
@@ -148,7 +149,10 @@ TEST(PipelineCli, DualPipeActivationsPerChunkFollowTheSchedule) {
   const json v = analyze_json({"analyze", "--model", "deepseek-v3", "--tp", "2", "--pp", "8", "--ep", "8", "--dp", "32",
                                "--sp", "--schedule", "dualpipev", "--global-batch", "1024"});
   ASSERT_FALSE(one.is_null() || dual.is_null() || v.is_null());
-  const auto act = [](const json& j, std::size_t s) { return u64(j.at("stages")[s].at("bytes").at("activations")); };
+  // Saved activations (the stage's one layer or loss transient apart).
+  const auto act = [](const json& j, std::size_t s) {
+    return u64(j.at("stages")[s].at("bytes").at("activations")) - stage_transient(j.at("stages")[s]);
+  };
   for (std::size_t r = 0; r < 16; ++r) EXPECT_EQ(act(dual, r), act(one, r) + act(one, 15 - r)) << "dualpipe rank " << r;
   for (std::size_t r = 0; r < 8; ++r) EXPECT_EQ(act(v, r), act(one, r) + act(one, 15 - r)) << "dualpipev rank " << r;
 }

@@ -28,6 +28,7 @@ using moemem::test::pipeline_cli::concat;
 using moemem::test::pipeline_cli::dsv3;
 using moemem::test::pipeline_cli::analyze_json;
 using moemem::test::pipeline_cli::u64;
+using moemem::test::pipeline_cli::stage_transient;
 using moemem::test::pipeline_cli::i64;
 using moemem::test::pipeline_cli::expect_exit_2;
 
@@ -62,7 +63,7 @@ TEST(PipelineCli, OneFOneBDeepSeekV3StagePHoldsSixteenMinusP) {
     const std::uint64_t per_mb = u64(s.at("activations_per_microbatch"));
     EXPECT_GT(per_mb, 0u);
     // The last stage adds the loss's backward transient (no recomputation here).
-    EXPECT_EQ(u64(s.at("bytes").at("activations")), (16 - p) * per_mb + u64(s.at("loss_transient")));
+    EXPECT_EQ(u64(s.at("bytes").at("activations")), (16 - p) * per_mb + stage_transient(s));
     EXPECT_EQ(u64(s.at("loss_transient")) > 0, p == 15);
     // The one chunk's activations are the stage's.
     ASSERT_EQ(s.at("chunks").size(), 1u);
@@ -150,7 +151,7 @@ TEST(PipelineCli, OneFOneBWithFewerMicroBatchesThanStages) {
     const auto& s = j.at("stages")[p];
     const std::uint64_t held = std::min<std::uint64_t>(16 - p, 4);
     EXPECT_EQ(u64(s.at("in_flight_microbatches")), held) << p;
-    EXPECT_EQ(u64(s.at("bytes").at("activations")), held * u64(s.at("activations_per_microbatch")) + u64(s.at("loss_transient"))) << p;
+    EXPECT_EQ(u64(s.at("bytes").at("activations")), held * u64(s.at("activations_per_microbatch")) + stage_transient(s)) << p;
   }
 }
 
@@ -176,9 +177,9 @@ TEST(PipelineCli, GPipeHoldsAllMicroBatchesAndZbH1MatchesOneFOneB) {
     const std::uint64_t per_mb = u64(one.at("stages")[p].at("activations_per_microbatch"));
     EXPECT_EQ(u64(gpipe.at("stages")[p].at("activations_per_microbatch")), per_mb);
     EXPECT_EQ(u64(gpipe.at("stages")[p].at("in_flight_microbatches")), 32u);
-    EXPECT_EQ(u64(gpipe.at("stages")[p].at("bytes").at("activations")), 32 * per_mb + u64(gpipe.at("stages")[p].at("loss_transient")));
+    EXPECT_EQ(u64(gpipe.at("stages")[p].at("bytes").at("activations")), 32 * per_mb + stage_transient(gpipe.at("stages")[p]));
     EXPECT_EQ(u64(gpipe4.at("stages")[p].at("in_flight_microbatches")), 4u);
-    EXPECT_EQ(u64(gpipe4.at("stages")[p].at("bytes").at("activations")), 4 * per_mb + u64(gpipe4.at("stages")[p].at("loss_transient")));
+    EXPECT_EQ(u64(gpipe4.at("stages")[p].at("bytes").at("activations")), 4 * per_mb + stage_transient(gpipe4.at("stages")[p]));
     EXPECT_EQ(zb.at("stages")[p].at("bytes"), one.at("stages")[p].at("bytes"));
     EXPECT_EQ(zb.at("stages")[p].at("in_flight_microbatches"), one.at("stages")[p].at("in_flight_microbatches"));
     // The schedule changes activations only.

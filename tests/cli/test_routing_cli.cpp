@@ -23,6 +23,8 @@ using moemem::test::activations_cli::explain_json;
 using moemem::test::activations_cli::saved_tensors;
 using moemem::test::activations_cli::expect_exit_2;
 using moemem::test::activations_cli::kRouted;
+using moemem::test::activations_cli::analyze_json;
+using moemem::test::activations_cli::u64;
 
 // Every saved tensor of stage 1 under `extra`, against the balanced run: "experts.*" items must
 // be the balanced bytes scaled from R rows to `rows`, everything else unchanged.
@@ -70,6 +72,26 @@ TEST(RoutingCli, BadFactorsExitTwoNamingTheFlag) {
   expect_exit_2(concat({"analyze"}, dsv3({"--moe-capacity-factor", "0"})), {"--moe-capacity-factor"});
   expect_exit_2(concat({"analyze"}, dsv3({"--moe-imbalance", "lots"})), {"--moe-imbalance", "lots"});
   expect_exit_2(concat({"analyze"}, dsv3({"--moe-token-dispatcher", "nccl"})), {"--moe-token-dispatcher", "nccl"});
+}
+
+// The MoE dispatch transient (docs/formulas.md; Megatron-LM moe_layer.py / token_dispatcher.py):
+// Mixtral 8x7B (h = 4096, top-2 of 8), one rank per pipeline, b = 1, s = 4096, no TP: tokens 4096,
+// S = 4096 x 2 = 8192 sent, R = 8192 received (balanced), bf16.
+TEST(RoutingCli, DispatchTransientFollowsExpertsPerRankAndCapacity) {
+  const auto layer = [](const Args& extra) {
+    const json r = analyze_json(concat({"--model", "mixtral-8x7b", "--dp", "8", "--micro-batch", "1", "--seq-len", "4096",
+                                        "--hidden-dropout", "0", "--attention-dropout", "0"},
+                                       extra));
+    return r.is_null() ? 0 : u64(r.at("stages")[0].at("recompute_transient"));
+  };
+  // ep 4: 2 experts per rank: permuted S + all-to-all R + fc2 output R + unsorted R.
+  EXPECT_EQ(layer({"--ep", "4"}), 2ull * 4096 * (8192 + 3 * 8192));  // 268,435,456
+  // ep 8: one expert per rank, no sort: permuted S + fc2 output R + the combine's returned S.
+  EXPECT_EQ(layer({"--ep", "8"}), 2ull * 4096 * (2 * 8192 + 8192));  // 201,326,592
+  // Capacity 0.5 caps R at 4096 < S: the combine's all-to-all, 2S + 2R, is the larger point.
+  EXPECT_EQ(layer({"--ep", "4", "--moe-capacity-factor", "0.5"}), 2ull * 4096 * (2 * 8192 + 2 * 4096));
+  // DeepEP: received min(tokens x ep, R) = min(4096 x 4, 8192) = 8192 rows, and fc2's output R.
+  EXPECT_EQ(layer({"--ep", "4", "--moe-token-dispatcher", "deepep"}), 2ull * 4096 * (8192 + 8192));
 }
 
 }  // namespace

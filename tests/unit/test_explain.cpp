@@ -74,13 +74,25 @@ std::map<std::string, Bytes> by_category(const std::vector<ExplainItem>& items) 
   return out;
 }
 
-// Activation items by name (summed over chunks), the recomputation transient apart.
+bool unsaved_item(const ExplainItem& i) { return i.item.ends_with("(transient)"); }
+
+// Activation items by name (summed over chunks), the layer transient (recomputation transient and
+// the tensors one layer's forward holds unsaved) apart.
 std::map<std::string, std::uint64_t> saved(const std::vector<ExplainItem>& items) {
   std::map<std::string, std::uint64_t> out;
   for (const auto& i : items) {
-    if (i.category == "activations" && i.item != "recomputation transient") out[i.item] += i.bytes.value();
+    if (i.category == "activations" && i.item != "recomputation transient" && !unsaved_item(i)) out[i.item] += i.bytes.value();
   }
   return out;
+}
+
+// The unsaved tensors of the layer transient.
+std::uint64_t unsaved(const std::vector<ExplainItem>& items) {
+  std::uint64_t b = 0;
+  for (const auto& i : items) {
+    if (unsaved_item(i)) b += i.bytes.value();
+  }
+  return b;
 }
 
 std::uint64_t transient(const std::vector<ExplainItem>& items) {
@@ -145,6 +157,12 @@ TEST(ActivationTerms, DeepSeekV3MoeLayerSizesAndDtypes) {
       // One shared expert of 2048, split over tp 2, on the gathered tokens.
       {"shared.fc1_output", kTokens * 2 * 2048 / 2, DType::bf16},
       {"shared.act_output (fc2 input)", kTokens * 2048 / 2, DType::bf16},
+      // The dispatch transient, 256 / ep 8 = 32 experts per rank: permuted S, all-to-all output
+      // R, unsorted R and fc2's output R, S = tokens_sp x top_k = R.
+      {"moe.permuted_tokens (transient)", kRouted * kHidden, DType::bf16},
+      {"moe.a2a_output (transient)", kRouted * kHidden, DType::bf16},
+      {"moe.unsorted_output (transient)", kRouted * kHidden, DType::bf16},
+      {"experts.fc2_output (transient)", kRouted * kHidden, DType::bf16},
   };
   EXPECT_EQ(terms.size(), std::size(want));
   for (const auto& w : want) {
@@ -224,21 +242,25 @@ TEST(RecomputeTerms, EachModuleFreesTheTermsItNames) {
   const auto moe = layer_activation_terms(megatron_profile(), s.model, s.layout, base_training(), LayerKind::moe);
   const auto dense = layer_activation_terms(megatron_profile(), s.model, s.layout, base_training(), LayerKind::dense);
   EXPECT_EQ(dropped_by(moe, kRecomputeLayernorm), (Names{"attn.norm_output (q/kv input)", "mlp.norm_output (router input)"}));
-  EXPECT_EQ(dropped_by(dense, kRecomputeLayernorm), (Names{"attn.norm_output (q/kv input)", "mlp.norm_output (fc1 input)"}));
+  // The dense MLP's norm is fused into fc1: layernorm skips it, the mlp checkpoint frees it.
+  EXPECT_EQ(dropped_by(dense, kRecomputeLayernorm), (Names{"attn.norm_output (q/kv input)"}));
   EXPECT_EQ(dropped_by(moe, kRecomputeMlaUpProj), (Names{"attn.q_compressed_norm (q_up input)",
-                                                         "attn.kv_compressed_norm (kv_up input)", "attn.q", "attn.k", "attn.v"}));
+                                                         "attn.kv_compressed_norm (kv_up input)", "attn.q", "attn.k"}));
   EXPECT_EQ(dropped_by(moe, kRecomputeMoeAct), (Names{"experts.act_output (fc2 input)"}));
   EXPECT_EQ(dropped_by(moe, kRecomputeCoreAttn), (Names{"attn.softmax_lse"}));
   EXPECT_EQ(dropped_by(moe, kRecomputeSharedExperts), (Names{"shared.fc1_output", "shared.act_output (fc2 input)"}));
   EXPECT_EQ(dropped_by(moe, kRecomputeMlp), Names{});
-  EXPECT_EQ(dropped_by(dense, kRecomputeMlp), (Names{"mlp.fc1_output", "mlp.act_output (fc2 input)"}));
+  EXPECT_EQ(dropped_by(dense, kRecomputeMlp), (Names{"mlp.fc1_output", "mlp.act_output (fc2 input)", "mlp.norm_output (fc1 input)"}));
   Names moe_block;
   for (const auto& t : moe) {
     const std::string_view n = t.name;
-    if (n.starts_with("router.") || n.starts_with("experts.") || n.starts_with("shared.")) moe_block.emplace(n);
+    if (n.starts_with("router.") || n.starts_with("experts.") || n.starts_with("shared.") || n.starts_with("moe.")) {
+      moe_block.emplace(n);
+    }
   }
   EXPECT_EQ(dropped_by(moe, kRecomputeMoe), moe_block);
-  EXPECT_EQ(moe_block.size(), 8u);  // router 2, routed experts 4, shared experts 2
+  // Router 2, routed experts 4, shared experts 2, and the 4 dispatch copies its rerun re-creates.
+  EXPECT_EQ(moe_block.size(), 12u);
   // Nothing on a dense layer belongs to the MoE block.
   EXPECT_TRUE(dropped_by(dense, kRecomputeMoe | kRecomputeMoeAct | kRecomputeSharedExperts).empty());
   // The inputs every mode keeps (checkpoint inputs) are freed by no module.
@@ -253,6 +275,7 @@ TEST(RecomputeTerms, IsKeptAndKeptBytesFollowTheMode) {
   const auto terms = layer_activation_terms(megatron_profile(), s.model, s.layout, base_training(), LayerKind::moe);
   Bytes all, input, without_norms;
   for (const auto& t : terms) {
+    if (t.transient) continue;  // never kept
     all += t.bytes();
     if (t.name == "attn.input (layer input)") input += t.bytes();
     if (t.name != "attn.norm_output (q/kv input)" && t.name != "mlp.norm_output (router input)") without_norms += t.bytes();
@@ -421,13 +444,16 @@ TEST(ExplainLib, ActivationItemIsTermTimesLayersTimesMicrobatches) {
   const auto terms = layer_activation_terms(megatron_profile(), s.model, s.layout, t, LayerKind::moe);
   const auto items = explain_stage(s.model, s.inventory, megatron_profile(), s.layout, t, 1);
   const auto a = saved(items);
-  EXPECT_EQ(a.size(), terms.size());
+  EXPECT_EQ(a.size(), terms.size() - 4);  // the 4 dispatch copies are not saved
   for (const auto& term : terms) {
+    if (term.transient) continue;
     SCOPED_TRACE(std::string(term.name));
     ASSERT_TRUE(a.contains(std::string(term.name)));
     EXPECT_EQ(a.at(std::string(term.name)), term.bytes().value() * kLayers * kInFlight);
   }
   EXPECT_EQ(transient(items), 0u);
+  // One layer's dispatch copies while it computes: 2 bytes x 7168 x (S + 3R), S = R = 16384.
+  EXPECT_EQ(unsaved(items), 2u * kHidden * 4 * kRouted);
   // By hand: the dispatched tokens, R x h bf16.
   EXPECT_EQ(a.at("experts.fc1_input (dispatched tokens)"), kRouted * kHidden * 2 * kLayers * kInFlight);
 }
@@ -469,6 +495,8 @@ TEST(ExplainLib, FullUniformKeepsOneInputPerGroupAndTheGroupTransient) {
     ASSERT_EQ(a.size(), 1u);
     EXPECT_EQ(a.at("attn.input (layer input)"), input * groups * kInFlight);
     EXPECT_EQ(transient(items), layer * std::min<std::uint64_t>(static_cast<std::uint64_t>(n), kLayers));
+    // The rerun forward of one of the group's layers holds its dispatch copies (S + 3R, bf16).
+    EXPECT_EQ(unsaved(items), 2u * kHidden * 4 * kRouted);
   }
 }
 
@@ -481,14 +509,16 @@ TEST(ExplainLib, FullBlockCheckpointsTheFirstNLayersOfTheChunk) {
   t.recompute_num_layers = 3;
   const auto items = explain_stage(s.model, s.inventory, megatron_profile(), s.layout, t, 1);
   const auto a = saved(items);
-  EXPECT_EQ(a.size(), terms.size());
+  EXPECT_EQ(a.size(), terms.size() - 4);
   for (const auto& term : terms) {
+    if (term.transient) continue;
     SCOPED_TRACE(std::string(term.name));
     // Layer 4 of the chunk keeps everything; layers 1-3 keep their input.
     const std::uint64_t layers = term.kept_under_full ? 4 : 1;
     EXPECT_EQ(a.at(std::string(term.name)), term.bytes().value() * layers * kInFlight);
   }
   EXPECT_EQ(transient(items), kept_bytes(terms, Recompute::none).value());
+  EXPECT_EQ(unsaved(items), 2u * kHidden * 4 * kRouted);
 }
 
 TEST(ExplainLib, SelectiveTransientIsOneLayersFreedTensors) {
@@ -500,11 +530,28 @@ TEST(ExplainLib, SelectiveTransientIsOneLayersFreedTensors) {
   const auto items = explain_stage(s.model, s.inventory, megatron_profile(), s.layout, t, 1);
   std::uint64_t freed = 0;
   for (const char* n : {"attn.norm_output (q/kv input)", "mlp.norm_output (router input)", "attn.q_compressed_norm (q_up input)",
-                        "attn.kv_compressed_norm (kv_up input)", "attn.q", "attn.k", "attn.v", "experts.act_output (fc2 input)"}) {
+                        "attn.kv_compressed_norm (kv_up input)", "attn.q", "attn.k", "experts.act_output (fc2 input)"}) {
     ASSERT_NE(find(terms, n), nullptr) << n;
     freed += find(terms, n)->bytes().value();
   }
-  EXPECT_EQ(transient(items), freed);
+  // The freed tensors come back one layer at a time: norm outputs 2 x 2048 x 7168 x 2, up-projection
+  // norms 2048 x (1536 + 512) x 2, q and k 2 x 4096 x 64 x 192 x 2, the expert activation 16384 x
+  // 2048 x 2: 335,544,320 bytes, less than a forward's
+  // dispatch copies (2 x 7168 x 4 x 16384 = 939,524,096), which the recomputed modules do not
+  // re-create: the layer transient is a forward's copies.
+  EXPECT_EQ(freed, 335544320u);
+  EXPECT_EQ(transient(items), 0u);
+  EXPECT_EQ(unsaved(items), 2u * kHidden * 4 * kRouted);
+  // Recomputing the moe module brings back its block and, in its rerun forward, the copies.
+  TrainingConfig moe = t;
+  moe.recompute_modules = kRecomputeMoe;
+  const auto moe_items = explain_stage(s.model, s.inventory, megatron_profile(), s.layout, moe, 1);
+  std::uint64_t block = 0;
+  for (const auto& term : terms) {
+    if (!term.transient && (term.dropped_by & kRecomputeMoe) != 0) block += term.bytes().value();
+  }
+  EXPECT_EQ(transient(moe_items), block);
+  EXPECT_EQ(unsaved(moe_items), 2u * kHidden * 4 * kRouted);
   const auto a = saved(items);
   EXPECT_FALSE(a.contains("attn.q"));
   EXPECT_TRUE(a.contains("attn.q_compressed"));
