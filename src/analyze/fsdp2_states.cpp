@@ -45,6 +45,63 @@ Bytes pp_accumulated_grads(const EvalContext& c, const StageReport& st) {
   return bytes_per(f.root_params + blocks, 4);
 }
 
+// What torch.distributed.pipelining (torch 1963fc8, 2024-12-23, the torch of torchtitan's 2024-12
+// benchmark) keeps per micro-batch of a step on a pipeline rank, beyond the saved activations:
+// - PipelineStage._prepare_forward_infra allocates, once and for good, one receive buffer per
+//   micro-batch for a stage after the first (args_recv_info[chunk_id], _make_tensor_from_meta of
+//   the stage input, requires_grad_), and _prepare_backward_infra one gradient receive buffer per
+//   micro-batch for a stage before the last (grad_recv_info[mb], _create_grad_recv_info, of the
+//   stage output's shape). The buffers of the micro-batches in flight are the first block's
+//   saved input (counted with the activations); the others are extra.
+// - forward_one_chunk appends every micro-batch's output to output_chunks, cleared only by
+//   clear_runtime_states at the next step() (unconditionally at that time; "if self.is_last"
+//   came in 2025). On the last stage that output is the logits (b*s/cp x vocab/tp, bf16 under
+//   loss parallel), so at the last micro-batch's loss the earlier micro-batches' logits are held.
+// - stage_backward reads each input's .grad; clear_runtime_states sets the receive buffers'
+//   .grad to None at the next step, so at the optimizer step every micro-batch's input gradient
+//   and every output of a stage before the last are still held.
+// One micro-batch's stage input/output: b*s/cp/tp x h (the block output is a local tensor,
+// Shard(1) of w2's RowwiseParallel), in the activation dtype.
+struct PipelineHeld {
+  Bytes recv_extra, grad_recv, logits_earlier;  // at the start of a backward
+  Bytes at_step;                                // at the optimizer step
+  std::int64_t microbatches = 0, recv_count = 0, grad_recv_count = 0;
+  Count boundary, logits;  // one micro-batch's elements
+};
+
+PipelineHeld pipeline_held(const EvalContext& c, const StageReport& st) {
+  PipelineHeld h;
+  const auto& p = c.layout.config;
+  if (p.pp <= 1) return h;
+  const std::int64_t tokens = c.t.micro_batch * (c.t.seq_len / p.cp);
+  h.boundary = Count(checked_mul(static_cast<std::uint64_t>(tokens / p.tp), static_cast<std::uint64_t>(c.model.hidden), "pp"));
+  h.logits = Count(checked_mul(static_cast<std::uint64_t>(tokens), static_cast<std::uint64_t>(c.vocab / p.tp), "pp"));
+  const Bytes one = bytes_of(h.boundary, c.t.activation_dtype);
+  const Bytes logit = bytes_of(h.logits, c.t.activation_dtype);
+  std::int64_t at_step = 0;
+  for (std::size_t i = 0; i < st.chunks.size(); ++i) {
+    const Chunk& ch = c.layout.chunks[static_cast<std::size_t>(st.chunks[i])];
+    const std::int64_t flight = st.chunk_in_flight[i];
+    const std::int64_t n = std::max(c.microbatches.value_or(flight), flight);
+    h.microbatches = n;
+    if (!ch.embedding) {
+      h.recv_count += n - flight;
+      at_step += 2 * n;  // receive buffers and their .grad
+    }
+    if (!ch.loss) {
+      h.grad_recv_count += n;
+      at_step += 2 * n;  // gradient receive buffers and output_chunks
+    } else {
+      h.logits_earlier = times(logit, n - 1, "pp");
+      h.at_step = times(logit, n, "pp");
+    }
+  }
+  h.recv_extra = times(one, h.recv_count, "pp");
+  h.grad_recv = times(one, h.grad_recv_count, "pp");
+  h.at_step = h.at_step + times(one, at_step, "pp");
+  return h;
+}
+
 // FSDP2 as torchtitan applies it (parallelize_llama.py apply_fsdp; torch.distributed.fsdp
 // fully_shard): parameters shard over dp/dp_replicate x cp in fp32; AdamW's moments with them;
 // gradients are None until backward writes fp32 shards. At the start of backward (the usual
@@ -83,15 +140,55 @@ bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
   // as at the second where forwards resume between backwards (1F1B's steady state), one
   // micro-batch's block inputs more where every forward came first (GPipe, 1F1B's first stage
   // when micro-batches = stages).
+  const PipelineHeld held = pipeline_held(c, st);
   const Bytes backward = bytes_per(f.shard_params, 12) + f.root_unsharded + f.blocks_unsharded +
-                         pp_accumulated_grads(c, st) + activations;
-  f.optimizer_step_peak = bytes_per(f.shard_params, 16) > backward;
+                         pp_accumulated_grads(c, st) + activations + held.recv_extra + held.grad_recv +
+                         held.logits_earlier;
+  f.optimizer_step_peak = bytes_per(f.shard_params, 16) + held.at_step > backward;
   if (shard_group > 1) {
     f.all_gather_cache = std::max(f.root_unsharded, Bytes(checked_mul(block.value(), 2, "fsdp")));
     const Count reduced = f.root_params + Count(checked_mul(f.block_params.value(), 2, "fsdp"));
     f.reduce_scatter_cache = bytes_per(reduced, 4) + bytes_per(Count(ceil_div(reduced.value(), shard_group)), 4);
   }
   return f.optimizer_step_peak;
+}
+
+void record_pipeline_held(const EvalContext& c, const StageReport& st, bool step, Ledger& ledger) {
+  const PipelineHeld h = pipeline_held(c, st);
+  const auto dt = c.t.activation_dtype;
+  if (step) {
+    if (h.at_step.value() > 0) {
+      ledger.add(Category::buffers, h.at_step, [&] {
+        return ledger_item("pipeline", "held until the next step",
+                           fmt::format("{} micro-batches x (receive buffers and their .grad, gradient receive buffers "
+                                       "and output_chunks: b*s/cp/tp x h each; the last stage's logits)",
+                                       h.microbatches));
+      });
+    }
+    return;
+  }
+  if (h.recv_count > 0) {
+    ledger.add(Category::buffers, h.recv_extra, [&] {
+      return ledger_item("pipeline", "receive buffers of micro-batches not in flight",
+                         fmt::format("({} micro-batches - in flight) x b*s/cp/tp x h (args_recv_info)", h.microbatches),
+                         h.boundary, dt, h.recv_count);
+    });
+  }
+  if (h.grad_recv_count > 0) {
+    ledger.add(Category::buffers, h.grad_recv, [&] {
+      return ledger_item("pipeline", "gradient receive buffers",
+                         fmt::format("{} micro-batches x b*s/cp/tp x h (grad_recv_info)", h.microbatches), h.boundary, dt,
+                         h.grad_recv_count);
+    });
+  }
+  if (h.logits_earlier.value() > 0) {
+    ledger.add(Category::activations, h.logits_earlier, [&] {
+      return ledger_item("pipeline", "earlier micro-batches' logits",
+                         fmt::format("({} micro-batches - 1) x b*s/cp x vocab/tp (output_chunks until the next step)",
+                                     h.microbatches),
+                         h.logits, dt, h.microbatches - 1);
+    });
+  }
 }
 
 void record_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger) {
@@ -114,8 +211,10 @@ void record_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger) {
       return ledger_item("fsdp", "fp32 gradient shard", text() + " x fp32 (optimizer step)", shard, DType::fp32);
     });
     moments();
+    record_pipeline_held(c, st, true, ledger);
     return;
   }
+  record_pipeline_held(c, st, false, ledger);
   if (const Bytes grads = pp_accumulated_grads(c, st); grads.value() > 0) {
     ledger.add(Category::gradients, grads, [&] {
       const Count n = f.root_params + Count(checked_mul(f.block_params.value(),

@@ -121,6 +121,30 @@ std::string qwen3_32b_config() {
   return path.string();
 }
 
+TEST(TorchtitanCli, PipelineBuffersAndLogitsHeldPerMicroBatch) {
+  // torch.distributed.pipelining (2024-12): a stage after the first owns one receive buffer per
+  // micro-batch of the step, a stage before the last one gradient receive buffer per micro-batch,
+  // each b*s/cp/tp x h bf16 = 8192 x 4096 x 2 bytes here (no TP); the ones in flight are the first
+  // block's saved input. output_chunks holds every micro-batch's output until the next step: on
+  // the last stage the bf16 logits, 8192 x 128256 x 2 bytes, of the earlier micro-batches.
+  // 1F1B on 4 stages: micro-batches in flight at the first backward 4, 3, 2, 1.
+  constexpr std::uint64_t kBoundary = kTokens * 4096 * 2;
+  constexpr std::uint64_t kLogits = kTokens * 128256 * 2;
+  auto run = [](const char* global) {
+    return titan({"--pp", "4", "--micro-batch", "1", "--global-batch", global, "--recompute", "full"}, "2");
+  };
+  const json eight = run("16"), four = run("8");  // 8 and 4 micro-batches per step
+  ASSERT_FALSE(eight.is_null());
+  ASSERT_FALSE(four.is_null());
+  auto stage = [](const json& j, std::size_t s, const char* field) {
+    return j.at("stages")[s].at("bytes").at(field).get<std::uint64_t>();
+  };
+  EXPECT_EQ(stage(eight, 0, "buffers"), 8 * kBoundary);            // gradient receive buffers
+  EXPECT_EQ(stage(eight, 1, "buffers"), (8 + 8 - 3) * kBoundary);  // + receive buffers not in flight
+  EXPECT_EQ(stage(eight, 3, "buffers"), (8 - 1) * kBoundary);      // receive buffers only
+  EXPECT_EQ(stage(eight, 3, "activations") - stage(four, 3, "activations"), 4 * kLogits);
+}
+
 TEST(TorchtitanCli, LocalBatchOneToTwoOnQwen3_32B) {
   // torchtitan's qwen3_32b.toml (d66b72a6a): FSDP 8, seq_len 4096, full AC, no compile (so the
   // loss is upcast). Going from local batch 1 to 2, the peak moves from the optimizer step (shard,
