@@ -86,7 +86,7 @@ const std::set<std::string, std::less<>> kSwitches = {
     "--account-for-loss-in-pipeline-split", "--bf16", "--use-precision-aware-optimizer", "--use-flash-attn", "--swiglu",
     "--disable-bias-linear", "--multi-latent-attention", "--group-query-attention",
     "--untie-embeddings-and-output-weights", "--moe-router-enable-expert-bias", "--qk-layernorm", "--add-qkv-bias",
-    "--moe-grouped-gemm", "--moe-enable-deepep",
+    "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap",
 };
 
 // Architecture flags with one integer or text value.
@@ -475,6 +475,7 @@ const std::pair<const char*, Setting<bool> M::*> kSwitchSettings[] = {
     {"--use-distributed-optimizer", &M::distributed_optimizer},
     {"--account-for-embedding-in-pipeline-split", &M::account_for_embedding},
     {"--account-for-loss-in-pipeline-split", &M::account_for_loss},
+    {"--moe-shared-expert-overlap", &M::shared_expert_overlap},
 };
 
 // FP8: --fp8-format (e4m3 or hybrid) turns it on, --fp8-recipe picks the scaling (Megatron's

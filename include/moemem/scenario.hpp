@@ -44,6 +44,7 @@ struct TrainingRequest {
   std::optional<double> hidden_dropout, attention_dropout;  // unset: the profile's default
   MegatronVersion megatron_version = MegatronVersion::current;
   Dispatcher dispatcher = Dispatcher::alltoall;
+  bool shared_expert_overlap = false;
   std::optional<double> fragmentation_pct;
   std::optional<Bytes> cuda_context, nccl_per_group;
   FsdpSettings fsdp;

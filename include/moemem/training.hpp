@@ -131,6 +131,7 @@ struct MoeRouting {
   double moe_imbalance = 1.0;     // the hottest expert rank receives this many times the average tokens
   std::optional<double> moe_capacity_factor;  // tokens beyond capacity x average are dropped
   bool deepep = false;            // DeepEP dispatcher (its communication buffer is resident)
+  bool shared_expert_overlap = false;  // Megatron's --moe-shared-expert-overlap
   auto operator<=>(const MoeRouting&) const = default;
 };
 

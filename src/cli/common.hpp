@@ -64,6 +64,7 @@ struct NumericsOptions {
 };
 struct MoeOptions {
   std::string moe_imbalance, moe_capacity_factor, dispatcher = "alltoall";
+  bool shared_expert_overlap = false;
 };
 struct OverheadOptions {
   std::string overhead = "low";

@@ -255,11 +255,33 @@ void megatron_moe_block(const ActivationContext& c, Terms& t) {
   // product as its input, and the unpermute that follows only sums (nothing saved).
   t.linear_input("experts.act_output (fc2 input)", "experts.act_output.scales", Module::routed_experts,
                  elems({routed, e.expert_ffn}, p.etp_degree()), kRecomputeMoe | kRecomputeMoeAct, "R x ffn/etp");
-  t.add("experts.probs", Module::routed_experts, elems({routed}), DType::fp32, moe, "R");
+  if (c.training.megatron_version == MegatronVersion::current) {
+    t.add("experts.probs", Module::routed_experts, elems({routed}), DType::fp32, moe, "R");
+  } else {
+    // Up to 0.12 the probabilities were applied in unpermute (moe_utils.py unpermute at
+    // core_v0.6.0..core_v0.12.0: reshape to tokens x top_k x h, multiply by probs, sum), which saves
+    // the unweighted expert output and the probabilities on the source rank; commit 2659630721
+    // (0.13) moved the multiply into the fused activation.
+    t.add("experts.unweighted_output (unpermute input)", Module::routed_experts, elems({d.tokens_sp, e.top_k, m.hidden}), t.a,
+          moe, "tokens x top_k x h");
+    t.add("unpermute.probs", Module::routed_experts, elems({d.tokens_sp, e.top_k}), DType::fp32, moe, "tokens x top_k");
+  }
+  if (c.training.megatron_version == MegatronVersion::v0_6) {
+    // 0.6's GroupedMLP runs an unfused glu (experts.py: chunk, silu(x0) * x1), keeping silu's output too.
+    t.add("experts.silu_output", Module::routed_experts, elems({routed, e.expert_ffn}, p.etp_degree()), t.a, moe, "R x ffn/etp");
+  }
   megatron_moe_dispatch_transient(c, t, routed);
   if (e.shared_ffn > 0) {
+    // --moe-shared-expert-overlap (shared_experts.py, SharedExpertMLP with overlap): the shared
+    // experts all-gather the sequence-parallel input themselves and keep the full-sequence copy
+    // for backward; their own checkpointing (shared_experts) is not available then.
+    const bool overlap = c.training.shared_expert_overlap;
+    if (overlap && p.sp && p.tp > 1) {
+      t.add("shared.gathered_input (overlap)", Module::shared_experts, elems({d.tokens, m.hidden}), t.a, moe,
+            "b*s/cp x h (all-gathered over tp)");
+    }
     megatron_mlp(c, t, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output (fc2 input)",
-                 "shared.act_output.scales", kRecomputeMoe | kRecomputeSharedExperts);
+                 "shared.act_output.scales", overlap ? kRecomputeMoe : kRecomputeMoe | kRecomputeSharedExperts);
   }
 }
 
@@ -355,6 +377,13 @@ LossPeak megatron_loss_peak(const ActivationContext& c) {
 std::optional<InputError> megatron_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_fsdp2_options(kMegatron.name, t)) return e;
+  if (t.recompute == Recompute::selective && (t.recompute_modules & kRecomputeMoeAct) != 0 &&
+      t.megatron_version != MegatronVersion::current) {
+    return InputError("--recompute-modules", "moe_act", "Megatron-Core 0.13 or later (--megatron-version current)");
+  }
+  if (t.shared_expert_overlap && m.moe.shared_ffn == 0) {
+    return InputError("--moe-shared-expert-overlap", "set", fmt::format("a model with shared experts ({} has none)", m.name));
+  }
   return std::nullopt;
 }
 
