@@ -94,6 +94,20 @@ void evaluate(const json& r, const ValidationResult& base, const RequestBuilder&
   } catch (const InputError& e) {
     failure = fmt::format("configuration not representable: {}", e.what());
   }
+  if (s.oom_capacity) {
+    ValidationResult v = base;
+    v.profile = request.profile;
+    v.metric = "out-of-memory";
+    v.measured = *s.oom_capacity;
+    v.reason = rep ? fmt::format("model {}; ran out of memory on {:.2f} GiB", s.model, s.oom_capacity->gib()) : failure;
+    if (rep) {
+      std::size_t stage = 0;
+      v.predicted = predicted_of(*rep, s, "device-used", stage);
+      v.oom_consistent = v.predicted->value() > s.oom_capacity->value();
+      v.dominant = dominant_terms(rep->stages[stage].bytes, stage);
+    }
+    out.push_back(std::move(v));
+  }
   for (const Measurement& m : s.measurements) {
     ValidationResult v = base;
     v.profile = request.profile;
@@ -146,7 +160,7 @@ std::vector<ValidationResult> validate_records(std::string_view jsonl, const std
 
 std::vector<ValidationSummary> summarize(const std::vector<ValidationResult>& results) {
   std::map<std::string, std::vector<double>> errors;
-  std::map<std::string, std::int64_t> counts;
+  std::map<std::string, std::int64_t> counts, ooms, missed;
   std::vector<std::string> order;
   for (const auto& r : results) {
     const std::string metric = r.metric == "-" ? "" : "metric " + r.metric;
@@ -157,6 +171,10 @@ std::vector<ValidationSummary> summarize(const std::vector<ValidationResult>& re
       if (!counts.contains(g)) order.push_back(g);
       ++counts[g];
       if (r.error_pct) errors[g].push_back(*r.error_pct);
+      if (r.oom_consistent) {
+        ++ooms[g];
+        if (!*r.oom_consistent) ++missed[g];
+      }
     }
   }
   // Families in the set's order, then metrics, then all.
@@ -167,6 +185,8 @@ std::vector<ValidationSummary> summarize(const std::vector<ValidationResult>& re
     ValidationSummary s;
     s.group = g;
     s.records = counts[g];
+    s.oom_checks = ooms[g];
+    s.oom_missed = missed[g];
     const auto& e = errors[g];
     s.predicted = static_cast<std::int64_t>(e.size());
     if (!e.empty()) {

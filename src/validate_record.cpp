@@ -89,6 +89,16 @@ std::variant<RecordSpec, std::string> record_spec(const json& record) {
   s.args = args_of(record, m);
   s.stage = stage_of(record, m);
   s.assumptions = record_text(m, "assumptions");
+  // A run that ran out of memory: no measurement, but the prediction must exceed the GPU's memory.
+  if (m.value("expect", "") == "out-of-memory") {
+    const json& cap = record.value("gpu_capacity_gib", json());
+    if (!cap.is_number() || !(cap.get<double>() > 0) || cap.get<double>() > 1e6) {
+      throw InputError(fmt::format("{}: gpu_capacity_gib", record_text(record, "id")), cap.dump(),
+                       "the GPU's memory in GiB, for a run that ran out of memory");
+    }
+    s.oom_capacity = Bytes(static_cast<std::uint64_t>(std::llround(cap.get<double>() * 1073741824.0)));
+    return s;
+  }
   s.measurements.push_back(measurement_of(record, m, ""));
   for (const json& c : m.value("companions", json::array())) {
     s.measurements.push_back(measurement_of(record, c, c.value("metric", "")));

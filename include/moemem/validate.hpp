@@ -32,12 +32,14 @@ struct ValidationResult {
   std::optional<double> error_pct;  // signed, (predicted - measured) / measured
   std::string reason;               // why not representable, or the model used and assumptions made
   std::string dominant;             // the largest terms of the predicted stage
+  std::optional<bool> oom_consistent;  // a run that ran out of memory: does the prediction exceed the GPU?
 };
 
 // Errors of the predicted records of one family or one metric, percent.
 struct ValidationSummary {
   std::string group;  // a family ("torchtitan", ...), a metric ("metric allocated", ...) or "all"
   std::int64_t records = 0, predicted = 0;
+  std::int64_t oom_checks = 0, oom_missed = 0;  // out-of-memory runs, and those predicted to fit
   double median_abs_error = 0, max_abs_error = 0, mean_signed_error = 0;
   double min_signed_error = 0, max_signed_error = 0;
 };
@@ -57,6 +59,7 @@ struct RecordSpec {
   std::string stage = "peak";     // peak | last | a stage number
   std::vector<Measurement> measurements;
   std::string assumptions;        // settings the source leaves unstated, and what was taken
+  std::optional<Bytes> oom_capacity;  // the run ran out of memory on a GPU of this size (no measurement)
 };
 
 // The record's moemem object, or the reason it cannot be represented. Throws InputError naming

@@ -134,10 +134,11 @@ bool passes(const std::vector<ValidationSummary>& summary, const Thresholds& t) 
   const ValidationSummary* all = group(summary, "all");
   const ValidationSummary* pooled = group(summary, "metric allocated+reserved");
   const ValidationSummary* device = group(summary, "metric device-used");
-  if (all == nullptr || all->predicted == 0) return false;
+  if (all == nullptr || (all->predicted == 0 && all->oom_checks == 0)) return false;
   if (pooled && pooled->predicted > 0 && (pooled->median_abs_error > t.median || pooled->max_abs_error > t.max)) return false;
   if (device && device->predicted > 0 && device->median_abs_error > t.device_median) return false;
-  return all->mean_signed_error >= t.min_mean;
+  // A run that ran out of memory and is predicted to fit is a miss, whatever the thresholds.
+  return all->oom_missed == 0 && all->mean_signed_error >= t.min_mean;
 }
 
 nlohmann::json json_of(const std::vector<ValidationResult>& results, const std::vector<ValidationSummary>& summary,
@@ -153,13 +154,15 @@ nlohmann::json json_of(const std::vector<ValidationResult>& results, const std::
                        {"predicted_bytes", r.predicted ? nlohmann::json(r.predicted->value()) : nlohmann::json()},
                        {"error_pct", or_null(r.error_pct)},
                        {"reason", r.reason.empty() ? nlohmann::json() : nlohmann::json(r.reason)},
+                       {"oom_consistent", or_null(r.oom_consistent)},
                        {"dominant", r.dominant}});
   }
   for (const auto& s : summary) {
     groups.push_back({{"group", s.group}, {"records", s.records}, {"predicted", s.predicted},
                       {"median_abs_error_pct", s.median_abs_error}, {"max_abs_error_pct", s.max_abs_error},
                       {"mean_signed_error_pct", s.mean_signed_error}, {"min_signed_error_pct", s.min_signed_error},
-                      {"max_signed_error_pct", s.max_signed_error}});
+                      {"max_signed_error_pct", s.max_signed_error}, {"oom_checks", s.oom_checks},
+                      {"oom_missed", s.oom_missed}});
   }
   return {{"schema", "moemem.validate/2"},
           {"source", source},
@@ -180,7 +183,9 @@ void print_tables(const std::vector<ValidationResult>& results, const std::vecto
     row.emplace_back(r.metric);
     row.emplace_back(r.measured.value() > 0 ? fmt::format("{:.2f}", r.measured.gib()) : std::string("-"));
     row.emplace_back(r.predicted ? fmt::format("{:.2f}", r.predicted->gib()) : std::string("-"));
-    row.emplace_back(r.error_pct ? fmt::format("{:+.1f}", *r.error_pct) : std::string("-"));
+    row.emplace_back(r.error_pct ? fmt::format("{:+.1f}", *r.error_pct)
+                     : r.oom_consistent ? std::string(*r.oom_consistent ? "OOM ok" : "OOM MISSED")
+                                        : std::string("-"));
     row.emplace_back(r.predicted ? r.dominant + (r.reason.empty() ? "" : " (" + r.reason + ")") : "not representable: " + r.reason);
     t.rows.push_back(std::move(row));
   }
@@ -232,6 +237,9 @@ int ValidateCommand::run(std::ostream& out, std::ostream& err) const {
   } else {
     print_tables(results, summary, fmt::format("Predictions against {} (confidence >= {}), GiB = 2^30 bytes", source, min_confidence),
                  out);
+    if (const ValidationSummary* all = group(summary, "all"); all != nullptr && all->oom_checks > 0) {
+      out << fmt::format("runs that ran out of memory: {}, predicted to fit anyway: {}\n", all->oom_checks, all->oom_missed);
+    }
     out << fmt::format("thresholds: allocated and reserved median <= {}%, max <= {}%; device totals median <= {}%; mean signed >= {}% -> {}\n",
                        t.median, t.max, t.device_median, t.min_mean, pass ? "PASS" : "FAIL");
   }

@@ -42,7 +42,10 @@ TEST(Validate, EveryRecordHasAPredictionOrAReason) {
         ASSERT_TRUE(rec.contains(key)) << key;
       }
       const bool predicted = !rec.at("predicted_bytes").is_null();
-      EXPECT_EQ(predicted, !rec.at("error_pct").is_null()) << rec.at("id");
+      // A run that ran out of memory has no error, only whether the prediction exceeds the GPU.
+      const bool oom = rec.at("metric") == "out-of-memory";
+      EXPECT_EQ(predicted && !oom, !rec.at("error_pct").is_null()) << rec.at("id");
+      EXPECT_EQ(predicted && oom, !rec.at("oom_consistent").is_null()) << rec.at("id");
       if (!predicted) {
         EXPECT_FALSE(rec.at("reason").is_null()) << rec.at("id");
       }
@@ -179,6 +182,35 @@ TEST(Validate, CustomSetWithItsOwnModelFile) {
   const json rec = json::parse(r.out).at("records")[0];
   EXPECT_FALSE(rec.at("predicted_bytes").is_null()) << rec.at("reason");
   EXPECT_EQ(rec.at("measured_bytes").get<std::uint64_t>(), 4ull << 30);
+}
+
+// FlagPerf's PP1 DP8 Llama3-8B run ran out of memory on an 80 GB A800: moemem must predict more
+// than the GPU holds; a run predicted to fit fails validate.
+TEST(Validate, OutOfMemoryRunsMustBePredictedNotToFit) {
+  const auto r = validate({"--min-confidence", "high", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json doc = json::parse(r.out);
+  bool seen = false;
+  for (const auto& rec : doc.at("records")) {
+    if (rec.at("id") != "FP-L3-8B-A800-PP1DP8TP1-bf16") continue;
+    seen = true;
+    EXPECT_EQ(rec.at("metric"), "out-of-memory");
+    EXPECT_EQ(rec.at("measured_bytes").get<std::uint64_t>(), static_cast<std::uint64_t>(79.3 * 1073741824.0 + 0.5));
+    EXPECT_GT(rec.at("predicted_bytes").get<std::uint64_t>(), rec.at("measured_bytes").get<std::uint64_t>());
+    EXPECT_TRUE(rec.at("oom_consistent").get<bool>());
+  }
+  EXPECT_TRUE(seen);
+  const std::string path = ::testing::TempDir() + "oom.jsonl";
+  {
+    std::ofstream f(path);  // Llama 3.1 8B on 8 GPUs with FSDP is far below 1,000 GiB
+    f << R"({"id": "fits", "framework": "torchtitan", "confidence": "high", "metric_kind": "OOM", "measured_value": "OOM", )"
+      << R"("measured_gib_normalized": null, "gpu_capacity_gib": 1000, "moemem": {"model": "llama-3.1-8b", "args": )"
+      << R"(["--profile", "torchtitan", "--dp", "8", "--seq-len", "8192"], "stage": "peak", "expect": "out-of-memory"}})" << "\n";
+  }
+  const auto miss = validate({"--set", path});
+  EXPECT_EQ(miss.code, 4) << miss.out;
+  EXPECT_NE(miss.out.find("OOM MISSED"), std::string::npos) << miss.out;
+  EXPECT_NE(miss.out.find("predicted to fit anyway: 1"), std::string::npos) << miss.out;
 }
 
 // A malformed moemem object is an error naming the record and the field, not a silent skip.
