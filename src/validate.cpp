@@ -94,32 +94,26 @@ void evaluate(const json& r, const ValidationResult& base, const RequestBuilder&
   } catch (const InputError& e) {
     failure = fmt::format("configuration not representable: {}", e.what());
   }
-  if (s.oom_capacity) {
-    ValidationResult v = base;
-    v.profile = request.profile;
-    v.metric = "out-of-memory";
-    v.measured = *s.oom_capacity;
-    v.reason = rep ? fmt::format("model {}; ran out of memory on {:.2f} GiB", s.model, s.oom_capacity->gib()) : failure;
-    if (rep) {
-      std::size_t stage = 0;
-      v.predicted = predicted_of(*rep, s, "device-used", stage);
-      v.oom_consistent = v.predicted->value() > s.oom_capacity->value();
-      v.dominant = dominant_terms(rep->stages[stage].bytes, stage);
-    }
-    out.push_back(std::move(v));
-  }
   for (const Measurement& m : s.measurements) {
+    // A run that ran out of memory (its bytes the GPU's memory): the device total must exceed it.
+    const bool oom = m.metric == "out-of-memory";
     ValidationResult v = base;
     v.profile = request.profile;
     if (!m.label.empty()) v.id.append("#").append(m.label);
     v.metric = m.metric;
     v.measured = m.bytes;
-    v.reason = rep ? fmt::format("model {}{}", s.model, s.assumptions.empty() ? "" : "; " + s.assumptions) : failure;
+    v.reason = !rep ? failure
+               : oom ? fmt::format("model {}; ran out of memory on {:.2f} GiB", s.model, m.bytes.gib())
+                     : fmt::format("model {}{}", s.model, s.assumptions.empty() ? "" : "; " + s.assumptions);
     if (rep) {
       std::size_t stage = 0;
-      v.predicted = predicted_of(*rep, s, m.metric, stage);
-      v.error_pct = 100.0 * (static_cast<double>(v.predicted->value()) - static_cast<double>(m.bytes.value())) /
-                    static_cast<double>(m.bytes.value());
+      v.predicted = predicted_of(*rep, s, m.metric, stage);  // device total for out-of-memory
+      if (oom) {
+        v.oom_consistent = v.predicted->value() > m.bytes.value();
+      } else {
+        v.error_pct = 100.0 * (static_cast<double>(v.predicted->value()) - static_cast<double>(m.bytes.value())) /
+                      static_cast<double>(m.bytes.value());
+      }
       v.dominant = dominant_terms(rep->stages[stage].bytes, stage);
     }
     out.push_back(std::move(v));

@@ -96,7 +96,8 @@ std::variant<RecordSpec, std::string> record_spec(const json& record) {
       throw InputError(fmt::format("{}: gpu_capacity_gib", record_text(record, "id")), cap.dump(),
                        "the GPU's memory in GiB, for a run that ran out of memory");
     }
-    s.oom_capacity = Bytes(static_cast<std::uint64_t>(std::llround(cap.get<double>() * 1073741824.0)));
+    s.measurements.push_back(
+        {"out-of-memory", Bytes(static_cast<std::uint64_t>(std::llround(cap.get<double>() * 1073741824.0))), ""});
     return s;
   }
   s.measurements.push_back(measurement_of(record, m, ""));

@@ -47,7 +47,7 @@ struct ValidationSummary {
 // One quantity a record measured; `label` is empty for the record's main measurement and names a
 // companion (e.g. "reserved") otherwise.
 struct Measurement {
-  std::string metric;  // allocated | reserved | device-used
+  std::string metric;  // allocated | reserved | device-used | out-of-memory (bytes: the GPU's memory)
   Bytes bytes;
   std::string label;
 };
@@ -59,7 +59,6 @@ struct RecordSpec {
   std::string stage = "peak";     // peak | last | a stage number
   std::vector<Measurement> measurements;
   std::string assumptions;        // settings the source leaves unstated, and what was taken
-  std::optional<Bytes> oom_capacity;  // the run ran out of memory on a GPU of this size (no measurement)
 };
 
 // The record's moemem object, or the reason it cannot be represented. Throws InputError naming

@@ -23,8 +23,6 @@ void report_unrecognised_keys(const ModelSpec& m, std::ostream& err) {
                      fmt::join(m.unrecognised_keys, ", "));
 }
 
-namespace {
-
 std::string read_text_file(const std::string& path, const char* flag) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) throw InputError(flag, path, "the path of a readable file");
@@ -33,6 +31,8 @@ std::string read_text_file(const std::string& path, const char* flag) {
   ss << in.rdbuf();
   return ss.str();
 }
+
+namespace {
 
 // Compares the script's architecture with the --model the user named.
 void check_same_model(const ModelSpec& script, const ModelSpec& named) {

@@ -71,6 +71,9 @@ struct ValidateCommand {
   int run(std::ostream& out, std::ostream& err) const;
 };
 
+// A file's text; the error names `flag` when the path is not a readable file.
+std::string read_text_file(const std::string& path, const char* flag);
+
 // The request a validation record's moemem object describes: its arguments parsed as analyze's,
 // its model file read from the compiled-in set (set_dir empty) or beside the set's file.
 Request record_request_of(const RecordSpec& spec, const std::string& set_dir);

@@ -3,7 +3,6 @@
 // parses its command line, so a record takes the ordinary path.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -20,14 +19,6 @@ namespace moemem::cli {
 
 namespace {
 
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(what, path, "a readable file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 bool ends_with(const std::string& s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -38,14 +29,13 @@ std::string model_text(const std::string& model, const std::string& set_dir) {
     if (const auto text = public_set_model(model)) return std::string(*text);
     throw InputError("moemem.model", model, "a preset or a file in tests/data/validation/models/");
   }
-  return read_file((std::filesystem::path(set_dir) / model).string(), "moemem.model");
+  return read_text_file((std::filesystem::path(set_dir) / model).string(), "moemem.model");
 }
 
-// The request a record's moemem object describes: its arguments parsed as analyze's command line,
-// its model a preset, a config.json (.json) or a Megatron argument file (.args, read as
-// --megatron-args reads one).
 }  // namespace
 
+// The arguments parsed as analyze's command line; the model a preset, a config.json (.json) or a
+// Megatron argument file (.args, read as --megatron-args reads one).
 Request record_request_of(const RecordSpec& spec, const std::string& set_dir) {
   CLI::App root;
   AnalyzeCommand cmd;
@@ -223,7 +213,7 @@ int ValidateCommand::run(std::ostream& out, std::ostream& err) const {
   if (set.empty()) {
     text = std::string(public_measurement_set());
   } else {
-    text = read_file(set, "--set");
+    text = read_text_file(set, "--set");
     source = set;
     set_dir = std::filesystem::path(set).parent_path().string();
     if (set_dir.empty()) set_dir = ".";

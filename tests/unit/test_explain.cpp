@@ -192,16 +192,21 @@ TEST(ActivationTerms, EagerKeepsTheSoftmaxOutputInsteadOfLogSumExp) {
   EXPECT_EQ(term->dtype, DType::bf16);
 }
 
-TEST(ActivationTerms, EagerGqaKeepsKAndVRepeatedToEveryQueryHead) {
-  // Llama-3.1-70B at tp 8: 64/8 = 8 query heads, 8/8 = 1 KV head per rank, head_dim 128. The
-  // unfused kernel repeat_interleaves K and V to the 8 query heads before baddbmm/bmm save them:
-  // T x 8 x 128 each instead of flash's T x 1 x 128.
+// Llama-3.1-70B on tp 8 (sequence-parallel), pp 4, dp 4.
+World llama70b_tp8() {
   ParallelConfig p;
   p.tp = 8;
   p.pp = 4;
   p.dp = 4;
   p.sp = true;
-  const World s = world("llama-3.1-70b", p);
+  return world("llama-3.1-70b", p);
+}
+
+TEST(ActivationTerms, EagerGqaKeepsKAndVRepeatedToEveryQueryHead) {
+  // Llama-3.1-70B at tp 8: 64/8 = 8 query heads, 8/8 = 1 KV head per rank, head_dim 128. The
+  // unfused kernel repeat_interleaves K and V to the 8 query heads before baddbmm/bmm save them:
+  // T x 8 x 128 each instead of flash's T x 1 x 128.
+  const World s = llama70b_tp8();
   TrainingConfig t = base_training();
   t.attention = AttentionKernel::eager;
   const auto terms = layer_activation_terms(megatron_profile(), s.model, s.layout, t, LayerKind::dense);
@@ -213,12 +218,7 @@ TEST(ActivationTerms, EagerGqaKeepsKAndVRepeatedToEveryQueryHead) {
 
 TEST(ActivationTerms, GqaUsesKvHeadsAndHasNoMlaTerms) {
   // Llama-3.1-70B: 64 heads, 8 KV heads, head_dim 128, ffn 28672; tp 8: 8 and 1 per rank.
-  ParallelConfig p;
-  p.tp = 8;
-  p.pp = 4;
-  p.dp = 4;
-  p.sp = true;
-  const World s = world("llama-3.1-70b", p);
+  const World s = llama70b_tp8();
   const auto terms = layer_activation_terms(megatron_profile(), s.model, s.layout, base_training(), LayerKind::dense);
   const std::uint64_t tokens = 4096;
   ASSERT_NE(find(terms, "attn.q"), nullptr);
