@@ -157,7 +157,8 @@ std::vector<ValidationSummary> summarize(const std::vector<ValidationResult>& re
   std::map<std::string, std::int64_t> counts, ooms, missed;
   std::vector<std::string> order;
   for (const auto& r : results) {
-    const std::string metric = r.metric == "-" ? "" : "metric " + r.metric;
+    // Out-of-memory checks have no error to summarise under a metric; family and all count them.
+    const std::string metric = r.metric == "-" || r.metric == "out-of-memory" ? "" : "metric " + r.metric;
     // allocated and reserved share thresholds (issue 12); device totals have their own.
     const std::string pooled = r.metric == "allocated" || r.metric == "reserved" ? "metric allocated+reserved" : "";
     for (const std::string& g : {r.family, metric, pooled, std::string("all")}) {
