@@ -11,6 +11,7 @@ std::string_view name_of(Category c) {
     case Category::buffers: return "buffers";
     case Category::fragmentation: return "fragmentation";
     case Category::runtime: return "runtime";
+    case Category::host: return "host";
   }
   return "?";
 }

@@ -114,6 +114,26 @@ Problem embedding_loss_split(const ModelSpec& m, const ParallelConfig& p, std::i
   return std::nullopt;
 }
 
+// The embedding, each MTP depth and the loss as one unit each beside the decoder layers: every
+// chunk gets floor(units / chunks), the middle chunks (first ones first) one more while units
+// remain, and the end chunks give their E, MTP and L units back as decoder layers they do not hold.
+Problem balanced_units_split(const ModelSpec& m, std::int64_t n, std::vector<std::int64_t>& split) {
+  const std::int64_t front = 1, back = 1 + m.mtp_layers;
+  const std::int64_t units = m.num_layers + front + back;
+  std::int64_t extra = units % n;
+  split.assign(static_cast<std::size_t>(n), units / n);
+  for (std::int64_t c = 1; c + 1 < n && extra > 0; ++c, --extra) ++split[static_cast<std::size_t>(c)];
+  if (extra > 0) split.front() += extra;  // two chunks or fewer: the front takes the rest
+  split.front() -= front;
+  split.back() -= back;
+  if (n == 1) split.front() = m.num_layers;
+  if (split.front() < 0 || split.back() < 0) {
+    return InputError("pipeline split (the recipe's default)", fmt::format("{} layers in {} chunks", m.num_layers, n),
+                      "chunks large enough to hold the embedding, MTP and loss units (give --layers-per-stage)");
+  }
+  return std::nullopt;
+}
+
 // The layout string's stages. The parser (src/pipeline.cpp) reports a malformed string by
 // throwing; this one catch turns that into the check's answer.
 Problem parse_layout_string(const std::string& text, std::vector<LayoutStage>& stages) {
@@ -193,6 +213,7 @@ Problem layer_split(const ModelSpec& m, const ParallelConfig& p, std::int64_t n,
   }
   if (p.first_stage_layers || p.last_stage_layers) return first_last_split(m, p, n, split);
   if (p.account_for_embedding || p.account_for_loss) return embedding_loss_split(m, p, n, split);
+  if (p.balance_units) return balanced_units_split(m, n, split);
   return even_split(m.num_layers, n, split);
 }
 

@@ -61,17 +61,11 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   t.attention = r.attention;
   t.logits_dtype = r.logits_dtype;
   t.fp8 = r.fp8.value_or(Fp8Recipe::none);
-  // DeepSeek-V3 report §3.3.2: the SwiGLU inputs of the experts are cached in FP8 too, and scales
-  // are computed and weights quantized online for each 128x128 block, so no FP8 weight copy stays
-  // resident (Transformer Engine's recipes keep one).
-  const bool deepseek = r.recipe == Recipe::deepseek_v3;
-  t.fp8_swiglu_input = deepseek && t.fp8 != Fp8Recipe::none;
-  t.fp8_online_weights = deepseek && t.fp8 == Fp8Recipe::blockwise;
-  // §3.3.2: the activation before the MoE up-projections is quantized to FP8 and then dispatched
-  // (the combine stays BF16); §3.2.3: recomputing the MLA up-projections removes their outputs
-  // (q, k and v) from what is stored, DeepSeek's attention keeping no copy of its own.
-  t.fp8_dispatch = deepseek && t.fp8 != Fp8Recipe::none;
-  t.mla_up_frees_v = deepseek;
+  if (r.recipe) {
+    apply_recipe_numerics(*r.recipe, r.recipe_off, t);
+  } else if (r.recipe_off != 0) {
+    throw InputError("--recipe-off", "given", "a --recipe whose techniques to leave out");
+  }
   t.hidden_dropout = r.hidden_dropout.value_or(profile.default_dropout);
   t.attention_dropout = r.attention_dropout.value_or(profile.default_dropout);
   t.megatron_version = r.megatron_version;
@@ -127,7 +121,14 @@ Scenario make_scenario(const Request& r) {
   s.model = load_requested_model(r.model, *s.profile);
   s.inventory = build_inventory(s.model);
   check_one_pipeline_split(r.parallel);
-  s.layout = resolve_layout_with_default_etp(s.model, r.parallel, *s.profile);
+  ParallelConfig parallel = r.parallel;
+  // A DeepSeek recipe's default split balances the embedding, MTP and loss as a layer each, as the
+  // V3 report's DualPipe places them (the ends carry fewer layers); a split given is kept.
+  const bool split_given = !parallel.pipeline_layout.empty() || !parallel.layers_per_stage.empty() ||
+                           parallel.first_stage_layers || parallel.last_stage_layers || parallel.account_for_embedding ||
+                           parallel.account_for_loss;
+  if (r.training.recipe && !split_given) parallel.balance_units = true;
+  s.layout = resolve_layout_with_default_etp(s.model, parallel, *s.profile);
   s.training = resolve_training(r.training, *s.profile);
   validate_training(s.training, s.layout);
   if (auto problem = s.profile->check(s.model, s.layout, s.training)) throw *problem;

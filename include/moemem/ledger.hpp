@@ -18,8 +18,9 @@
 
 namespace moemem {
 
-enum class Category : std::uint8_t { weights, gradients, optimizer, activations, buffers, fragmentation, runtime };
-inline constexpr std::size_t kCategoryCount = static_cast<std::size_t>(Category::runtime) + 1;
+// host: CPU memory the run keeps per GPU (not part of the device's total).
+enum class Category : std::uint8_t { weights, gradients, optimizer, activations, buffers, fragmentation, runtime, host };
+inline constexpr std::size_t kCategoryCount = static_cast<std::size_t>(Category::host) + 1;
 [[nodiscard]] std::string_view name_of(Category c);
 
 struct LedgerItem {

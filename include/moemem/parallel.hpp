@@ -38,6 +38,9 @@ struct ParallelConfig {
   std::vector<std::int64_t> layers_per_stage;  // decoder layers of each chunk, model order
   std::optional<std::int64_t> first_stage_layers, last_stage_layers;  // Megatron's uneven split
   bool account_for_embedding = false, account_for_loss = false;      // count E / L as a layer
+  // A recipe's default (DeepSeek's runs): the embedding, each MTP depth and the loss count as a
+  // layer each, units spread as evenly as they go, the extra ones to the middle chunks.
+  bool balance_units = false;
   // otherwise the default split: ceil(L/chunks) per chunk, the last taking the rest.
 };
 

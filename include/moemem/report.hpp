@@ -31,6 +31,7 @@ struct LayerTransient {
 struct StageBytes {
   Bytes weights, gradients, optimizer, activations, buffers, fragmentation;
   Bytes runtime;  // outside PyTorch's allocator: CUDA context, NCCL communicators
+  Bytes host;     // CPU memory kept for this GPU (DeepSeek-V3's EMA); not part of any device total
   // Allocated by PyTorch's caching allocator.
   [[nodiscard]] Bytes allocated() const { return weights + gradients + optimizer + activations + buffers; }
   // Reserved by the allocator (allocated plus its cache and fragmentation).

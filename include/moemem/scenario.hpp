@@ -49,6 +49,7 @@ struct TrainingRequest {
   std::optional<Bytes> cuda_context, nccl_per_group;
   FsdpSettings fsdp;
   std::optional<Recipe> recipe;
+  std::uint16_t recipe_off = 0;  // techniques of the recipe left out (--recipe-off)
 };
 
 struct Request {

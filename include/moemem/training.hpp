@@ -13,6 +13,7 @@
 #include "moemem/errors.hpp"
 #include "moemem/optimizer.hpp"
 #include "moemem/parallel.hpp"
+#include "moemem/recipes.hpp"
 #include "moemem/units.hpp"
 
 namespace moemem {
@@ -105,6 +106,7 @@ struct RecomputePolicy {
 struct StateSettings {
   int zero = 0;  // ZeRO stage 0..3
   PrecisionRecipe precision;
+  bool ema_on_host = false;  // DeepSeek-V3 §3.2.3: an fp32 EMA of the parameters in CPU memory
   auto operator<=>(const StateSettings&) const = default;
 };
 
@@ -119,10 +121,16 @@ struct Numerics {
   bool fp8_online_weights = false;  // DeepSeek-V3: weights quantized online per GEMM, no resident FP8 copies
   bool fp8_dispatch = false;        // DeepSeek-V3: tokens quantized to FP8 before the dispatch all-to-all
   bool mla_up_frees_v = false;      // DeepSeek-V3's own kernels: recomputing MLA's up-projections frees v too
+  bool attn_out_e5m6 = false;       // DeepSeek-V3 §3.3.3: the attention output cached once, in E5M6
+  // DeepSeek-V3 §3.2.2: each token is sent over the network to at most this many nodes, once per
+  // node, and forwarded over NVLink there (0: no node limit, one copy per routed expert).
+  std::int64_t dispatch_node_limit = 0;
   // Dropout probabilities (Megatron's --hidden-dropout, --attention-dropout): a mask is kept for
   // backward wherever one is drawn.
   double hidden_dropout = 0, attention_dropout = 0;
   MegatronVersion megatron_version = MegatronVersion::current;  // the megatron profile's release
+  std::optional<Recipe> recipe;          // the published recipe the settings come from
+  std::uint16_t recipe_techniques = 0;   // its techniques in effect (RecipeTechnique bits)
   auto operator<=>(const Numerics&) const = default;
 };
 

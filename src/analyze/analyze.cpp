@@ -27,6 +27,25 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
   r.overhead = c.profile.overhead;
   r.total_params = c.cm.total_params;
   r.assumptions.assign(c.profile.assumptions.begin(), c.profile.assumptions.end());
+  if (c.t.recipe) {
+    for (auto& a : recipe_assumptions(*c.t.recipe, c.t)) r.assumptions.push_back(std::move(a));
+    const Schedule sched = c.layout.config.schedule;
+    if (c.model.mtp_layers > 0 && (sched == Schedule::dualpipe || sched == Schedule::dualpipev)) {
+      r.assumptions.push_back(fmt::format("recipe {}: with DualPipe the embedding and the output head sit on the MTP module's "
+                                          "rank, which uses them without a copy of its own (DeepSeek-V3 §3.2.3)",
+                                          name_of(*c.t.recipe)));
+    }
+    if (sched == Schedule::dualpipe) {
+      r.assumptions.push_back("DualPipe (DeepSeek-V3 §3.2.1, Table 2): two copies of the model's parameters (rank r holds "
+                              "stages r and pp-1-r) and pp+1 micro-batches in flight");
+    }
+    if (c.layout.config.balance_units) {
+      r.assumptions.push_back(fmt::format("recipe {}: default split with the embedding, each MTP depth and the loss counted as "
+                                          "a layer each, so the end stages carry fewer decoder layers (DeepSeek publishes no "
+                                          "split; --layers-per-stage or a layout string overrides it)",
+                                          name_of(*c.t.recipe)));
+    }
+  }
   if (c.layout.etp_defaulted && c.profile.etp_follows_tp && c.model.is_moe() && c.layout.config.tp > 1) {
     // megatron/training/arguments.py validate_args: expert_tensor_parallel_size defaults to tp
     // (named when it differs from 1, the value it would otherwise be taken for).
@@ -63,10 +82,19 @@ void cost_stage(const detail::EvalContext& c, const detail::ChunkActivations& ch
   c.profile.states->record(c, st, ledger);
   std::rotate(st.ledger.begin(), st.ledger.begin() + activation_items, st.ledger.end());
   detail::record_overheads(c, st, runtime, ledger);
+  if (c.t.ema_on_host) {
+    // DeepSeek-V3 §3.2.3: the EMA of the parameters lives in CPU memory; an fp32 copy of every
+    // parameter the rank holds (the report does not say whether it is sharded over DP).
+    const Count params(st.params.non_expert.value() + st.params.expert.value());
+    ledger.add(Category::host, bytes_of(params, DType::fp32), [&] {
+      return ledger_item("ema", "EMA of the parameters (CPU memory)", fmt::format("{} parameters on this device x fp32", params.value()),
+                         params, DType::fp32);
+    });
+  }
   st.bytes = StageBytes{ledger.total(Category::weights),       ledger.total(Category::gradients),
                         ledger.total(Category::optimizer),     ledger.total(Category::activations),
                         ledger.total(Category::buffers),       ledger.total(Category::fragmentation),
-                        ledger.total(Category::runtime)};
+                        ledger.total(Category::runtime),       ledger.total(Category::host)};
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
                    {"runtime", s.bytes.runtime.value()},
                    {"allocated", s.bytes.allocated().value()},
                    {"reserved", s.bytes.reserved().value()},
-                   {"total", s.bytes.total().value()}}},
+                   {"total", s.bytes.total().value()},
+                   {"host", s.bytes.host.value()}}},
         {"fp8_weight_copies", s.fp8_weight_copies.value()},
         {"cp_ring_buffers", s.cp_ring_buffers.value()},
         {"activations_per_microbatch", s.activations_per_microbatch.value()},
@@ -141,6 +142,9 @@ Table stage_table(const MemoryReport& r, bool exact, const std::optional<GpuChoi
   t.title = "Memory per device of each pipeline stage (GiB = 2^30 bytes)";
   t.columns = {"stage", "layers", "params/device", "weights", "grads", "optimizer", "activations", "in flight",
                "buffers", "frag", "runtime", "total GiB"};
+  // Host memory (DeepSeek-V3's EMA in CPU memory) gets a column where a stage keeps any.
+  const bool host = std::any_of(r.stages.begin(), r.stages.end(), [](const StageReport& s) { return s.bytes.host.value() > 0; });
+  if (host) t.columns.push_back("host GiB");
   if (gpu) t.columns.push_back(fmt::format("fits {}", gpu->name));
   for (const auto& s : r.stages) {
     std::vector<Cell> row;
@@ -154,6 +158,7 @@ Table stage_table(const MemoryReport& r, bool exact, const std::optional<GpuChoi
     for (const Bytes b : {s.bytes.buffers, s.bytes.fragmentation, s.bytes.runtime, s.bytes.total()}) {
       row.emplace_back(GibBytes{b.value()});
     }
+    if (host) row.emplace_back(GibBytes{s.bytes.host.value()});
     if (gpu) {
       const auto& f = fits[static_cast<std::size_t>(s.stage)];
       const double gib = gib_of(f.headroom_bytes);
@@ -192,8 +197,10 @@ void AnalyzeCommand::setup(CLI::App& root, const char* name) {
 
 void explain_output(const Evaluation& e, std::int64_t stage, Format f, std::ostream& out) {
   const auto items = explain_stage(e.model, e.inventory, *e.profile, e.layout, e.training, stage);
-  Bytes total;
-  for (const auto& i : items) total += i.bytes;
+  Bytes total;  // the device's: host memory (category host) is listed, not added
+  for (const auto& i : items) {
+    if (i.category != "host") total += i.bytes;
+  }
   if (f == Format::json) {
     nlohmann::json j = {{"schema", "moemem.explain/1"}, {"model", e.model.name}, {"profile", e.profile->name},
                         {"stage", stage}, {"total_bytes", total.value()}};

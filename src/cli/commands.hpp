@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/common.hpp"
+#include "moemem/report.hpp"
 #include "moemem/validate.hpp"
 
 namespace moemem::cli {
@@ -41,10 +42,13 @@ struct PaperCommand {
   TrainingOptions training;
   std::int64_t stage = 1;
   std::string format = "table";
+  std::string recipe;  // deepseek-v3: the report's own run beside the reference (paper_recipe.cpp)
   CLI::App* app = nullptr;
   void setup(CLI::App& root);
   void run(std::ostream& out, std::ostream& err) const;
 };
+// The table `paper --recipe` adds: the recipe's published run beside the reference, per stage.
+[[nodiscard]] Table recipe_run_table(const ModelOptions& model, const MemoryReport& reference, std::string_view recipe);
 
 struct SearchCommand {
   ModelOptions model;

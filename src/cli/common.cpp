@@ -99,9 +99,14 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                    "Pad the vocabulary to a multiple of this x tp (megatron default 128)");
   app.add_option("--fp8", o.numerics.fp8, "FP8 recipe: none|tensorwise|delayed|blockwise|mxfp8");
   app.add_option("--recipe", o.numerics.recipe,
-                 "A published training recipe: deepseek-v3 (FP8 blockwise with FP8-cached SwiGLU inputs, bf16 moments, "
-                 "fp32 master and gradients, recompute of norms, MLA up-projections and the expert activation, ZeRO-1); "
-                 "flags given as well take precedence");
+                 "A published training recipe: deepseek-v3 (the V3 report's memory techniques: FP8 blockwise with FP8-cached "
+                 "SwiGLU inputs, E5M6 attention output, FP8 node-limited dispatch, bf16 moments, fp32 master and gradients, "
+                 "recompute of norms and MLA up-projections, EMA on the CPU, ZeRO-1) or deepseek-v2 (ZeRO-1, recompute of "
+                 "norms and MLA up-projections); flags given as well take precedence");
+  app.add_option("--recipe-off", o.numerics.recipe_off,
+                 "The recipe's techniques to leave out, comma-separated: rmsnorm-recompute, mla-up-recompute, "
+                 "fp8-swiglu-input, e5m6-attention-output, fp8-dispatch, node-limited-dispatch, bf16-moments, ema-on-cpu, "
+                 "online-fp8-weights, fp8");
   app.add_option("--megatron-version", o.numerics.megatron_version,
                  "Megatron-Core release (megatron profile): 0.6 (to 0.7), 0.12 (0.8 to 0.12) or current (0.13+); "
                  "before 0.13 MoE layers keep the unweighted expert output, 0.6 also silu's output")
@@ -202,6 +207,7 @@ std::optional<T> given(const std::string& text, Parse&& parse) {
 TrainingRequest to_training_request(const TrainingOptions& o) {
   TrainingRequest r;
   if (!o.numerics.recipe.empty()) r.recipe = parse_recipe(o.numerics.recipe, "--recipe");
+  if (!o.numerics.recipe_off.empty()) r.recipe_off = parse_techniques(o.numerics.recipe_off, "--recipe-off");
   r.micro_batch = o.batch.micro_batch;
   r.seq_len = o.batch.seq_len;
   r.global_batch = o.batch.global_batch;

@@ -58,7 +58,7 @@ struct NumericsOptions {
   std::string attention;  // empty: the profile's default
   std::string logits_dtype = "fp32";
   std::optional<std::int64_t> vocab_multiple;
-  std::string fp8, recipe;
+  std::string fp8, recipe, recipe_off;
   std::string hidden_dropout, attention_dropout;  // empty: the profile's default
   std::string megatron_version = "current";
 };

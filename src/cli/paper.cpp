@@ -124,6 +124,9 @@ void PaperCommand::setup(CLI::App& root) {
   add_layout_options(*app, layout);
   add_int(*app, "--seq-len", training.batch.seq_len, "Sequence length s");
   add_int(*app, "--stage", stage, "Pipeline stage whose device the static, ZeRO and activation tables describe");
+  app->add_option("--recipe", recipe,
+                  "deepseek-v3: add the V3 report's own run (its recipe, TP1 PP16 DualPipe EP64 DP128, FP8) beside the "
+                  "reference analysis, stage by stage; the reference tables are unchanged");
   add_format_option(*app, format);
 }
 
@@ -249,6 +252,7 @@ void PaperCommand::run(std::ostream& out, std::ostream& err) const {
   tables.push_back(zero_table(e, t0, stage));
   tables.push_back(activations_table(e, t0, stage));
   tables.push_back(overhead_table(*e.profile));
+  if (!recipe.empty()) tables.push_back(recipe_run_table(model, base, recipe));
   print_tables(tables, e, stage, f, out);
 }
 

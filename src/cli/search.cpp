@@ -78,7 +78,8 @@ void SearchCommand::setup(CLI::App& root) {
   app->add_option("--exp-avg-sq-dtype", training.states.exp_avg_sq_dtype, "Adam second-moment dtype");
   app->add_option("--params-dtype", training.states.params_dtype, "Weight dtype");
   app->add_option("--fp8", training.numerics.fp8, "FP8 recipe: none|tensorwise|delayed|blockwise|mxfp8");
-  app->add_option("--recipe", training.numerics.recipe, "deepseek-v3 (its precision and recomputation)");
+  app->add_option("--recipe", training.numerics.recipe, "deepseek-v3 or deepseek-v2 (its precision and recomputation)");
+  app->add_option("--recipe-off", training.numerics.recipe_off, "The recipe's techniques to leave out, comma-separated");
   app->add_option("--attention", training.numerics.attention, "flash|eager");
   app->add_option("--moe-imbalance", training.moe.moe_imbalance, "Hottest expert rank's tokens, times the average");
   app->add_option("--moe-token-dispatcher", training.moe.dispatcher, "alltoall|deepep")->capture_default_str();

@@ -148,6 +148,16 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
   }
   // The attention output: kept by the kernel, and as the input of the row-parallel o_proj (the
   // same tensor, unless FP8 makes o_proj keep a quantized copy of its own).
+  if (c.training.attn_out_e5m6) {
+    // DeepSeek-V3 §3.3.3 (1): the input of the Linear after attention, which attention's backward
+    // also reads, is cached once in a customized E5M6 format with power-of-two scales per 1x128
+    // tile: no BF16 copy beside an FP8 one.
+    const Count n = elems({d.tokens, d.heads, v_dim});
+    t.add("attn.context (E5M6, o_proj input)", Module::attention, n, DType::e5m6, 0, "b*s/cp x heads/tp x v_dim");
+    t.add("attn.context.scales", Module::attention, fp8_scale_elements(n, Fp8Recipe::blockwise), DType::fp32, 0,
+          "a scale per 1x128 tile of the tensor above");
+    return;
+  }
   t.add("attn.context", Module::attention, elems({d.tokens, d.heads, v_dim}), t.a, 0, "b*s/cp x heads/tp x v_dim");
   if (c.training.fp8 != Fp8Recipe::none) {
     t.linear_input("attn.context (o_proj input)", "attn.context.scales", Module::attention,
@@ -184,11 +194,23 @@ void megatron_mlp(const ActivationContext& c, Terms& t, std::int64_t ffn, Module
 // - DeepEP (flex, _DeepepManager; fused_a2a.py fused_dispatch): the received tokens once per
 //   (token, destination rank), at most the ep group's tokens and at most R, expanded per expert into
 //   the fc1 input; with fc2's output R.
+// Copies of each token the dispatch sends: one per routed expert, or under node-limited routing
+// (DeepSeek-V3 §3.2.2: each token to at most 4 nodes, sent over InfiniBand once per node and
+// forwarded over NVLink there) one per destination node when the expert group spans nodes of 8
+// GPUs, one per destination GPU within a node.
+std::int64_t dispatch_copies(const ActivationContext& c) {
+  const std::int64_t top_k = c.model.moe.top_k, limit = c.training.dispatch_node_limit, ep = c.layout.config.ep;
+  if (limit <= 0) return top_k;
+  constexpr std::int64_t kGpusPerNode = 8;
+  const std::int64_t destinations = ep > kGpusPerNode ? std::min(limit, (ep + kGpusPerNode - 1) / kGpusPerNode) : ep;
+  return std::min(top_k, destinations);
+}
+
 void megatron_moe_dispatch_transient(const ActivationContext& c, Terms& t, std::int64_t routed) {
   const auto& m = c.model;
   const auto d = megatron_dims(c);
   const auto& p = c.layout.config;
-  const std::int64_t sent = d.tokens_sp * m.moe.top_k;
+  const std::int64_t sent = d.tokens_sp * dispatch_copies(c);
   const std::uint16_t rerun = kRecomputeMoe;
   if (c.training.deepep) {
     const std::int64_t received = std::min(d.tokens_sp * p.ep, routed);
@@ -207,7 +229,9 @@ void megatron_moe_dispatch_transient(const ActivationContext& c, Terms& t, std::
                   "rows x h/128");
     }
   };
-  dispatched("moe.permuted_tokens (transient)", "moe.permuted_tokens.scales (transient)", sent, "S x h, S = tokens x top_k");
+  dispatched("moe.permuted_tokens (transient)", "moe.permuted_tokens.scales (transient)", sent,
+             c.training.dispatch_node_limit > 0 ? "S x h, S = tokens x destination nodes (at most the node limit)"
+                                                 : "S x h, S = tokens x top_k");
   const bool one_expert = m.moe.num_routed_experts / p.ep == 1;
   if (!one_expert) {
     dispatched("moe.a2a_output (transient)", "moe.a2a_output.scales (transient)", routed, "R x h");
@@ -280,8 +304,16 @@ void megatron_moe_block(const ActivationContext& c, Terms& t) {
       t.add("shared.gathered_input (overlap)", Module::shared_experts, elems({d.tokens, m.hidden}), t.a, moe,
             "b*s/cp x h (all-gathered over tp)");
     }
-    megatron_mlp(c, t, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output (fc2 input)",
-                 "shared.act_output.scales", overlap ? kRecomputeMoe : kRecomputeMoe | kRecomputeSharedExperts);
+    const std::uint16_t shared = overlap ? kRecomputeMoe : kRecomputeMoe | kRecomputeSharedExperts;
+    if (c.training.fp8_swiglu_input) {
+      // DeepSeek-V3 §3.3.3 (2): the SwiGLU inputs of the MoE layer, its shared experts' too, are
+      // cached in FP8 and the SwiGLU output is recomputed in backward (not kept as fc2's input).
+      t.linear_input("shared.fc1_output (SwiGLU input)", "shared.fc1_output.scales", Module::shared_experts,
+                     elems({d.tokens, 2 * e.shared_ffn}, d.tp), shared, "b*s/cp x 2 ffn/tp");
+    } else {
+      megatron_mlp(c, t, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output (fc2 input)",
+                   "shared.act_output.scales", shared);
+    }
   }
 }
 

@@ -72,6 +72,7 @@ void expect_same_totals(const StageBytes& a, const StageBytes& b, const std::str
   EXPECT_EQ(a.buffers, b.buffers) << where;
   EXPECT_EQ(a.fragmentation, b.fragmentation) << where;
   EXPECT_EQ(a.runtime, b.runtime) << where;
+  EXPECT_EQ(a.host, b.host) << where;
 }
 
 TEST(LedgerProperty, ItemDetailNeverChangesTheTotalsOnRandomLayouts) {
@@ -106,7 +107,7 @@ TEST(LedgerProperty, ItemDetailNeverChangesTheTotalsOnRandomLayouts) {
           const StageBytes summed{item_sum(st, Category::weights),     item_sum(st, Category::gradients),
                                   item_sum(st, Category::optimizer),   item_sum(st, Category::activations),
                                   item_sum(st, Category::buffers),     item_sum(st, Category::fragmentation),
-                                  item_sum(st, Category::runtime)};
+                                  item_sum(st, Category::runtime),     item_sum(st, Category::host)};
           expect_same_totals(st.bytes, summed, where);
         }
         EXPECT_EQ(items.peak_stage, reused.peak_stage);
