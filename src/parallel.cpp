@@ -369,8 +369,46 @@ std::vector<std::int64_t> default_layer_split(std::int64_t num_layers, std::int6
   return split;
 }
 
-LayoutVerdict check_layout(const ModelSpec& m, const ParallelConfig& p) {
+namespace {
+
+// What a layout string says beyond the cut: Megatron infers the virtual stages from it
+// (megatron/training/arguments.py: vpp = stages / pp when a layout is given), so a layout of
+// k x pp stages under 1F1B is interleaved with vpp k. Under DualPipe every rank holds stage r of
+// one direction's model copy and stage pp-1-r of the other's, so a layout may also write both
+// copies out (2 x pp stages, the second half repeating the first); a single model cut into 2 x pp
+// chunks and folded into a V is DualPipeV, named in the error.
+Problem apply_layout_string(ParallelConfig& q) {
+  if (q.pipeline_layout.empty()) return std::nullopt;
+  std::vector<LayoutStage> stages;
+  if (auto problem = parse_layout_string(q.pipeline_layout, stages)) return problem;
+  const auto n = static_cast<std::int64_t>(stages.size());
+  if (q.schedule == Schedule::dualpipe && n == 2 * q.pp) {
+    std::string first;
+    for (std::int64_t i = 0; i < q.pp; ++i) {
+      const auto& a = stages[static_cast<std::size_t>(i)];
+      if (a.items != stages[static_cast<std::size_t>(i + q.pp)].items) {
+        return InputError("--pipeline-model-parallel-layout", q.pipeline_layout,
+                          fmt::format("under dualpipe {} stages (one model copy) or 2 x {} whose second half repeats the "
+                                      "first (each rank holds stage r and stage pp-1-r of two copies); a single model in "
+                                      "2 x pp chunks folded into a V is --schedule dualpipev",
+                                      q.pp, q.pp));
+      }
+      first += (i > 0 ? "|" : "") + a.items;
+    }
+    q.pipeline_layout = first;
+  } else if ((q.schedule == Schedule::one_f_one_b || q.schedule == Schedule::interleaved) && q.vpp == 1 && n > q.pp &&
+             n % q.pp == 0) {
+    q.vpp = n / q.pp;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+LayoutVerdict check_layout(const ModelSpec& m, const ParallelConfig& given) {
   LayoutVerdict v;
+  ParallelConfig p = given;
+  if ((v.error = apply_layout_string(p))) return v;
   Layout out;
   out.config = p;
   out.config.etp = p.etp_degree();

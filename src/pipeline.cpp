@@ -79,6 +79,7 @@ class LayoutParser {
         }
         if (pos_ == start) fail("a number after '*'");
         if (item.size() * n > kMaxExpanded) fail(fmt::format("a layout of at most {} items once expanded", kMaxExpanded));
+        if (item.empty()) continue;  // an empty group repeated is empty (and must not loop n times)
         std::string rep;
         for (std::uint64_t i = 0; i < n; ++i) rep += item;
         item = std::move(rep);

@@ -161,10 +161,14 @@ TEST(PipelineCli, LayoutStringsThatDoNotFitAreRefused) {
                 {"--pipeline-model-parallel-layout", "61 t"});  // 60 t
   expect_exit_2(nvidia_with("Et|(tt|)*30mLE"),
                 {"--pipeline-model-parallel-layout", "one E"});  // two E
-  // The right string for another pp: 32 stages are not pp 16 x vpp 1.
-  expect_exit_2({"analyze", "--model", "deepseek-v3", "--tp", "2", "--pp", "16", "--ep", "8", "--dp", "32", "--sp",
+  // The right string for another pp: 32 stages are pp 16 x vpp 2 (inferred, as Megatron does),
+  // but not pp 16 x vpp 4, nor any vpp of pp 24.
+  expect_exit_2({"analyze", "--model", "deepseek-v3", "--tp", "2", "--pp", "16", "--vpp", "4", "--ep", "8", "--dp", "32", "--sp",
                  "--pipeline-model-parallel-layout", "Et|(tt|)*30mL"},
-                {"--pipeline-model-parallel-layout", "16 stages"});
+                {"--pipeline-model-parallel-layout", "64 stages"});
+  expect_exit_2({"analyze", "--model", "deepseek-v3", "--tp", "2", "--pp", "24", "--ep", "8", "--dp", "32", "--sp",
+                 "--pipeline-model-parallel-layout", "Et|(tt|)*30mL"},
+                {"--pipeline-model-parallel-layout", "24 stages"});
   // MTP placed with --mtp 0.
   expect_exit_2({"analyze", "--model", "deepseek-v3", "--mtp", "0", "--tp", "2", "--pp", "8", "--vpp", "4", "--ep", "64",
                  "--dp", "64", "--sp", "--pipeline-model-parallel-layout", "Et|(tt|)*30mL"},

@@ -1,0 +1,64 @@
+// Layout strings as Megatron and DualPipe read them (issue 13, "Layouts"): vpp inferred from the
+// number of stages, DualPipe's two model copies written out, and an empty group repeated.
+#include <cstdint>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/activations_cli_helpers.hpp"
+
+namespace {
+
+using nlohmann::json;
+using moemem::test::activations_cli::analyze_json;
+using moemem::test::activations_cli::concat;
+using moemem::test::activations_cli::Args;
+using moemem::test::activations_cli::expect_exit_2;
+using moemem::test::activations_cli::i64;
+
+// Megatron's own example (docs: "Custom Pipeline Model Parallel Layout"): DeepSeek-V3 on PP16 with
+// "Et*3|(tt|)*29,m|L" is PP16 VPP2, rank 0 holding the embedding with 3 layers and 2 more layers.
+TEST(LayoutInputs, VppIsInferredFromTheLayoutStringAsMegatronDoes) {
+  const json r = analyze_json({"--model", "deepseek-v3", "--pp", "16", "--ep", "8", "--dp", "8",
+                               "--pipeline-model-parallel-layout", "Et*3|(tt|)*29,m|L"});
+  ASSERT_FALSE(r.is_null());
+  EXPECT_EQ(i64(r.at("parallel").at("vpp")), 2);
+  EXPECT_EQ(r.at("parallel").at("schedule"), "interleaved");
+  const auto& s0 = r.at("stages").at(0);
+  EXPECT_EQ(i64(s0.at("num_layers")), 5);
+  EXPECT_TRUE(s0.at("has_embedding").get<bool>());
+  EXPECT_EQ(i64(r.at("stages").at(14).at("mtp_depths")), 1);  // chunk 30: "m"
+  EXPECT_TRUE(r.at("stages").at(15).at("has_head").get<bool>());  // chunk 31: "L"
+  // A vpp that contradicts the layout's stage count is still an error.
+  expect_exit_2({"analyze", "--model", "deepseek-v3", "--pp", "16", "--vpp", "4", "--ep", "8", "--dp", "8",
+                 "--pipeline-model-parallel-layout", "Et*3|(tt|)*29,m|L"},
+                {"--pipeline-model-parallel-layout", "64 stages"});
+}
+
+// DualPipe: rank r holds stage r of one direction's copy and stage pp-1-r of the other's, so both
+// copies written out (2 x pp stages, halves equal) is the same run as one copy of pp stages.
+TEST(LayoutInputs, DualPipeAcceptsBothModelCopiesWrittenOut) {
+  const Args base = {"--model", "deepseek-v3", "--pp", "4", "--ep", "8", "--dp", "8", "--schedule", "dualpipe"};
+  Args one = base, two = base;
+  for (const char* a : {"--pipeline-model-parallel-layout", "Et*15|t*16|t*16|t*14mL"}) one.emplace_back(a);
+  for (const char* a : {"--pipeline-model-parallel-layout", "Et*15|t*16|t*16|t*14mL|Et*15|t*16|t*16|t*14mL"}) two.emplace_back(a);
+  const json a = analyze_json(one), b = analyze_json(two);
+  ASSERT_FALSE(a.is_null());
+  ASSERT_FALSE(b.is_null());
+  EXPECT_EQ(a.at("stages"), b.at("stages"));
+  // A single model in 2 x pp chunks is DualPipeV's V, not DualPipe's two copies: named, not guessed.
+  Args v = base;
+  for (const char* x : {"--pipeline-model-parallel-layout", "Et*3|(t*8|)*6,t*10mL"}) v.emplace_back(x);
+  expect_exit_2(concat({"analyze"}, v), {"--pipeline-model-parallel-layout", "dualpipev"});
+}
+
+TEST(LayoutInputs, AnEmptyGroupRepeatedIsEmptyAndFast) {
+  // Repeated 2^40 times over (nested) it used to loop; empty is empty.
+  expect_exit_2({"analyze", "--pp", "4", "--pipeline-model-parallel-layout", "((Et*61mL)*0)*1048576"},
+                {"--pipeline-model-parallel-layout", "4 stages"});
+  expect_exit_2({"analyze", "--pp", "4", "--pipeline-model-parallel-layout", "((()*1048576)*1048576)*1048576Et*61mL"},
+                {"--pipeline-model-parallel-layout", "4 stages"});
+}
+
+}  // namespace
