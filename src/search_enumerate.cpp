@@ -141,7 +141,14 @@ std::vector<SplitChoice> pipeline_splits(const ModelSpec& m, const ParallelConfi
 LayoutEnumeration enumerate_layouts(const ModelSpec& m, const SearchSpace& space) {
   LayoutEnumeration out;
   for (const auto& degrees : enumerate_degrees(m, space)) {
-    for (auto& [config, name] : pipeline_splits(m, degrees)) {
+    auto splits = pipeline_splits(m, degrees);
+    if (space.base.recipe) {
+      // A recipe's analyze default counts E, MTP and L as a layer each (make_scenario); the
+      // search's unflagged split is that one, so that the layout it names reproduces.
+      splits.front().config.balance_units = true;
+      splits.front().name = "recipe default";
+    }
+    for (auto& [config, name] : splits) {
       LayoutVerdict v = check_layout(m, config);
       if (v.valid()) {
         out.layouts.push_back({std::move(*v.layout), std::move(name)});
