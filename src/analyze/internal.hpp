@@ -118,14 +118,13 @@ struct RuntimePart {
   const char* name = "";
   Bytes bytes;
   const char* rule = "";
+  bool end_stages_only = false;  // a group of the ranks holding the embedding, head or MTP only
 };
 struct Runtime {
   std::array<RuntimePart, 12> parts{};
   std::size_t count = 0;
-  Bytes total;
-  void add(const char* name, Bytes b, const char* rule) {
-    parts[count++] = {name, b, rule};
-    total += b;
+  void add(const char* name, Bytes b, const char* rule, bool end_stages_only = false) {
+    parts[count++] = {name, b, rule, end_stages_only};
   }
 };
 Runtime runtime_bytes(const EvalContext& c);

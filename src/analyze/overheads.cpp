@@ -54,8 +54,8 @@ Runtime runtime_bytes(const EvalContext& c) {
   r.add("cuda.context", c.t.cuda_context.value_or(o.cuda_context), "CUDA context and loaded modules (measured)");
   if (c.layout.world_size <= 1) return r;
   const Bytes ring(kCollChannels * kNcclPerChannelPeer);
-  const auto comm = [&](const char* name, Bytes modelled, const char* rule) {
-    r.add(name, c.t.nccl_per_group.value_or(modelled), rule);
+  const auto comm = [&](const char* name, Bytes modelled, const char* rule, bool end_stages_only = false) {
+    r.add(name, c.t.nccl_per_group.value_or(modelled), rule, end_stages_only);
   };
   if (!o.nccl_communicators) {
     r.add("nccl.world", o.nccl_world, "profile constant");
@@ -76,7 +76,11 @@ Runtime runtime_bytes(const EvalContext& c) {
     } else {
       comm("nccl.pp", p2p_bytes(2, across), "send/recv to 2 neighbours");
     }
-    if (c.model.tie_embeddings || c.model.mtp_layers > 0) comm("nccl.embedding", ring, "24 channels x 12 MiB");
+    // parallel_state.py builds the embedding group from the first and last pipeline ranks (and
+    // MTP's); a rank outside it never communicates on it, so it creates no communicator.
+    if (c.model.tie_embeddings || c.model.mtp_layers > 0) {
+      comm("nccl.embedding", ring, "24 channels x 12 MiB (ranks holding the embedding, head or MTP)", true);
+    }
   }
   if (p.tp * p.pp > 1) comm("nccl.mp", ring, "24 channels x 12 MiB");
   const std::int64_t etp = p.etp_degree();
@@ -141,6 +145,7 @@ void record_overheads(const EvalContext& c, const StageReport& st, const Runtime
   for (std::size_t i = 0; i < runtime.count; ++i) {
     const RuntimePart& part = runtime.parts[i];
     if (part.bytes.value() == 0) continue;
+    if (part.end_stages_only && !st.has_embedding && !st.has_head && st.mtp_depths == 0) continue;
     ledger.add(Category::runtime, part.bytes,
                [&] { return ledger_item("cuda/nccl", part.name, std::string(part.rule) + ", outside PyTorch's allocator"); });
   }
