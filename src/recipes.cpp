@@ -25,11 +25,6 @@ constexpr std::array<std::pair<RecipeTechnique, std::string_view>, kTechniqueCou
     {kTechFp8Training, "fp8"},
 }};
 
-std::string technique_list() {
-  std::string out;
-  for (const auto& [bit, name] : kTechniqueNames) out += (out.empty() ? "" : ", ") + std::string(name);
-  return out;
-}
 
 // DeepSeek-V3 report (arXiv 2412.19437) §3.2.2: "each token will be sent to at most 4 nodes".
 constexpr std::int64_t kDeepSeekV3NodeLimit = 4;
@@ -66,8 +61,18 @@ std::uint16_t parse_techniques(std::string_view text, std::string_view field) {
         known = true;
       }
     }
-    if (!known) throw InputError(std::string(field), std::string(word), "a comma-separated list of: " + technique_list());
+    if (!known) {
+      throw InputError(std::string(field), std::string(word), "a comma-separated list of: " + techniques_text(0xFFFF));
+    }
     start = end + 1;
+  }
+  return out;
+}
+
+std::string techniques_text(std::uint16_t techniques) {
+  std::string out;
+  for (const auto& [bit, name] : kTechniqueNames) {
+    if (on(techniques, bit)) out += (out.empty() ? "" : ", ") + std::string(name);
   }
   return out;
 }

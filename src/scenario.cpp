@@ -62,6 +62,11 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   t.logits_dtype = r.logits_dtype;
   t.fp8 = r.fp8.value_or(Fp8Recipe::none);
   if (r.recipe) {
+    const auto foreign = static_cast<std::uint16_t>(r.recipe_off & ~techniques_of(*r.recipe));
+    if (foreign != 0) {
+      throw InputError("--recipe-off", techniques_text(foreign),
+                       fmt::format("techniques of recipe {}: {}", name_of(*r.recipe), techniques_text(techniques_of(*r.recipe))));
+    }
     apply_recipe_numerics(*r.recipe, r.recipe_off, t);
   } else if (r.recipe_off != 0) {
     throw InputError("--recipe-off", "given", "a --recipe whose techniques to leave out");

@@ -36,6 +36,8 @@ inline constexpr int kTechniqueCount = 10;
 [[nodiscard]] std::uint16_t parse_techniques(std::string_view text, std::string_view field);
 // The techniques a recipe carries.
 [[nodiscard]] std::uint16_t techniques_of(Recipe r);
+// Technique bits as a comma-separated list of their names.
+[[nodiscard]] std::string techniques_text(std::uint16_t techniques);
 
 // Fills the settings `r` leaves unset with the recipe's (settings already given take precedence),
 // leaving out the techniques in r.recipe_off.

@@ -194,6 +194,9 @@ TEST(DeepSeekRecipes, RecipeOffNamesWhatIsWrong) {
   expect_exit_2({"analyze", "--model", "deepseek-v3", "--pp", "16", "--recipe-off", "fp8"}, {"--recipe-off", "--recipe"});
   expect_exit_2({"analyze", "--model", "deepseek-v3", "--recipe", "deepseek-v4"}, {"--recipe", "deepseek-v4", "deepseek-v2"});
   expect_exit_2({"paper", "--recipe", "deepseek-v2"}, {"--recipe", "deepseek-v2"});
+  // A technique the recipe does not carry cannot be left out of it.
+  expect_exit_2({"analyze", "--model", "deepseek-v2", "--pp", "4", "--recipe", "deepseek-v2", "--recipe-off", "fp8,ema-on-cpu"},
+                {"--recipe-off", "ema-on-cpu, fp8", "rmsnorm-recompute, mla-up-recompute"});
 }
 
 TEST(DeepSeekRecipes, PaperShowsTheReportRunBesideTheReference) {
