@@ -71,6 +71,11 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   } else if (r.recipe_off != 0) {
     throw InputError("--recipe-off", "given", "a --recipe whose techniques to leave out");
   }
+  if (r.optimizer_offload) {
+    const double f = *r.optimizer_offload;
+    if (!(f >= 0 && f <= 1)) throw InputError("--optimizer-offload-fraction", fmt::format("{}", f), "a fraction from 0 to 1");
+    t.optimizer_offload = f;
+  }
   t.hidden_dropout = r.hidden_dropout.value_or(profile.default_dropout);
   t.attention_dropout = r.attention_dropout.value_or(profile.default_dropout);
   t.megatron_version = r.megatron_version;

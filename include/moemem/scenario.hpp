@@ -48,6 +48,7 @@ struct TrainingRequest {
   std::optional<double> fragmentation_pct;
   std::optional<Bytes> cuda_context, nccl_per_group;
   FsdpSettings fsdp;
+  std::optional<double> optimizer_offload;  // --optimizer-cpu-offload: the offload fraction (Megatron's default 1.0)
   std::optional<Recipe> recipe;
   std::uint16_t recipe_off = 0;  // techniques of the recipe left out (--recipe-off)
 };

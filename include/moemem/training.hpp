@@ -107,6 +107,10 @@ struct StateSettings {
   int zero = 0;  // ZeRO stage 0..3
   PrecisionRecipe precision;
   bool ema_on_host = false;  // DeepSeek-V3 §3.2.3: an fp32 EMA of the parameters in CPU memory
+  // Megatron's --optimizer-cpu-offload with --optimizer-offload-fraction: this fraction of each
+  // rank's optimizer shard (master weights, moments) and a pinned copy of its gradients live in
+  // host memory (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py). 0: none.
+  double optimizer_offload = 0;
   auto operator<=>(const StateSettings&) const = default;
 };
 

@@ -20,6 +20,30 @@ Bytes fp8_weight_copies(const EvalContext& c, const StageReport& st) {
   return bytes_of(copies, DType::fp8) + bytes_of(scales, fp8_scale_dtype(t.fp8));
 }
 
+// Elements of an optimizer shard of `n` that --optimizer-cpu-offload moves to the host: the
+// fraction rounded down (HybridDeviceOptimizer offloads whole parameters until the fraction is
+// reached, so the GPU keeps at least the rest).
+Count offloaded(Count n, double fraction) {
+  if (fraction >= 1) return n;
+  return Count(static_cast<std::uint64_t>(static_cast<double>(n.value()) * fraction));
+}
+
+// The optimizer states and the pinned gradient copy of the offloaded elements, in host memory.
+Bytes offload_optimizer_bytes(Count n, const PrecisionRecipe& pr) {
+  return bytes_of(n, pr.master) + bytes_of(n, pr.exp_avg) + bytes_of(n, pr.exp_avg_sq);
+}
+
+void record_offload(const char* group, Count off, const PrecisionRecipe& pr, double fraction, Ledger& ledger) {
+  if (off.value() == 0) return;
+  ledger.add(Category::host, offload_optimizer_bytes(off, pr) + bytes_of(off, pr.gradients), [&] {
+    return ledger_item(group, "offloaded optimizer states + pinned gradients (CPU memory)",
+                       fmt::format("{} of the shard ({} elements) x (master {} + moments {}/{} + gradient copy {})", fraction,
+                                   off.value(), name_of(pr.master), name_of(pr.exp_avg), name_of(pr.exp_avg_sq),
+                                   name_of(pr.gradients)),
+                       off);
+  });
+}
+
 // ZeRO: stage 1 shards the optimizer states, 2 also the gradients, 3 also the weights; the
 // non-expert part over dp*cp, the expert part over edp (the worst rank holds the ceiling).
 void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
@@ -30,13 +54,24 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   const Count parts[2] = {st.params.non_expert, st.params.expert};
   const auto shard = [&](int g) { return Count(ceil_div(parts[g].value(), static_cast<std::uint64_t>(groups[g]))); };
   const auto shard_text = [&](int g) { return fmt::format("ceil({} / {})", parts[g].value(), groups[g]); };
+  const auto opt_count = [&](int g) { return t.zero >= 1 ? shard(g) : parts[g]; };
   if (!ledger.detail()) {
     // Totals only (search): the same states as the items below, summed by state_bytes.
     const StateBytes sb = state_bytes(st.params, groups[0], groups[1], t.zero, pr);
     const auto none = [] { return LedgerItem{}; };
+    Bytes host;
+    for (int g = 0; g < 2 && t.optimizer_offload > 0; ++g) {
+      const Count off = offloaded(opt_count(g), t.optimizer_offload);
+      host += offload_optimizer_bytes(off, pr);
+    }
     ledger.add(Category::weights, sb.weights + st.fp8_weight_copies, none);
     ledger.add(Category::gradients, sb.gradients, none);
-    ledger.add(Category::optimizer, sb.optimizer, none);
+    ledger.add(Category::optimizer, Bytes(sb.optimizer.value() - host.value()), none);  // host <= optimizer
+    for (int g = 0; g < 2 && t.optimizer_offload > 0; ++g) {
+      const Count off = offloaded(opt_count(g), t.optimizer_offload);
+      host += bytes_of(off, pr.gradients);
+    }
+    if (host.value() > 0) ledger.add(Category::host, host, none);
     return;
   }
   if (t.zero >= 3) {
@@ -63,9 +98,13 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   const char* group_names[2] = {"non-expert (dp*cp)", "expert (edp)"};
   for (int g = 0; g < 2; ++g) {
     const Count gc = t.zero >= 2 ? shard(g) : parts[g];
-    const Count oc = t.zero >= 1 ? shard(g) : parts[g];
+    const Count off = offloaded(opt_count(g), t.optimizer_offload);
+    const Count oc(opt_count(g).value() - off.value());  // what stays on the GPU
     const auto gtext = [&] { return t.zero >= 2 ? shard_text(g) : std::to_string(parts[g].value()); };
-    const auto otext = [&] { return t.zero >= 1 ? shard_text(g) : std::to_string(parts[g].value()); };
+    const auto otext = [&] {
+      const std::string whole = t.zero >= 1 ? shard_text(g) : std::to_string(parts[g].value());
+      return off.value() == 0 ? whole : fmt::format("{} - {} offloaded", whole, off.value());
+    };
     const auto state = [&](Category cat, const char* item, Count n, DType d, const auto& count_text) {
       ledger.add(cat, bytes_of(n, d), [&] {
         return ledger_item(group_names[g], item, fmt::format("{} x {}", count_text(), name_of(d)), n, d);
@@ -75,6 +114,7 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
     state(Category::optimizer, "master weights", oc, pr.master, otext);
     state(Category::optimizer, "exp_avg", oc, pr.exp_avg, otext);
     state(Category::optimizer, "exp_avg_sq", oc, pr.exp_avg_sq, otext);
+    record_offload(group_names[g], off, pr, t.optimizer_offload, ledger);
   }
 }
 

@@ -90,6 +90,11 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--main-params-dtype", o.states.main_params_dtype, "Master-weight dtype (profile default: fp32)");
   app.add_option("--exp-avg-dtype", o.states.exp_avg_dtype, "Adam first-moment dtype (profile default: paper bf16, megatron fp32)");
   app.add_option("--exp-avg-sq-dtype", o.states.exp_avg_sq_dtype, "Adam second-moment dtype (profile default: paper bf16, megatron fp32)");
+  app.add_flag("--optimizer-cpu-offload", o.states.optimizer_cpu_offload,
+               "Megatron-Core's optimizer CPU offload: a fraction of each rank's optimizer states (and a pinned copy of "
+               "their gradients) in host memory, the 'host' column");
+  app.add_option("--optimizer-offload-fraction", o.states.optimizer_offload_fraction,
+                 "Fraction of the optimizer states offloaded with --optimizer-cpu-offload (Megatron's default 1.0)");
   app.add_flag("--distributed-optimizer,--use-distributed-optimizer", o.states.distributed_optimizer,
                "Megatron's distributed optimizer: shard master weights and moments (= --zero 1)");
   add_optional_int(app, "--global-batch", o.batch.global_batch, "Sequences per optimizer step (gives the micro-batches per step)");
@@ -213,6 +218,14 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.global_batch = o.batch.global_batch;
   r.zero = o.states.zero;
   r.distributed_optimizer = o.states.distributed_optimizer;
+  if (!o.states.optimizer_offload_fraction.empty() && !o.states.optimizer_cpu_offload) {
+    throw InputError("--optimizer-offload-fraction", o.states.optimizer_offload_fraction, "to be used with --optimizer-cpu-offload");
+  }
+  if (o.states.optimizer_cpu_offload) {
+    r.optimizer_offload = o.states.optimizer_offload_fraction.empty()
+                              ? 1.0
+                              : parse_double(o.states.optimizer_offload_fraction, "--optimizer-offload-fraction");
+  }
   r.vocab_multiple = o.numerics.vocab_multiple;
   r.attention = given<AttentionKernel>(o.numerics.attention, [](const std::string& v) { return parse_attention_kernel(v, "--attention"); });
   r.logits_dtype = parse_dtype(o.numerics.logits_dtype, "--logits-dtype");

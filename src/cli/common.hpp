@@ -52,6 +52,8 @@ struct RecomputeOptions {
 struct StateOptions {
   std::optional<std::int64_t> zero;  // unset: 0 (or the recipe's)
   bool distributed_optimizer = false;
+  bool optimizer_cpu_offload = false;
+  std::string optimizer_offload_fraction;  // empty: Megatron's default, 1.0
   std::string params_dtype, main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
 };
 struct NumericsOptions {
