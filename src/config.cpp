@@ -13,6 +13,7 @@
 
 #include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
+#include "moemem/presets.hpp"
 
 namespace moemem {
 
@@ -323,6 +324,14 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& source)
 ModelSpec load_model(const std::string& name_or_path) {
   for (const auto& p : preset_texts()) {
     if (name_or_path == p.name) return parse_hf_config(p.json, p.name);
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(name_or_path, ec)) {  // a checkpoint directory: its config.json
+    const std::string file = (std::filesystem::path(name_or_path) / "config.json").string();
+    return parse_hf_config(read_file(file), file);
+  }
+  if (!std::filesystem::exists(name_or_path, ec)) {  // a preset in any case, or its repository id
+    if (const auto preset = match_preset(name_or_path)) return load_model(*preset);
   }
   const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
                                name_or_path.find(".json") != std::string::npos;

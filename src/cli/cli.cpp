@@ -124,6 +124,7 @@ struct Commands {
   AnalyzeCommand analyze;
   AnalyzeCommand explain;
   CountCommand count;
+  ModelsCommand models;
   PaperCommand paper;
   SearchCommand search;
   ValidateCommand validate;
@@ -132,6 +133,7 @@ struct Commands {
     analyze.setup(app);
     explain.setup(app, "explain");
     count.setup(app);
+    models.setup(app);
     paper.setup(app);
     search.setup(app);
     validate.setup(app);
@@ -142,6 +144,7 @@ struct Commands {
     if (analyze.app->parsed()) analyze.run(out, err);
     else if (explain.app->parsed()) explain.run(out, err);
     else if (count.app->parsed()) count.run(out, err);
+    else if (models.app->parsed()) models.run(out, err);
     else if (paper.app->parsed()) paper.run(out, err);
     else if (search.app->parsed()) return search.run(out, err);
     else if (validate.app->parsed()) return validate.run(out, err);
@@ -153,12 +156,12 @@ struct Commands {
 bool misspelt_command(int argc, const char* const* argv, std::ostream& err) {
   if (argc <= 1 || argv[1][0] == '-') return false;
   const std::string first = argv[1];
-  if (first == "analyze" || first == "explain" || first == "count" || first == "paper" || first == "search" ||
-      first == "validate") {
+  if (first == "analyze" || first == "explain" || first == "count" || first == "models" || first == "paper" ||
+      first == "search" || first == "validate") {
     return false;
   }
   err << fmt::format(
-      "moemem: error: command: '{}' is not accepted; expected one of analyze, explain, count, paper, search, validate\n",
+      "moemem: error: command: '{}' is not accepted; expected one of analyze, explain, count, models, paper, search, validate\n",
       first);
   return true;
 }

@@ -36,6 +36,13 @@ struct CountCommand {
   void run(std::ostream& out, std::ostream& err) const;
 };
 
+struct ModelsCommand {
+  std::string format = "table";
+  CLI::App* app = nullptr;
+  void setup(CLI::App& root);
+  void run(std::ostream& out, std::ostream& err) const;
+};
+
 struct PaperCommand {
   ModelOptions model;
   LayoutOptions layout;

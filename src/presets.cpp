@@ -1,0 +1,53 @@
+#include "moemem/presets.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "moemem/config.hpp"
+
+namespace moemem {
+
+namespace {
+
+bool same_ignoring_case(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+}  // namespace
+
+const std::vector<PresetSource>& preset_sources() {
+  // data/models/SOURCES.md: the repository each preset's config.json was taken from.
+  static const std::vector<PresetSource> sources = {
+      {"deepseek-moe-16b", "deepseek-ai/deepseek-moe-16b-chat"},
+      {"deepseek-v2", "deepseek-ai/DeepSeek-V2"},
+      {"deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite"},
+      {"deepseek-v3", "deepseek-ai/DeepSeek-V3"},
+      {"llama-3.1-405b", "meta-llama/Llama-3.1-405B"},
+      {"llama-3.1-70b", "meta-llama/Llama-3.1-70B"},
+      {"llama-3.1-8b", "meta-llama/Llama-3.1-8B"},
+      {"mistral-7b", "mistralai/Mistral-7B-v0.1"},
+      {"mixtral-8x22b", "mistral-community/Mixtral-8x22B-v0.1"},
+      {"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1"},
+      {"moonlight-16b", "moonshotai/Moonlight-16B-A3B-Instruct"},
+      {"qwen2-57b-a14b", "Qwen/Qwen2-57B-A14B"},
+      {"qwen2-7b", "Qwen/Qwen2-7B"},
+      {"qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B"},
+      {"qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B"},
+      {"qwen3-8b", "Qwen/Qwen3-8B"},
+  };
+  return sources;
+}
+
+std::optional<std::string> match_preset(std::string_view name) {
+  for (const auto& p : preset_texts()) {
+    if (same_ignoring_case(name, p.name)) return std::string(p.name);
+  }
+  for (const auto& s : preset_sources()) {
+    if (same_ignoring_case(name, s.repo)) return std::string(s.preset);
+  }
+  return std::nullopt;
+}
+
+}  // namespace moemem

@@ -1,0 +1,66 @@
+// Presets by the names users type (issue 14, Inputs): `moemem models`, preset names in any case,
+// Hugging Face repository ids, and a checkpoint directory holding config.json.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/run_cli.hpp"
+#include "moemem/config.hpp"
+#include "moemem/presets.hpp"
+
+namespace {
+
+using moemem::test::run_cli;
+using nlohmann::json;
+
+std::string count_total(const std::string& model) {
+  const auto r = run_cli({"count", "--model", model, "--format", "json"});
+  EXPECT_EQ(r.code, 0) << model << "\n" << r.err;
+  return r.code == 0 ? json::parse(r.out).at("total_params").dump() : "";
+}
+
+TEST(ModelsCli, EveryPresetHasItsRepositoryAndIsListed) {
+  const auto names = moemem::preset_names();
+  ASSERT_EQ(moemem::preset_sources().size(), names.size());
+  for (const auto& n : names) {
+    EXPECT_EQ(moemem::match_preset(n), n);
+  }
+  const auto r = run_cli({"models", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j.at("models").size(), names.size());
+  for (const auto& m : j.at("models")) {
+    // The listed total is the one `count` gives for the preset (DeepSeek-V3: 684,489,845,504,
+    // the checkpoint's parameters, tests/golden).
+    EXPECT_EQ(m.at("total_params").dump(), count_total(m.at("preset").get<std::string>()));
+  }
+}
+
+TEST(ModelsCli, PresetsAnswerToAnyCaseAndToTheirRepositoryId) {
+  const std::string v3 = count_total("deepseek-v3");
+  EXPECT_EQ(v3, "684489845504");
+  EXPECT_EQ(count_total("DeepSeek-V3"), v3);
+  EXPECT_EQ(count_total("deepseek-ai/DeepSeek-V3"), v3);
+  EXPECT_EQ(count_total("QWEN/qwen3-8b"), count_total("qwen3-8b"));
+  const auto bad = run_cli({"count", "--model", "deepseek-ai/DeepSeek-V9"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("deepseek-ai/DeepSeek-V9"), std::string::npos);
+}
+
+TEST(ModelsCli, ACheckpointDirectoryIsReadThroughItsConfigJson) {
+  const auto dir = std::filesystem::temp_directory_path() / "moemem-models-cli-checkpoint";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream out(dir / "config.json");
+    for (const auto& p : moemem::preset_texts()) {
+      if (std::string(p.name) == "qwen3-8b") out << p.json;
+    }
+  }
+  EXPECT_EQ(count_total(dir.string()), count_total("qwen3-8b"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
