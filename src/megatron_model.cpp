@@ -2,6 +2,8 @@
 // the script leaves out.
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "megatron_internal.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
@@ -74,6 +76,10 @@ void set_moe(const ScriptFlags& f, ModelSpec& m) {
   m.moe.shared_ffn = f.find("--moe-shared-expert-intermediate-size") != nullptr
                          ? need(f, "--moe-shared-expert-intermediate-size")
                          : 0;
+  if (m.moe.expert_ffn < 1) {  // from --ffn-hidden-size 0: a zero width would divide the count below
+    throw InputError(f.field("--ffn-hidden-size"), std::to_string(m.moe.expert_ffn),
+                     "a positive integer (the experts' width when --moe-ffn-hidden-size is not given)");
+  }
   m.moe.num_shared_experts = m.moe.shared_ffn > 0 ? std::max<std::int64_t>(1, m.moe.shared_ffn / m.moe.expert_ffn) : 0;
   m.moe.router_bias = f.switches.contains("--moe-router-enable-expert-bias");
   const RawFlag* freq = f.find("--moe-layer-freq");
@@ -84,9 +90,32 @@ void set_moe(const ScriptFlags& f, ModelSpec& m) {
   }
 }
 
+// The vocabulary: --vocab-size, else the tokenizer's (a table of well-known ones); 0 when
+// neither gives it, with the reason in `missing`.
+std::int64_t read_vocab(const ScriptFlags& f, std::string& missing, std::vector<std::string>& notes) {
+  if (f.find("--vocab-size") != nullptr) return need(f, "--vocab-size");
+  std::string first;
+  for (const char* flag : {"--tokenizer-model", "--patch-tokenizer-type", "--tokenizer-type"}) {
+    const RawFlag* r = f.find(flag);
+    if (r == nullptr) continue;
+    std::string name = r->value;
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    if (const auto slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+    if (const auto v = known_tokenizer_vocab(name)) {
+      notes.push_back(fmt::format("vocabulary {} from {} {} (its model's config.json; --vocab-size overrides it)", *v,
+                                  flag, r->value));
+      return *v;
+    }
+    if (first.empty()) first = fmt::format("{} {}", flag, r->value);
+  }
+  missing = first.empty() ? "the script gives neither --vocab-size nor a tokenizer"
+                          : fmt::format("{} is not a tokenizer moemem knows", first);
+  return 0;
+}
+
 }  // namespace
 
-ModelSpec megatron_model(const ScriptFlags& f) {
+ModelSpec megatron_model(const ScriptFlags& f, std::string& vocab_missing, std::vector<std::string>& notes) {
   ModelSpec m;
   m.name = "megatron-args:" + f.source;
   m.model_type = "megatron";
@@ -94,11 +123,8 @@ ModelSpec megatron_model(const ScriptFlags& f) {
   if (m.num_layers > (1 << 16)) throw InputError(f.field("--num-layers"), std::to_string(m.num_layers), "at most 65536");
   m.hidden = need(f, "--hidden-size");
   m.num_heads = need(f, "--num-attention-heads");
-  if (!f.get_int("--vocab-size")) {
-    throw InputError(f.field("--vocab-size"), "missing",
-                     "the vocabulary size (Megatron reads it from the tokenizer: add --vocab-size N, or give --model)");
-  }
-  m.vocab = need(f, "--vocab-size");
+  const std::int64_t vocab = read_vocab(f, vocab_missing, notes);
+  m.vocab = vocab > 0 ? vocab : 1;  // checked with a stand-in; 0 (unknown) once checked
   m.dense_ffn = f.get_int("--ffn-hidden-size").value_or(4 * m.hidden);
   m.tie_embeddings = !f.switches.contains("--untie-embeddings-and-output-weights");
   // Megatron's defaults, unless the script says otherwise: GeLU MLP (no --swiglu), biases on every
@@ -118,6 +144,7 @@ ModelSpec megatron_model(const ScriptFlags& f) {
   } catch (const OverflowError&) {
     throw InputError(f.field("--hidden-size/--ffn-hidden-size/--num-experts"), "too large", "sizes whose products fit in 64 bits");
   }
+  if (vocab == 0) m.vocab = 0;
   return m;
 }
 

@@ -1,0 +1,105 @@
+// The launch-script shell (src/shell_*.cpp): what bash would pass to the launch commands of a
+// script, as far as the script itself decides it, and what depends on anything else.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "moemem/errors.hpp"
+#include "shell_internal.hpp"
+
+namespace {
+
+using moemem::InputError;
+using moemem::detail::run_shell;
+using moemem::detail::ShellWord;
+
+std::vector<std::string> texts(const std::string& script) {
+  std::vector<std::string> out;
+  for (const ShellWord& w : run_shell(script, "t.sh").words) out.push_back(w.text);
+  return out;
+}
+
+using V = std::vector<std::string>;
+
+TEST(Shell, UnquotedVariablesSplitIntoWords) {
+  EXPECT_EQ(texts("GPT_ARGS=\"--num-layers 32   --hidden-size 4096\n --swiglu\"\ntorchrun pretrain_gpt.py $GPT_ARGS\n"),
+            (V{"torchrun", "pretrain_gpt.py", "--num-layers", "32", "--hidden-size", "4096", "--swiglu"}));
+  // Quoted, the same variable is one word.
+  EXPECT_EQ(texts("A=\"x y\"\nrun \"$A\" '$A'\n"), (V{"run", "x y", "$A"}));
+  // Each word keeps the line it was written on, also inside a variable.
+  const auto words = run_shell("A=\"--a 1\n--b 2\"\n\nrun $A\n", "t.sh").words;
+  ASSERT_EQ(words.size(), 5U);
+  EXPECT_EQ(words[0].line, 4);
+  EXPECT_EQ(words[1].line, 1);
+  EXPECT_EQ(words[3].line, 2);
+}
+
+TEST(Shell, ArithmeticDefaultsAndExport) {
+  EXPECT_EQ(texts("NODES=4\nGPUS=$((NODES * 8))\nrun $GPUS $(( (GPUS + 2) / 3 % 5 ))\n"), (V{"run", "32", "1"}));
+  EXPECT_EQ(texts("run ${TP:-4} ${PP:=2} $PP ${X:+no} ${PP:+yes}\n"), (V{"run", "4", "2", "2", "yes"}));
+  EXPECT_EQ(texts("export EP=8 CP=2\nexport TP\nrun $EP $CP\n"), (V{"run", "8", "2"}));
+  EXPECT_THROW((void)run_shell("run $((1/0))\n", "t.sh"), InputError);
+  EXPECT_THROW((void)run_shell("run $((9223372036854775807 + 1))\n", "t.sh"), InputError);
+}
+
+TEST(Shell, Arrays) {
+  const std::string s =
+      "MODEL_ARGS=(\n  --num-layers 8  # a comment\n  --moe-layer-freq \"([0]*1+[1]*7)\"\n)\n"
+      "MODEL_ARGS+=(--swiglu)\nrun \"${MODEL_ARGS[@]}\" ${#MODEL_ARGS[@]} ${MODEL_ARGS[1]}\n";
+  EXPECT_EQ(texts(s), (V{"run", "--num-layers", "8", "--moe-layer-freq", "([0]*1+[1]*7)", "--swiglu", "5", "8"}));
+  EXPECT_EQ(texts("declare -A C=([a]=\"1 2\" [b]=3)\nK=a\nrun ${C[$K]} ${C[b]}\n"), (V{"run", "1", "2", "3"}));
+}
+
+TEST(Shell, IfAndCaseOnWhatTheScriptSets) {
+  const std::string s =
+      "PR=fp8\nVPP=4\nif [[ ${PR} == \"fp8\" ]]; then\n  A=\"--fp8-format e4m3\"\nelif [ $PR = bf16 ]; then\n"
+      "  A=--bf16\nelse\n  A=none\nfi\nif [[ $VPP -gt 1 && ! \"$A\" =~ \"--bf16\" ]]; then B=yes; fi\n"
+      "case $PR in\n  bf16|fp16) C=half ;;\n  fp*) C=eight ;;\n  *) C=other ;;\nesac\n"
+      "(( VPP > 2 )) && D=big || D=small\nrun $A $B $C $D\n";
+  EXPECT_EQ(texts(s), (V{"run", "--fp8-format", "e4m3", "yes", "eight", "big"}));
+}
+
+TEST(Shell, WhatTheScriptDoesNotSetIsADependency) {
+  const auto words = run_shell("if [ \"$PR\" = fp8 ]; then F=--fp8-format; fi\nrun $F --tp ${TP} --x $(hostname)\n", "t.sh").words;
+  ASSERT_EQ(words.size(), 6U);
+  EXPECT_NE(words[1].depends_on.find("$PR"), std::string::npos) << words[1].depends_on;
+  EXPECT_TRUE(words[2].depends_on.empty());
+  EXPECT_NE(words[3].depends_on.find("$TP, which the script does not set"), std::string::npos);
+  EXPECT_NE(words[5].depends_on.find("`hostname`"), std::string::npos);
+}
+
+TEST(Shell, FunctionsForLoopsAndCommandSubstitution) {
+  const std::string s =
+      "set_cfg() {\n  local c=($1)\n  export TP=${TP:-${c[0]}}\n}\nset_cfg \"2 8\"\n"
+      "for n in 1 2; do L=\"$L$n\"; done\nD=$(dirname \"$(readlink -f \"$0\")\")\nrun $TP $L $D\n";
+  EXPECT_EQ(texts(s), (V{"run", "2", "12", "."}));
+}
+
+TEST(Shell, LaunchersRunTheirCommandText) {
+  EXPECT_EQ(texts("CMD=\"python train.py --tp 2\"\nsrun --mpi=pmix bash -c \"${CMD}\"\n"),
+            (V{"srun", "--mpi=pmix", "python", "train.py", "--tp", "2"}));
+  EXPECT_EQ(texts("A=1 B=2 eval run '$A' '$B'\nrun ${A:-none}\n"), (V{"run", "1", "2", "run", "none"}));
+  // Heredoc bodies are data, not commands.
+  EXPECT_EQ(texts("cat <<EOF\n--tp 8\nEOF\nrun x\n"), (V{"run", "x"}));
+  // exit ends the script.
+  EXPECT_EQ(texts("run a\nexit 0\nrun b\n"), (V{"run", "a"}));
+}
+
+// A variable that doubles on every line would take gigabytes: refused by name.
+TEST(Shell, ExpansionIsBounded) {
+  std::string s = "A=xxxxxxxxxxxxxxxx\n";
+  for (int i = 0; i < 40; ++i) s += "A=$A$A\n";
+  try {
+    (void)run_shell(s, "double.sh");
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("shell expansion limit"), std::string::npos) << e.what();
+  }
+  // Functions calling themselves twice: bounded by the command limit or the depth.
+  EXPECT_THROW((void)run_shell("f() { f; f; }\nf\n", "fork.sh"), InputError);
+  EXPECT_THROW((void)run_shell("run \"unclosed\n", "q.sh"), InputError);
+  EXPECT_THROW((void)run_shell("if true; then run\n", "if.sh"), InputError);
+}
+
+}  // namespace
