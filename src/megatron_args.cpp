@@ -87,8 +87,14 @@ const std::set<std::string, std::less<>> kSwitches = {
     "--disable-bias-linear", "--multi-latent-attention", "--group-query-attention",
     "--untie-embeddings-and-output-weights", "--moe-router-enable-expert-bias", "--qk-layernorm", "--add-qkv-bias",
     "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap", "--recompute-activations",
-    "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion",
+    "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--enable-shared-expert", "--no-position-embedding",
 };
+
+// Flags whose value may depend on the launch environment: the world size (then --dp is needed)
+// and the tokenizer (then --vocab-size or --model is).
+const std::set<std::string, std::less<>> kTolerant = {"--nproc-per-node", "--nproc_per_node", "--nnodes", "--nodes",
+                                                      "--ntasks-per-node", "--tokenizer-model", "--tokenizer-type",
+                                                      "--patch-tokenizer-type"};
 
 // Architecture flags with one integer or text value.
 const std::set<std::string, std::less<>> kArchValueFlags = {
@@ -99,7 +105,9 @@ const std::set<std::string, std::less<>> kArchValueFlags = {
     "--normalization", "--attention-backend", "--nnodes", "--nproc-per-node", "--nproc_per_node", "--fp8-format",
     "--fp8-recipe", "--moe-token-dispatcher-type", "--position-embedding-type", "--max-position-embeddings",
     "--moe-flex-dispatcher-backend", "--cross-entropy-fusion-impl", "--tokenizer-model", "--tokenizer-type",
-    "--patch-tokenizer-type", "--extra-vocab-size", "--optimizer"};
+    "--patch-tokenizer-type", "--extra-vocab-size", "--optimizer", "--nodes", "--ntasks-per-node",
+    // Pai-Megatron-Patch's spellings for its DeepSeek models (megatron_patch/arguments.py).
+    "--qk-nope-head-dim", "--qk-rope-head-dim", "--num-shared-experts"};
 
 }  // namespace
 
@@ -133,6 +141,7 @@ std::vector<bool> parse_moe_layer_freq(std::string_view text, std::int64_t num_l
       items.push_back(item == "1");
       j = k + 1;
     }
+    if (items.empty()) fail();  // "[]*2147483648" would repeat nothing two billion times
     i = close + 1;
     std::int64_t times = 1;
     if (i < t.size() && t[i] == '*') {
@@ -241,6 +250,12 @@ ScriptFlags scan(const Words& w, const std::string& source) {
       f.switches.try_emplace(flag, Provenance{w.words[i].line, flag});
     } else if (flag == "--recompute-modules") {
       take_modules(w, i, f);
+    } else if (kTolerant.contains(flag) && (!w.is_value(i + 1) || !w.words[i + 1].depends_on.empty())) {
+      // A world size or tokenizer the environment decides: not read, and said so.
+      f.notes.push_back(w.is_value(i + 1) ? fmt::format("{} {} not read: it depends on {}", flag, w.at(i + 1),
+                                                        w.words[i + 1].depends_on)
+                                          : fmt::format("{} given without a value: not read", flag));
+      if (w.is_value(i + 1)) ++i;
     } else if (kArchValueFlags.contains(flag)) {
       f.values[flag] = take_value(w, i, f);
     } else if (flag == "--fp16") {
@@ -284,14 +299,18 @@ void read_dispatcher(const ScriptFlags& f, MegatronSettings& s) {
   }
 }
 
-// torchrun's --nproc-per-node (or --nproc_per_node) x --nnodes.
+// torchrun's --nproc-per-node (or --nproc_per_node) x --nnodes, or srun's --ntasks-per-node x
+// --nodes.
 void read_world_size(const ScriptFlags& f, MegatronSettings& s) {
-  const RawFlag* nproc = f.find("--nproc-per-node");
+  const bool slurm = f.find("--ntasks-per-node") != nullptr && f.find("--nproc-per-node") == nullptr &&
+                     f.find("--nproc_per_node") == nullptr;
+  const RawFlag* nproc = slurm ? f.find("--ntasks-per-node") : f.find("--nproc-per-node");
   if (nproc == nullptr) nproc = f.find("--nproc_per_node");
   if (nproc == nullptr) return;
-  const std::int64_t per_node = to_int(nproc->value, f.field("--nproc-per-node"));
-  const RawFlag* nodes = f.find("--nnodes");
-  const std::int64_t n = nodes != nullptr ? std::max<std::int64_t>(1, to_int(nodes->value, f.field("--nnodes"))) : 1;
+  const std::int64_t per_node = to_int(nproc->value, f.field(slurm ? "--ntasks-per-node" : "--nproc-per-node"));
+  const RawFlag* nodes = f.find(slurm ? "--nodes" : "--nnodes");
+  const std::int64_t n =
+      nodes != nullptr ? std::max<std::int64_t>(1, to_int(nodes->value, f.field(slurm ? "--nodes" : "--nnodes"))) : 1;
   s.world_size = FromScript<std::int64_t>{per_node * n, nproc->from};
 }
 
@@ -453,6 +472,7 @@ MegatronSettings parse_megatron_args(std::string_view text, const std::string& s
   read_settings(f, s);
   read_mapped(f, s);
   s.unmodelled = f.unmodelled;
+  for (const auto& n : f.notes) s.notes.push_back(n);
   s.unrecognised = f.unrecognised;
   for (auto& n : run.notes) s.notes.push_back(std::move(n));
   auto counts = f.counts;

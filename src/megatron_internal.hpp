@@ -30,7 +30,7 @@ struct ScriptFlags {
   std::optional<Provenance> fp16;
   std::map<std::string, std::int64_t> counts;  // moemem flag -> times a value flag gives it
   std::vector<MegatronSettings::Unmodelled> unmodelled;
-  std::vector<std::string> ignored, unrecognised;
+  std::vector<std::string> ignored, unrecognised, notes;
 
   [[nodiscard]] const RawFlag* find(std::string_view flag) const;
   [[nodiscard]] bool has(std::string_view flag) const { return find(flag) != nullptr || switches.contains(flag); }

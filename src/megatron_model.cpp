@@ -27,7 +27,9 @@ std::string text_or(const ScriptFlags& f, const char* flag, const char* fallback
 // Learned absolute positions (Megatron's default) need a table of --max-position-embeddings
 // rows (or --seq-length's); rope, yarn and none add no parameters.
 void set_positions(const ScriptFlags& f, ModelSpec& m) {
-  const std::string pos = text_or(f, "--position-embedding-type", "learned_absolute");
+  // --no-position-embedding (legacy) leaves the learned table out.
+  const std::string pos = text_or(f, "--position-embedding-type",
+                                  f.switches.contains("--no-position-embedding") ? "none" : "learned_absolute");
   if (pos == "learned_absolute") {
     std::int64_t rows = f.get_int("--max-position-embeddings").value_or(0);
     if (const RawFlag* seq = f.find("--seq-length"); seq && rows == 0) rows = to_int(seq->value, f.field("--seq-length"));
@@ -40,14 +42,20 @@ void set_positions(const ScriptFlags& f, ModelSpec& m) {
 
 // MLA with its ranks and head sizes, or grouped-query attention (Megatron's default: one group
 // per head, biased linear layers unless --disable-bias-linear).
+// Pai-Megatron-Patch's DeepSeek models are MLA without --multi-latent-attention, and name the head
+// sizes --qk-nope-head-dim and --qk-rope-head-dim.
+const char* spelling(const ScriptFlags& f, const char* megatron, const char* pai) {
+  return f.find(megatron) == nullptr && f.find(pai) != nullptr ? pai : megatron;
+}
+
 void set_attention(const ScriptFlags& f, bool biases, ModelSpec& m) {
-  if (f.switches.contains("--multi-latent-attention")) {
+  if (f.switches.contains("--multi-latent-attention") || f.find("--qk-rope-head-dim") != nullptr) {
     m.attention = AttentionKind::mla;
     m.num_kv_heads = m.num_heads;
     m.mla.q_lora_rank = f.get_int("--q-lora-rank").value_or(0);
     m.mla.kv_lora_rank = need(f, "--kv-lora-rank");
-    m.mla.qk_nope_head_dim = need(f, "--qk-head-dim");
-    m.mla.qk_rope_head_dim = need(f, "--qk-pos-emb-head-dim");
+    m.mla.qk_nope_head_dim = need(f, spelling(f, "--qk-head-dim", "--qk-nope-head-dim"));
+    m.mla.qk_rope_head_dim = need(f, spelling(f, "--qk-pos-emb-head-dim", "--qk-rope-head-dim"));
     m.mla.v_head_dim = need(f, "--v-head-dim");
   } else {
     m.attention = AttentionKind::gqa;
@@ -76,6 +84,9 @@ void set_moe(const ScriptFlags& f, ModelSpec& m) {
   m.moe.shared_ffn = f.find("--moe-shared-expert-intermediate-size") != nullptr
                          ? need(f, "--moe-shared-expert-intermediate-size")
                          : 0;
+  if (m.moe.shared_ffn == 0 && f.switches.contains("--enable-shared-expert")) {  // Pai-Megatron-Patch
+    m.moe.shared_ffn = need(f, "--num-shared-experts") * m.moe.expert_ffn;
+  }
   if (m.moe.expert_ffn < 1) {  // from --ffn-hidden-size 0: a zero width would divide the count below
     throw InputError(f.field("--ffn-hidden-size"), std::to_string(m.moe.expert_ffn),
                      "a positive integer (the experts' width when --moe-ffn-hidden-size is not given)");

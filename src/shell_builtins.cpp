@@ -90,11 +90,18 @@ class Test {
       return unary(x.text.s[1], y);
     }
     ++i_;
-    if (!x.depends_on.empty()) return unknown(x.depends_on);
-    return known(!x.text.s.empty());
+    if (!x.depends_on.empty() && !x.unset) return unknown(x.depends_on);
+    return known(!value(x).empty());
+  }
+  // A variable the script never sets is taken as unset, as in a clean environment, and noted.
+  std::string value(const Field& x) {
+    if (!x.unset) return x.text.s;
+    sh_.note(fmt::format("{} (line {}) is not set by the script: taken as unset", x.text.s, x.text.line_at(0)));
+    return "";
   }
   Status unary(char op, const Field& y) {
     if (op == 'v') return known(sh_.is_set(y.text.s, y.text.line_at(0)));
+    if (y.unset && (op == 'n' || op == 'z')) return known((op == 'z') == value(y).empty());
     if (!y.depends_on.empty()) return unknown(y.depends_on);
     if (op == 'n') return known(!y.text.s.empty());
     if (op == 'z') return known(y.text.s.empty());
@@ -106,10 +113,10 @@ class Test {
     return unknown(fmt::format("-{} {}: the file system where the script runs", op, y.text.s));
   }
   Status binary(const Field& x, const std::string& op, const Field& y) {
-    if (!x.depends_on.empty()) return unknown(x.depends_on);
-    if (!y.depends_on.empty()) return unknown(y.depends_on);
-    const std::string& l = x.text.s;
-    const std::string& r = y.text.s;
+    if (!x.depends_on.empty() && !x.unset) return unknown(x.depends_on);
+    if (!y.depends_on.empty() && !y.unset) return unknown(y.depends_on);
+    const std::string l = value(x);
+    const std::string r = value(y);
     if (op == "=" || op == "==") return known(dbl_ && !y.keep ? shell_glob(r, l) : l == r);
     if (op == "!=") return known(!(dbl_ && !y.keep ? shell_glob(r, l) : l == r));
     if (op == "<") return known(l < r);
@@ -187,7 +194,9 @@ std::optional<Status> Shell::run_yq(const std::vector<Field>& args) {
       if (query.compare(key + 13, a.flag.size() + 1, a.flag + "\"") == 0) out = subst(a.value);
       continue;
     }
-    out += a.flag + (a.value.empty() ? "" : " " + subst(a.value)) + "\n";
+    const std::string v = subst(a.value);
+    if (v == "false") continue;  // after envsubst, as the ModelZoo's yq query sees it
+    out += a.flag + (v.empty() || v == "true" ? "" : " " + v) + "\n";
   }
   charge(out.size(), args.front().text.line_at(0));
   *capture += out;
@@ -290,9 +299,11 @@ std::optional<Status> Shell::run_builtin(const std::vector<Field>& args, const C
     if (name == "[[") {  // no word splitting inside [[ ]]
       t.clear();
       for (std::size_t k = at + 1; k + 1 < c.words.size(); ++k) {
+        std::vector<Field> one = expand(c.words[k]);  // for the unset placeholder
         const Value v = expand_one(c.words[k]);
         const char q = c.words[k].text.empty() ? '\0' : c.words[k].text[0];
-        t.push_back(Field{v.text, v.depends_on, q == '"' || q == '\''});
+        const bool unset = one.size() == 1 && one.front().unset;
+        t.push_back(Field{unset ? one.front().text : v.text, v.depends_on, q == '"' || q == '\'', unset});
       }
     }
     return test(t, name == "[[");

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,8 @@ struct Var {
 struct Field {
   Text text;
   std::string depends_on;
-  bool keep = false;  // quoted: a word even when empty
+  bool keep = false;   // quoted: a word even when empty
+  bool unset = false;  // only a variable the script does not set (the text is its placeholder)
 };
 
 // A command's success: known, or unknown with the reason.
@@ -40,6 +42,7 @@ struct Status {
 // Counters all the shells of one script share (a $(...) or `bash FILE` runs in its own).
 struct Shared {
   ShellRun* run = nullptr;
+  std::set<std::string> noted;
   std::size_t expanded = 0;
   std::int64_t commands = 0;
 };
@@ -61,6 +64,7 @@ class Shell {
   [[nodiscard]] std::vector<Field> expand(const Token& w);  // with word splitting
   [[nodiscard]] Value expand_one(const Token& w);           // as one word (assignments, tests, case)
   [[nodiscard]] bool is_set(const std::string& name_and_index, std::int64_t line);
+  void note(const std::string& text);  // once per text
   [[nodiscard]] std::optional<std::int64_t> arith(const std::string& expr, std::int64_t line, std::string& depends);
   void charge(std::size_t bytes, std::int64_t line);
   [[nodiscard]] std::string where(std::int64_t line) const;

@@ -130,6 +130,7 @@ struct Shell::Expander {
     if (cur.text.s.empty() && !weak_depends.empty()) {
       for (const char ch : weak_text) cur.text.add(ch, line);
       cur.depends_on = weak_depends;
+      cur.unset = true;
     }
     if (!cur.text.s.empty() || cur.keep) fields.push_back(std::move(cur));
     cur = Field{};
@@ -162,6 +163,13 @@ struct Shell::Expander {
   }
   // "${A[@]}" and "$@": one field per item when quoted.
   void put_all(const std::vector<Value>& items, bool quoted, bool join) {
+    if (!quoted && !no_split && !join) {  // each item keeps what it depends on
+      for (std::size_t k = 0; k < items.size(); ++k) {
+        if (k > 0 && (!cur.text.s.empty() || cur.keep)) finish();
+        put(items[k], false, "${...}");
+      }
+      return;
+    }
     if (join || !quoted || no_split) {
       Value all;
       for (std::size_t k = 0; k < items.size(); ++k) {
@@ -357,6 +365,10 @@ void Shell::Expander::param(const std::string& inner, bool quoted) {
     return;
   }
   put_all(*items, quoted, index == "*" || name == "*" || !all);
+}
+
+void Shell::note(const std::string& text) {
+  if (sh_.noted.insert(text).second) sh_.run->notes.push_back(text);
 }
 
 bool Shell::is_set(const std::string& text, std::int64_t line) {

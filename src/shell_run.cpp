@@ -44,7 +44,7 @@ const std::set<std::string, std::less<>> kQuiet = {
 
 ShellRun run_shell(std::string_view text, const std::string& path) {
   ShellRun out;
-  Shared shared{&out, 0, 0};
+  Shared shared{&out, {}, 0, 0};
   Shell sh(shared, path);
   sh.run_text(text, 1, path.empty() ? std::string("arguments") : path, 0);
   return out;
@@ -330,6 +330,7 @@ Status Shell::run_file(const Field& file, const std::vector<Field>& args, bool s
     return Status{};
   }
   Shell child(*this);
+  child.path_ = p.string();  // $0 of the script run
   child.positional.clear();
   for (const Field& a : args) child.positional.push_back(Value{a.text, a.depends_on});
   child.run_text(text.str(), 1, p.string(), depth_ + 1);
