@@ -61,12 +61,25 @@ TEST(Shell, IfAndCaseOnWhatTheScriptSets) {
 }
 
 TEST(Shell, WhatTheScriptDoesNotSetIsADependency) {
-  const auto words = run_shell("if [ \"$PR\" = fp8 ]; then F=--fp8-format; fi\nrun $F --tp ${TP} --x $(hostname)\n", "t.sh").words;
+  const auto words =
+      run_shell("if [ \"$(hostname)\" = fp8 ]; then F=--fp8-format; fi\nrun $F --tp ${TP} --x $(hostname)\n", "t.sh")
+          .words;
   ASSERT_EQ(words.size(), 6U);
-  EXPECT_NE(words[1].depends_on.find("$PR"), std::string::npos) << words[1].depends_on;
+  EXPECT_NE(words[1].depends_on.find("the test on line 1 (the output of `hostname`)"), std::string::npos)
+      << words[1].depends_on;
   EXPECT_TRUE(words[2].depends_on.empty());
   EXPECT_NE(words[3].depends_on.find("$TP, which the script does not set"), std::string::npos);
   EXPECT_NE(words[5].depends_on.find("`hostname`"), std::string::npos);
+}
+
+// A variable the script never sets is unset in its tests (noted), as in a clean environment.
+TEST(Shell, UnsetVariablesAreUnsetInTests) {
+  const auto run = run_shell("if [ -z ${MP_VP} ]; then V=none; else V=\"--vp ${MP_VP}\"; fi\nrun $V\n", "t.sh");
+  ASSERT_EQ(run.words.size(), 2U);
+  EXPECT_EQ(run.words[1].text, "none");
+  EXPECT_TRUE(run.words[1].depends_on.empty());
+  ASSERT_EQ(run.notes.size(), 1U);
+  EXPECT_EQ(run.notes[0], "${MP_VP} (line 1) is not set by the script: taken as unset");
 }
 
 TEST(Shell, FunctionsForLoopsAndCommandSubstitution) {
