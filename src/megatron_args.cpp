@@ -88,13 +88,14 @@ const std::set<std::string, std::less<>> kSwitches = {
     "--untie-embeddings-and-output-weights", "--moe-router-enable-expert-bias", "--qk-layernorm", "--add-qkv-bias",
     "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap", "--recompute-activations",
     "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--enable-shared-expert", "--no-position-embedding",
+    "--use-rotary-position-embeddings",
 };
 
 // Flags whose value may depend on the launch environment: the world size (then --dp is needed)
 // and the tokenizer (then --vocab-size or --model is).
 const std::set<std::string, std::less<>> kTolerant = {"--nproc-per-node", "--nproc_per_node", "--nnodes", "--nodes",
                                                       "--ntasks-per-node", "--tokenizer-model", "--tokenizer-type",
-                                                      "--patch-tokenizer-type"};
+                                                      "--patch-tokenizer-type", "--load"};
 
 // Architecture flags with one integer or text value.
 const std::set<std::string, std::less<>> kArchValueFlags = {
@@ -107,7 +108,7 @@ const std::set<std::string, std::less<>> kArchValueFlags = {
     "--moe-flex-dispatcher-backend", "--cross-entropy-fusion-impl", "--tokenizer-model", "--tokenizer-type",
     "--patch-tokenizer-type", "--extra-vocab-size", "--optimizer", "--nodes", "--ntasks-per-node",
     // Pai-Megatron-Patch's spellings for its DeepSeek models (megatron_patch/arguments.py).
-    "--qk-nope-head-dim", "--qk-rope-head-dim", "--num-shared-experts"};
+    "--qk-nope-head-dim", "--qk-rope-head-dim", "--num-shared-experts", "--load"};
 
 }  // namespace
 

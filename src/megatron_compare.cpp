@@ -25,8 +25,8 @@ struct Tokenizer {
 constexpr std::array kTokenizers = {
     Tokenizer{"deepseek-v3", 129280},      // deepseek-ai/DeepSeek-V3
     Tokenizer{"deepseek-v2", 102400},      // deepseek-ai/DeepSeek-V2, DeepSeek-V2-Lite
-    Tokenizer{"deepseekv2tokenizer", 102400},  // Pai-Megatron-Patch's name for the same
-    Tokenizer{"qwen3", 151936},            // Qwen/Qwen3-8B, Qwen3-30B-A3B, Qwen3-235B-A22B
+    Tokenizer{"qwen3", 151936},            // Qwen/Qwen3-8B, Qwen3-30B-A3B, Qwen3-235B-A22B; also
+                                           // Pai-Megatron-Patch's Qwen3Tokenizer with --extra-vocab-size 293
     Tokenizer{"qwen2-57b-a14b", 151936},   // Qwen/Qwen2-57B-A14B
     Tokenizer{"qwen2-7b", 152064},         // Qwen/Qwen2-7B
     Tokenizer{"llama-3", 128256},          // meta-llama/Llama-3.1-8B, -70B, -405B

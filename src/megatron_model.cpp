@@ -27,9 +27,12 @@ std::string text_or(const ScriptFlags& f, const char* flag, const char* fallback
 // Learned absolute positions (Megatron's default) need a table of --max-position-embeddings
 // rows (or --seq-length's); rope, yarn and none add no parameters.
 void set_positions(const ScriptFlags& f, ModelSpec& m) {
-  // --no-position-embedding (legacy) leaves the learned table out.
-  const std::string pos = text_or(f, "--position-embedding-type",
-                                  f.switches.contains("--no-position-embedding") ? "none" : "learned_absolute");
+  // Legacy spellings: --use-rotary-position-embeddings is rope (Megatron's validate_args sets
+  // position_embedding_type from it), --no-position-embedding leaves the learned table out.
+  const char* fallback = f.switches.contains("--use-rotary-position-embeddings") ? "rope"
+                         : f.switches.contains("--no-position-embedding")       ? "none"
+                                                                                 : "learned_absolute";
+  const std::string pos = text_or(f, "--position-embedding-type", fallback);
   if (pos == "learned_absolute") {
     std::int64_t rows = f.get_int("--max-position-embeddings").value_or(0);
     if (const RawFlag* seq = f.find("--seq-length"); seq && rows == 0) rows = to_int(seq->value, f.field("--seq-length"));
@@ -105,8 +108,14 @@ void set_moe(const ScriptFlags& f, ModelSpec& m) {
 // neither gives it, with the reason in `missing`.
 std::int64_t read_vocab(const ScriptFlags& f, std::string& missing, std::vector<std::string>& notes) {
   if (f.find("--vocab-size") != nullptr) return need(f, "--vocab-size");
+  // Where the tokenizer is named: --tokenizer-model; for Pai-Megatron-Patch's tokenizers
+  // (--patch-tokenizer-type), the checkpoint --load names, whose tokenizer files they read;
+  // then the tokenizer types.
+  std::vector<const char*> flags = {"--tokenizer-model"};
+  if (f.find("--patch-tokenizer-type") != nullptr) flags.push_back("--load");
+  flags.insert(flags.end(), {"--patch-tokenizer-type", "--tokenizer-type"});
   std::string first;
-  for (const char* flag : {"--tokenizer-model", "--patch-tokenizer-type", "--tokenizer-type"}) {
+  for (const char* flag : flags) {
     const RawFlag* r = f.find(flag);
     if (r == nullptr) continue;
     std::string name = r->value;

@@ -109,6 +109,30 @@ TEST(MegatronFixtures, PaiQwen3A3B) {
   EXPECT_NE(r.err.find("--external-cuda-graph"), std::string::npos) << r.err;
 }
 
+// Pai-Megatron-Patch's DeepSeek-V3 launcher with its README's arguments: the model is
+// DeepSeek-V3 with one MTP depth (the vocabulary from the checkpoint --load names, whose tokenizer
+// Pai's DeepSeekV2Tokenizer reads), 5 layers on the first stage (MP_PP0_LAYERS), and the
+// optimizer offload the README asks for (1.0) is refused by name.
+TEST(MegatronFixtures, PaiDeepSeekV3) {
+  const MegatronSettings s = read_script("pai/pretrain_deepseek_v3.sh");
+  expect_same_model(s, "deepseek-v3");
+  EXPECT_EQ(s.model->vocab, 129280);
+  EXPECT_EQ(value_of(s.mtp), 1);
+  EXPECT_EQ(value_of(s.tp), 8);
+  EXPECT_EQ(value_of(s.pp), 8);
+  EXPECT_EQ(value_of(s.ep), 16);
+  EXPECT_EQ(value_of(s.etp), 1);
+  EXPECT_EQ(value_of(s.first_stage_layers), 5);
+  EXPECT_TRUE(value_of(s.sp));
+  EXPECT_TRUE(value_of(s.shared_expert_overlap));
+  EXPECT_EQ(value_of(s.recompute_modules), std::uint16_t{kRecomputeMlaUpProj | kRecomputeMlp | kRecomputeMoe});
+  ASSERT_FALSE(s.unmodelled.empty());
+  EXPECT_EQ(s.unmodelled.front().flag, "--optimizer-cpu-offload");
+  const auto r = run_cli({"analyze", "--megatron-args", kDir + "pai/pretrain_deepseek_v3.sh", "--dp", "2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--optimizer-cpu-offload"), std::string::npos) << r.err;
+}
+
 // NVIDIA's ModelZoo: DeepSeek-V3 on 256 H100 (TP1 PP8 VPP4 EP32, FP8 blockwise, optimizer
 // offload) through the ModelZoo's launcher: variables on the command line, sourced configuration,
 // an associative array and a nameref, the YAML recipe through yq, flags added under if.
