@@ -1,5 +1,7 @@
 // The launch-script shell (src/shell_*.cpp): what bash would pass to the launch commands of a
 // script, as far as the script itself decides it, and what depends on anything else.
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -97,6 +99,24 @@ TEST(Shell, LaunchersRunTheirCommandText) {
   EXPECT_EQ(texts("cat <<EOF\n--tp 8\nEOF\nrun x\n"), (V{"run", "x"}));
   // exit ends the script.
   EXPECT_EQ(texts("run a\nexit 0\nrun b\n"), (V{"run", "a"}));
+}
+
+// `source FILE` and `. FILE` find the file beside the script (as run from its directory), and
+// share its variables; `bash FILE args` runs it with its own $0 and arguments.
+TEST(Shell, SourceIsRelativeToTheScript) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "moemem_source_test";
+  std::filesystem::create_directories(dir / "conf");
+  std::ofstream(dir / "conf" / "model.conf") << "LAYERS=${LAYERS:-32}\nset_tp() { TP=$1; }\n";
+  std::ofstream(dir / "child.sh") << "run child $0 $1 $# $LAYERS\n";
+  const std::string script = (dir / "train.sh").string();
+  const auto words = run_shell("source conf/model.conf\n. ./conf/model.conf\nset_tp 4\nrun $LAYERS $TP\n"
+                               "bash child.sh x y\nsource conf/missing.conf\n",
+                               script);
+  std::vector<std::string> t;
+  for (const auto& w : words.words) t.push_back(w.text);
+  EXPECT_EQ(t, (V{"run", "32", "4", "run", "child", (dir / "child.sh").string(), "x", "2", "32"}));
+  ASSERT_EQ(words.notes.size(), 1U);
+  EXPECT_NE(words.notes[0].find("conf/missing.conf not read (no such file)"), std::string::npos) << words.notes[0];
 }
 
 // A variable that doubles on every line would take gigabytes: refused by name.
