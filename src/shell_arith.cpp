@@ -34,6 +34,8 @@ class Arith {
   std::size_t i_ = 0;
   std::int64_t line_;
   int depth_;
+  int parens_ = 0;
+  int unaries_ = 0;
 
   [[noreturn]] void fail(const std::string& what) const {
     throw InputError(sh_.where(line_), fmt::format("$(({})) at {}", e_, what), "an integer expression bash can evaluate");
@@ -130,6 +132,7 @@ class Arith {
   }
 
   Num unary() {
+    if (++unaries_ > kMaxShellNesting * 8) fail("too many unary operators");
     if (eat("++") || eat("--")) return Num{std::nullopt, "an assignment inside $((...))"};
     if (eat("-")) return binary(Num{0, ""}, unary(), "-");
     if (eat("+")) return unary();
@@ -147,7 +150,9 @@ class Arith {
   Num primary() {
     skip();
     if (eat("(")) {
+      if (++parens_ > kMaxShellNesting) fail("parentheses nested too deeply");
       Num a = ternary();
+      --parens_;
       if (!eat(")")) fail("a '(' without ')'");
       return a;
     }

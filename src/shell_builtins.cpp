@@ -39,6 +39,7 @@ class Test {
   const std::vector<Field>& a_;
   bool dbl_;
   std::size_t i_ = 0;
+  int depth_ = 0;
 
   bool at(std::string_view w) const { return i_ < a_.size() && a_[i_].text.s == w; }
 
@@ -63,6 +64,7 @@ class Test {
     return s;
   }
   Status one() {
+    if (++depth_ > kMaxShellNesting) return unknown("a test nested too deeply");
     if (at("!")) {
       ++i_;
       return negate(one());

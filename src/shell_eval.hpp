@@ -69,6 +69,18 @@ class Shell {
   void charge(std::size_t bytes, std::int64_t line);
   [[nodiscard]] std::string where(std::int64_t line) const;
 
+  // Counts one level of nested expansion for its lifetime; throws past kMaxShellNesting.
+  class Nesting {
+   public:
+    Nesting(Shell& sh, std::int64_t line);
+    ~Nesting() { --sh_.nesting_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    Shell& sh_;
+  };
+
   // --- shell_run.cpp
   Status run_list(const CommandList& l);
   [[nodiscard]] const std::string& source() const { return source_; }
@@ -80,6 +92,7 @@ class Shell {
   std::string source_;     // the file being read, for error messages
   std::string taint_;      // inside a branch taken without knowing whether it would be
   int depth_ = 0;
+  int nesting_ = 0;  // ${...}, $((...)), tests and parentheses being evaluated
   bool exiting_ = false, returning_ = false;
   std::map<std::string, CommandList> functions_;
 

@@ -22,12 +22,10 @@ void Text::add(const Text& t) {
 }
 
 std::int64_t Text::line_at(std::size_t offset) const {
-  std::int64_t line = marks.empty() ? 0 : marks.front().second;
-  for (const auto& [off, l] : marks) {
-    if (off > offset) break;
-    line = l;
-  }
-  return line;
+  if (marks.empty()) return 0;
+  const auto after = std::upper_bound(marks.begin(), marks.end(), offset,
+                                      [](std::size_t o, const std::pair<std::size_t, std::int64_t>& m) { return o < m.first; });
+  return after == marks.begin() ? marks.front().second : std::prev(after)->second;
 }
 
 Text Text::slice(std::size_t from, std::size_t to) const {
@@ -90,6 +88,14 @@ std::size_t find_close(std::string_view r, std::size_t open) {
 }
 
 }  // namespace
+
+Shell::Nesting::Nesting(Shell& sh, std::int64_t line) : sh_(sh) {
+  if (++sh_.nesting_ > kMaxShellNesting) {
+    --sh_.nesting_;
+    throw InputError(sh_.where(line), fmt::format("expansions nested deeper than {}", kMaxShellNesting),
+                     "a script whose ${...} and $((...)) nest less deeply");
+  }
+}
 
 std::string Shell::where(std::int64_t line) const { return fmt::format("{}: line {}", source_, line); }
 
@@ -211,7 +217,7 @@ void Shell::Expander::run(bool in_double) {
         lit(n, true);
       }
     } else if (c == '\'' && !in_double) {
-      const std::size_t e = r.find('\'', i + 1);
+      const std::size_t e = std::min(r.find('\'', i + 1), r.size());
       cur.keep = true;
       for (std::size_t k = i + 1; k < e; ++k) {
         lit(r[k], true);
@@ -228,7 +234,7 @@ void Shell::Expander::run(bool in_double) {
     } else if (c == '$') {
       dollar(in_double);
     } else if (c == '`') {
-      const std::size_t e = r.find('`', i + 1);
+      const std::size_t e = std::min(r.find('`', i + 1), r.size());
       const std::string inner(r.substr(i + 1, e - i - 1));
       put(sh.command_output(inner, line), in_double);
       count_lines(inner);
@@ -267,7 +273,7 @@ void Shell::Expander::dollar(bool quoted) {
     i = e + 1;
     param(inner, quoted);
   } else if (n == '\'' && !quoted) {  // $'...'
-    const std::size_t e = r.find('\'', i + 2);
+    const std::size_t e = std::min(r.find('\'', i + 2), r.size());
     cur.keep = true;
     for (std::size_t k = i + 2; k < e; ++k) {
       if (r[k] == '\\' && k + 1 < e) {
@@ -378,6 +384,7 @@ bool Shell::is_set(const std::string& text, std::int64_t line) {
 }
 
 std::vector<Field> Shell::expand(const Token& w) {
+  const Nesting guard(*this, w.line);
   Expander e{*this, w.text, w.line, {}, {}, 0, {}, {}};
   e.run(false);
   e.finish();
@@ -391,6 +398,7 @@ std::vector<Field> Shell::expand(const Token& w) {
 }
 
 Value Shell::expand_one(const Token& w) {
+  const Nesting guard(*this, w.line);
   Expander e{*this, w.text, w.line, {}, {}, 0, {}, {}};
   e.cur.keep = true;
   e.no_split = true;

@@ -23,6 +23,8 @@ inline constexpr std::size_t kMaxShellValueBytes = std::size_t{1} << 20;      //
 inline constexpr std::size_t kMaxShellExpansionBytes = std::size_t{64} << 20; // all expansion of one script
 inline constexpr std::int64_t kMaxShellCommands = std::int64_t{1} << 16;      // commands run, loops included
 inline constexpr int kMaxShellDepth = 32;  // nesting of source, functions, bash FILE, $(...)
+inline constexpr int kMaxShellNesting = 200;  // nesting of if/case/loops/groups, ${...}, $((...)), test parentheses
+inline constexpr std::size_t kMaxShellArrayIndex = std::size_t{1} << 16;
 
 // Text that remembers the script line of each of its characters.
 struct Text {

@@ -40,6 +40,7 @@ class Lexer {
   std::vector<std::pair<std::string, bool>> heredocs_;  // delimiters awaiting their bodies; strip tabs
   bool command_start_ = true, in_cond_ = false, want_heredoc_word_ = false;
   bool heredoc_strip_ = false;
+  bool in_array_ = false;
 
   [[noreturn]] void fail(std::int64_t line, const std::string& what) const {
     throw InputError(fmt::format("{}: line {}", source_, line), what, "a shell script bash can read");
@@ -183,7 +184,7 @@ class Lexer {
         i_ < t_.size() && (t_[i_] == '<' || t_[i_] == '>')) {
       return;  // a file descriptor before a redirection
     }
-    if (array_start(w)) {
+    if (!in_array_ && array_start(w)) {
       read_array(std::move(w), at);
       return;
     }
@@ -205,6 +206,7 @@ class Lexer {
     Token arr{Tk::array, std::move(head), at, {}};
     const bool was_cond = in_cond_;
     in_cond_ = false;
+    in_array_ = true;
     while (true) {
       if (i_ >= t_.size()) fail(at, "an unclosed array '('");
       const char c = t_[i_];
@@ -233,6 +235,7 @@ class Lexer {
       }
     }
     in_cond_ = was_cond;
+    in_array_ = false;
     out_.push_back(std::move(arr));
     command_start_ = false;
   }
@@ -271,6 +274,7 @@ class Parser {
   const std::vector<Token>& t_;
   std::size_t i_ = 0;
   const std::string& source_;
+  int depth_ = 0;
 
   [[noreturn]] void fail(const Token& at, const std::string& what) const {
     throw InputError(fmt::format("{}: line {}", source_, at.line), what, "a shell script bash can read");
@@ -306,6 +310,11 @@ class Parser {
   }
 
   std::shared_ptr<Command> command() {
+    if (++depth_ > kMaxShellNesting) fail(peek(), fmt::format("commands nested deeper than {}", kMaxShellNesting));
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     auto c = std::make_shared<Command>();
     c->line = peek().line;
     if (at_word("!")) {

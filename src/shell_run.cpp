@@ -200,7 +200,10 @@ void Shell::assign(const Token& w, bool assoc) {
     v.assoc[index] = std::move(val);
     return;
   }
-  const std::size_t at = index.empty() ? 0 : static_cast<std::size_t>(std::stoul(index.substr(0, 6)));
+  const std::size_t at = index.empty() ? 0 : static_cast<std::size_t>(std::stoul(index.substr(0, 9)));
+  if (at >= kMaxShellArrayIndex) {
+    throw InputError(where(w.line), fmt::format("index {}", at), fmt::format("an array index below {}", kMaxShellArrayIndex));
+  }
   if (v.items.size() <= at) v.items.resize(at + 1);
   Value& slot = v.items[at];
   if (append) {

@@ -2,6 +2,8 @@
 // script, as far as the script itself decides it, and what depends on anything else.
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -133,6 +135,59 @@ TEST(Shell, ExpansionIsBounded) {
   EXPECT_THROW((void)run_shell("f() { f; f; }\nf\n", "fork.sh"), InputError);
   EXPECT_THROW((void)run_shell("run \"unclosed\n", "q.sh"), InputError);
   EXPECT_THROW((void)run_shell("if true; then run\n", "if.sh"), InputError);
+}
+
+}  // namespace
+
+namespace {
+
+// Deep nesting of every kind is a named error, not a stack overflow.
+TEST(Shell, NestingIsBounded) {
+  const std::string deep = std::string(5000, '(') + "1" + std::string(5000, ')');
+  EXPECT_THROW((void)run_shell("run $((" + deep + "))\n", "a.sh"), InputError);
+  std::string braces;
+  for (int i = 0; i < 5000; ++i) braces += "{ ";
+  braces += "run; ";
+  for (int i = 0; i < 5000; ++i) braces += "} ";
+  EXPECT_THROW((void)run_shell(braces + "\n", "b.sh"), InputError);
+  std::string defaults = "x";
+  for (int i = 0; i < 5000; ++i) defaults = "${A:-" + defaults + "}";
+  EXPECT_THROW((void)run_shell("run " + defaults + "\n", "c.sh"), InputError);
+  EXPECT_THROW((void)run_shell("A[99999999]=1\n", "d.sh"), InputError);
+  std::string arrays = "A=(";
+  for (int i = 0; i < 5000; ++i) arrays += "B=(";
+  EXPECT_THROW((void)run_shell(arrays + "\n", "e.sh"), InputError);
+  std::string tests = "[[ ";
+  for (int i = 0; i < 5000; ++i) tests += "( ";
+  EXPECT_NO_THROW((void)run_shell(tests + "x ]]\n", "f.sh"));
+}
+
+// Mutations of the fixtures (bytes replaced, inserted, lines duplicated): the evaluator either
+// reads them or throws InputError; nothing else escapes, and nothing hangs.
+TEST(Shell, MutatedScriptsOnlyEverThrowInputError) {
+  std::vector<std::string> seeds;
+  for (const char* name : {"megatron_lm_mixtral_8x7b.sh", "megatron_lm_deepseek_v2_lite.sh", "pai/run_mcore_qwen3.sh",
+                           "modelzoo/sbatch_benchmarking.sh", "modelzoo/runtime_configs/benchmarking/common.conf"}) {
+    std::ifstream in(std::string(MOEMEM_TEST_DATA_DIR) + "/megatron/" + name);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    seeds.push_back(ss.str());
+  }
+  std::mt19937 rng(13);
+  const std::string alphabet = "$(){}[]'\"`\\|&;<>#=!*?-+ \n\tabcAZ019";
+  for (int n = 0; n < 400; ++n) {
+    std::string s = seeds[static_cast<std::size_t>(n) % seeds.size()];
+    for (int k = 0; k < 1 + n % 6; ++k) {
+      const std::size_t at = rng() % (s.size() + 1);
+      const char c = alphabet[rng() % alphabet.size()];
+      if (rng() % 2 == 0 && at < s.size()) s[at] = c;
+      else s.insert(at, 1, c);
+    }
+    try {
+      (void)run_shell(s, "mutated.sh");
+    } catch (const InputError&) {
+    }
+  }
 }
 
 }  // namespace
