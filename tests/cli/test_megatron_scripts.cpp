@@ -135,6 +135,20 @@ TEST(MegatronScripts, SecondScriptIsAnError) {
   EXPECT_NE(r.err.find("given twice"), std::string::npos) << r.err;
 }
 
+// Inline flags written --dp=32 win like --dp 32 (the issue: ignored for dp, a world size of 4,096
+// from a 1,024-GPU script).
+TEST(MegatronScripts, InlineEqualsFormWinsForEveryDegree) {
+  const std::string s = kDir + "deepseek_v3_tp2_pp8_vpp4_ep64.sh";
+  for (const auto& dp : {std::vector<std::string>{"--dp=32"}, std::vector<std::string>{"--dp", "32"}}) {
+    std::vector<std::string> args{"--megatron-args", s};
+    args.insert(args.end(), dp.begin(), dp.end());
+    const json j = analyze_json(args);
+    ASSERT_FALSE(j.is_null());
+    EXPECT_EQ(j.at("parallel").at("dp"), 32);
+    EXPECT_EQ(j.at("parallel").at("tp"), 2);
+  }
+}
+
 TEST(MegatronScripts, AssumedSequenceLengthIsNamed) {
   const std::string path = write("noseq.args", kModel + "--vocab-size 32000 --tensor-model-parallel-size 1\n");
   const json j = analyze_json({"--megatron-args", path});
