@@ -310,7 +310,7 @@ std::optional<Status> Shell::run_builtin(const std::vector<Field>& args, const C
     }
     return test(t, name == "[[");
   }
-  if (name == "set" || name == "shopt" || name == "alias" || name == "command" || name == "type" || name == "hash") {
+  if (name == "shopt" || name == "alias") {
     return Status{};
   }
   return std::nullopt;

@@ -38,7 +38,8 @@ const std::set<std::string, std::less<>> kQuiet = {
     "echo", "printf", "mkdir", "cd", "rm", "cp", "mv", "ls", "cat", "touch", "tee", "date", "sleep", "pip", "pip3",
     "git", "wget", "curl", "chmod", "ln", "trap", "wait", "pushd", "popd", "ulimit", "umask", "hostname", "nvidia-smi",
     "envsubst", "yq", "jq", "grep", "sed", "awk", "head", "tail", "tr", "cut", "sort", "wc", "find", "xargs", "read",
-    "dirname", "basename", "readlink", "realpath", "pwd", "scontrol", "nproc", "seq", "cmp", "diff", "tar"};
+    "dirname", "basename", "readlink", "realpath", "pwd", "scontrol", "nproc", "seq", "cmp", "diff", "tar",
+    "command", "type", "hash", "which", "shuf"};
 
 }  // namespace
 
@@ -226,7 +227,7 @@ void Shell::emit(const std::vector<Field>& words) {
 Status Shell::run_simple(const Command& c) {
   std::size_t at = 0;
   while (at < c.words.size() && is_assignment(c.words[at])) ++at;
-  if (c.words[at < c.words.size() ? at : 0].kind == Tk::arith && at < c.words.size()) {
+  if (at < c.words.size() && c.words[at].kind == Tk::arith) {  // (( expression ))
     std::string depends;
     const auto v = arith(c.words[at].text, c.words[at].line, depends);
     if (!v) return Status{Status::Kind::unknown, depends};
