@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "megatron_internal.hpp"
+#include "shell_internal.hpp"
 #include "moemem/errors.hpp"
 
 namespace moemem {
@@ -48,7 +49,6 @@ namespace {
 using detail::RawFlag;
 using detail::ScriptFlags;
 
-bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 // Megatron flag -> moemem flag, for flags with one value (the moemem flag names the setting in
 // error messages and in MegatronSettings::repeated).
@@ -86,8 +86,16 @@ const std::set<std::string, std::less<>> kSwitches = {
     "--account-for-loss-in-pipeline-split", "--bf16", "--use-precision-aware-optimizer", "--use-flash-attn", "--swiglu",
     "--disable-bias-linear", "--multi-latent-attention", "--group-query-attention",
     "--untie-embeddings-and-output-weights", "--moe-router-enable-expert-bias", "--qk-layernorm", "--add-qkv-bias",
-    "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap",
+    "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap", "--recompute-activations",
+    "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--enable-shared-expert", "--no-position-embedding",
+    "--use-rotary-position-embeddings",
 };
+
+// Flags whose value may depend on the launch environment: the world size (then --dp is needed)
+// and the tokenizer (then --vocab-size or --model is).
+const std::set<std::string, std::less<>> kTolerant = {"--nproc-per-node", "--nproc_per_node", "--nnodes", "--nodes",
+                                                      "--ntasks-per-node", "--tokenizer-model", "--tokenizer-type",
+                                                      "--patch-tokenizer-type", "--load"};
 
 // Architecture flags with one integer or text value.
 const std::set<std::string, std::less<>> kArchValueFlags = {
@@ -96,126 +104,13 @@ const std::set<std::string, std::less<>> kArchValueFlags = {
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
     "--qk-pos-emb-head-dim", "--v-head-dim", "--vocab-size", "--num-layers-per-virtual-pipeline-stage",
     "--normalization", "--attention-backend", "--nnodes", "--nproc-per-node", "--nproc_per_node", "--fp8-format",
-    "--fp8-recipe", "--moe-token-dispatcher-type", "--position-embedding-type", "--max-position-embeddings"};
-
-// Flags that change memory in ways moemem does not model yet.
-const std::map<std::string, std::string, std::less<>> kUnsupported = {
-    {"--fp4-format", "FP4 training"},
-    {"--cpu-offloading", "activation offloading to CPU"},
-    {"--use-torch-fsdp2", "FSDP2 sharding (a torchtitan-style profile)"},
-    {"--use-megatron-fsdp", "Megatron FSDP sharding"},
-    {"--use-custom-fsdp", "Megatron FSDP sharding"},
-};
-
-std::string substitute(const std::string& word, const std::map<std::string, std::string>& vars) {
-  std::string out;
-  for (std::size_t i = 0; i < word.size(); ++i) {
-    if (word[i] != '$' || i + 1 >= word.size()) {
-      out += word[i];
-      continue;
-    }
-    std::string name, fallback;
-    bool has_fallback = false;
-    if (word[i + 1] == '{') {
-      const std::size_t close = word.find('}', i + 2);
-      if (close == std::string::npos) {
-        out += word[i];
-        continue;
-      }
-      std::string inner = word.substr(i + 2, close - i - 2);
-      if (const std::size_t d = inner.find(":-"); d != std::string::npos) {
-        fallback = inner.substr(d + 2);
-        has_fallback = true;
-        inner = inner.substr(0, d);
-      }
-      name = inner;
-      i = close;
-    } else {
-      std::size_t j = i + 1;
-      while (j < word.size() && is_name_char(word[j])) ++j;
-      if (j == i + 1) {
-        out += word[i];
-        continue;
-      }
-      name = word.substr(i + 1, j - i - 1);
-      i = j - 1;
-    }
-    const auto it = vars.find(name);
-    out += it != vars.end() ? it->second : has_fallback ? fallback : std::string();
-  }
-  return out;
-}
+    "--fp8-recipe", "--moe-token-dispatcher-type", "--position-embedding-type", "--max-position-embeddings",
+    "--moe-flex-dispatcher-backend", "--cross-entropy-fusion-impl", "--tokenizer-model", "--tokenizer-type",
+    "--patch-tokenizer-type", "--extra-vocab-size", "--optimizer", "--nodes", "--ntasks-per-node",
+    // Pai-Megatron-Patch's spellings for its DeepSeek models (megatron_patch/arguments.py).
+    "--qk-nope-head-dim", "--qk-rope-head-dim", "--num-shared-experts", "--load"};
 
 }  // namespace
-
-std::vector<std::string> split_shell_words(std::string_view text) {
-  // First pass: raw words, with quotes removed and continuations joined; lines kept apart so
-  // that VAR=value assignments can be recognised and substituted into later lines.
-  std::map<std::string, std::string> vars;
-  std::vector<std::string> words;
-  std::vector<std::string> line_words;
-  std::string cur;
-  bool in_word = false;
-  auto end_word = [&] {
-    if (in_word) line_words.push_back(cur);
-    cur.clear();
-    in_word = false;
-  };
-  auto end_line = [&] {
-    end_word();
-    for (auto& w : line_words) {
-      std::string v = substitute(w, vars);
-      std::string assign = v.rfind("export ", 0) == 0 ? v.substr(7) : v;
-      const std::size_t eq = assign.find('=');
-      if (eq != std::string::npos && eq > 0 && assign.rfind("--", 0) != 0 &&
-          std::all_of(assign.begin(), assign.begin() + static_cast<std::ptrdiff_t>(eq), is_name_char) &&
-          !std::isdigit(static_cast<unsigned char>(assign[0]))) {
-        vars[assign.substr(0, eq)] = assign.substr(eq + 1);
-      }
-      // "--flag=value" is the same as "--flag value".
-      if (v.rfind("--", 0) == 0 && v.find('=') != std::string::npos) {
-        const std::size_t e = v.find('=');
-        words.push_back(v.substr(0, e));
-        words.push_back(v.substr(e + 1));
-      } else {
-        words.push_back(std::move(v));
-      }
-    }
-    line_words.clear();
-  };
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '\\' && i + 1 < text.size() && text[i + 1] == '\n') {
-      ++i;  // continuation
-      end_word();
-      continue;
-    }
-    if (c == '\n') {
-      end_line();
-      continue;
-    }
-    if (c == '#' && !in_word) {
-      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
-      continue;
-    }
-    if (c == '\'' || c == '"') {
-      const std::size_t close = text.find(c, i + 1);
-      const std::size_t stop = close == std::string_view::npos ? text.size() : close;
-      cur.append(text.substr(i + 1, stop - i - 1));
-      in_word = true;
-      i = stop;
-      continue;
-    }
-    if (std::isspace(static_cast<unsigned char>(c))) {
-      end_word();
-      continue;
-    }
-    cur += c;
-    in_word = true;
-  }
-  end_line();
-  return words;
-}
 
 std::vector<bool> parse_moe_layer_freq(std::string_view text, std::int64_t num_layers, const std::string& field) {
   std::string t;
@@ -247,6 +142,7 @@ std::vector<bool> parse_moe_layer_freq(std::string_view text, std::int64_t num_l
       items.push_back(item == "1");
       j = k + 1;
     }
+    if (items.empty()) fail();  // "[]*2147483648" would repeat nothing two billion times
     i = close + 1;
     std::int64_t times = 1;
     if (i < t.size() && t[i] == '*') {
@@ -272,69 +168,65 @@ namespace {
 
 bool is_flag(const std::string& w) { return w.size() > 2 && w.rfind("--", 0) == 0; }
 
-// The 1-based line on which each of the first `count` words of split_shell_words(text) starts.
-// split_shell_words stays the one tokenizer: the text up to the end of a line splits into the
-// first words of the whole text (a word still open in quotes there counts from its first line),
-// so a word's line is the first whose prefix has more words than the word's index. Each line's
-// prefix is split at most once.
-std::vector<std::int64_t> word_lines(std::string_view text, std::size_t count) {
-  std::vector<std::size_t> ends;  // offset past each line
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '\n') ends.push_back(i + 1);
-  }
-  if (ends.empty() || ends.back() != text.size()) ends.push_back(text.size());
-  std::map<std::size_t, std::size_t> words_through;  // line index -> words up to its end
-  const auto through = [&](std::size_t line) {
-    const auto [it, fresh] = words_through.try_emplace(line, 0);
-    if (fresh) it->second = split_shell_words(text.substr(0, ends[line])).size();
-    return it->second;
-  };
-  std::vector<std::int64_t> lines;
-  std::size_t lo = 0;
-  for (std::size_t w = 0; w < count; ++w) {
-    std::size_t hi = ends.size() - 1;
-    while (lo < hi) {
-      const std::size_t mid = lo + (hi - lo) / 2;
-      if (through(mid) > w) hi = mid;
-      else lo = mid + 1;
-    }
-    lines.push_back(static_cast<std::int64_t>(lo) + 1);
-  }
-  return lines;
-}
-
+// The words the script's launch commands receive, "--flag=value" as "--flag value".
 struct Words {
-  const std::vector<std::string>& words;
-  std::vector<std::int64_t> lines;
+  std::vector<detail::ShellWord> words;
+  [[nodiscard]] const std::string& at(std::size_t i) const { return words[i].text; }
   [[nodiscard]] bool is_value(std::size_t i) const {
-    return i < words.size() && !is_flag(words[i]) && words[i] != ")";
+    return i < words.size() && !is_flag(words[i].text) && words[i].text != ")";
   }
 };
+
+Words launch_words(std::vector<detail::ShellWord> shell) {
+  Words w;
+  for (auto& word : shell) {
+    const std::size_t eq = word.text.find('=');
+    if (is_flag(word.text) && eq != std::string::npos) {
+      w.words.push_back(detail::ShellWord{word.text.substr(0, eq), word.line, word.depends_on});
+      w.words.push_back(detail::ShellWord{word.text.substr(eq + 1), word.line, word.depends_on});
+    } else {
+      w.words.push_back(std::move(word));
+    }
+  }
+  return w;
+}
+
+// A flag that changes memory may not depend on what the script leaves to its environment.
+void refuse_unknown(const Words& w, std::size_t flag, std::size_t last, const ScriptFlags& f) {
+  for (std::size_t k = flag; k <= last && k < w.words.size(); ++k) {
+    const auto& d = w.words[k].depends_on;
+    if (d.empty()) continue;
+    throw InputError(f.field(w.at(flag)), k == flag ? std::string("given") : w.at(k),
+                     fmt::format("a setting the script fixes itself: it depends on {}", d));
+  }
+}
 
 // The value after the flag at i (i moves onto it), with where the flag was given.
 RawFlag take_value(const Words& w, std::size_t& i, const ScriptFlags& f) {
   const std::size_t at = i;
-  if (!w.is_value(i + 1)) throw InputError(f.field(w.words[at]), "missing", "a value after the flag");
+  if (!w.is_value(i + 1)) throw InputError(f.field(w.at(at)), "missing", "a value after the flag");
   ++i;
-  return RawFlag{w.words[i], Provenance{w.lines[at], w.words[at] + " " + w.words[i]}};
+  refuse_unknown(w, at, i, f);
+  return RawFlag{w.at(i), Provenance{w.words[at].line, w.at(at) + " " + w.at(i)}};
 }
 
 // --recompute-modules takes one or more names; several of them add up.
 void take_modules(const Words& w, std::size_t& i, ScriptFlags& f) {
   const std::size_t at = i;
-  std::string text = w.words[at];
+  std::string text = w.at(at);
   while (w.is_value(i + 1)) {
-    f.recompute_modules.push_back(w.words[++i]);
-    text += " " + w.words[i];
+    f.recompute_modules.push_back(w.at(++i));
+    text += " " + w.at(i);
   }
-  if (f.recompute_modules.empty()) throw InputError(f.field(w.words[at]), "missing", "one or more module names");
-  if (!f.recompute_modules_from) f.recompute_modules_from = Provenance{w.lines[at], text};
+  refuse_unknown(w, at, i, f);
+  if (f.recompute_modules.empty()) throw InputError(f.field(w.at(at)), "missing", "one or more module names");
+  if (!f.recompute_modules_from) f.recompute_modules_from = Provenance{w.words[at].line, text};
 }
 
 // A flag not understood, with the values that follow it, as the notes show it.
 std::string take_unknown(const Words& w, std::size_t& i) {
-  std::string shown = w.words[i];
-  while (w.is_value(i + 1)) shown += " " + w.words[++i];
+  std::string shown = w.at(i);
+  while (w.is_value(i + 1)) shown += " " + w.at(++i);
   return shown;
 }
 
@@ -344,26 +236,37 @@ ScriptFlags scan(const Words& w, const std::string& source) {
   ScriptFlags f;
   f.source = source;
   for (std::size_t i = 0; i < w.words.size(); ++i) {
-    const std::string& flag = w.words[i];
+    const std::string& flag = w.at(i);
     if (!is_flag(flag)) continue;
-    if (const auto u = kUnsupported.find(flag); u != kUnsupported.end()) {
-      throw InputError(f.field(flag), w.is_value(i + 1) ? w.words[i + 1] : "on",
-                       fmt::format("a launch without it: {} changes memory and is not modelled yet", u->second));
-    }
-    if (const auto v = kValueFlags.find(flag); v != kValueFlags.end()) {
+    const std::string value = w.is_value(i + 1) ? w.at(i + 1) : "";
+    if (const auto why = detail::unmodelled(flag, value)) {
+      refuse_unknown(w, i, w.is_value(i + 1) ? i + 1 : i, f);
+      f.unmodelled.push_back({flag, value.empty() ? "on" : value, *why, Provenance{w.words[i].line, flag}});
+      (void)take_unknown(w, i);
+    } else if (const auto v = kValueFlags.find(flag); v != kValueFlags.end()) {
       f.values[flag] = take_value(w, i, f);
       ++f.counts[v->second];
     } else if (kSwitches.contains(flag)) {
-      f.switches.try_emplace(flag, Provenance{w.lines[i], flag});
+      refuse_unknown(w, i, i, f);
+      f.switches.try_emplace(flag, Provenance{w.words[i].line, flag});
     } else if (flag == "--recompute-modules") {
       take_modules(w, i, f);
+    } else if (kTolerant.contains(flag) && (!w.is_value(i + 1) || !w.words[i + 1].depends_on.empty())) {
+      // A world size or tokenizer the environment decides: not read, and said so.
+      f.notes.push_back(w.is_value(i + 1) ? fmt::format("{} {} not read: it depends on {}", flag, w.at(i + 1),
+                                                        w.words[i + 1].depends_on)
+                                          : fmt::format("{} given without a value: not read", flag));
+      if (w.is_value(i + 1)) ++i;
     } else if (kArchValueFlags.contains(flag)) {
       f.values[flag] = take_value(w, i, f);
     } else if (flag == "--fp16") {
-      f.fp16 = Provenance{w.lines[i], flag};
+      refuse_unknown(w, i, i, f);
+      f.fp16 = Provenance{w.words[i].line, flag};
       ++f.counts["--params-dtype"];
-    } else {
+    } else if (detail::ignored_flag(flag)) {
       f.ignored.push_back(take_unknown(w, i));
+    } else {
+      f.unrecognised.push_back(take_unknown(w, i));
     }
   }
   return f;
@@ -379,25 +282,36 @@ void read_attention(const ScriptFlags& f, MegatronSettings& s) {
   else throw InputError(f.field("--attention-backend"), v, "flash, fused, unfused, local or auto");
 }
 
-// DeepEP is the flex dispatcher with --moe-enable-deepep; the others keep no resident buffer.
+// The flex dispatcher runs DeepEP (--moe-flex-dispatcher-backend deepep, its default, or the
+// older --moe-enable-deepep) or HybridEP; both keep a resident buffer, modelled as DeepEP's.
 void read_dispatcher(const ScriptFlags& f, MegatronSettings& s) {
   const RawFlag* d = f.find("--moe-token-dispatcher-type");
   if (d == nullptr) return;
-  if (d->value == "flex" && f.switches.contains("--moe-enable-deepep")) {
+  if (d->value == "flex") {
+    const RawFlag* backend = f.find("--moe-flex-dispatcher-backend");
+    const std::string b = backend != nullptr ? backend->value : "deepep";
+    if (b != "deepep" && b != "hybridep") {
+      throw InputError(f.field("--moe-flex-dispatcher-backend"), b, "deepep or hybridep");
+    }
     s.dispatcher = FromScript<Dispatcher>{Dispatcher::deepep, d->from};
-  } else if (d->value != "alltoall" && d->value != "allgather" && d->value != "flex") {
+    if (b == "hybridep") s.notes.push_back("--moe-flex-dispatcher-backend hybridep: its buffer is modelled as DeepEP's");
+  } else if (d->value != "alltoall" && d->value != "allgather") {
     throw InputError(f.field("--moe-token-dispatcher-type"), d->value, "alltoall, allgather or flex");
   }
 }
 
-// torchrun's --nproc-per-node (or --nproc_per_node) x --nnodes.
+// torchrun's --nproc-per-node (or --nproc_per_node) x --nnodes, or srun's --ntasks-per-node x
+// --nodes.
 void read_world_size(const ScriptFlags& f, MegatronSettings& s) {
-  const RawFlag* nproc = f.find("--nproc-per-node");
+  const bool slurm = f.find("--ntasks-per-node") != nullptr && f.find("--nproc-per-node") == nullptr &&
+                     f.find("--nproc_per_node") == nullptr;
+  const RawFlag* nproc = slurm ? f.find("--ntasks-per-node") : f.find("--nproc-per-node");
   if (nproc == nullptr) nproc = f.find("--nproc_per_node");
   if (nproc == nullptr) return;
-  const std::int64_t per_node = to_int(nproc->value, f.field("--nproc-per-node"));
-  const RawFlag* nodes = f.find("--nnodes");
-  const std::int64_t n = nodes != nullptr ? std::max<std::int64_t>(1, to_int(nodes->value, f.field("--nnodes"))) : 1;
+  const std::int64_t per_node = to_int(nproc->value, f.field(slurm ? "--ntasks-per-node" : "--nproc-per-node"));
+  const RawFlag* nodes = f.find(slurm ? "--nodes" : "--nnodes");
+  const std::int64_t n =
+      nodes != nullptr ? std::max<std::int64_t>(1, to_int(nodes->value, f.field(slurm ? "--nodes" : "--nnodes"))) : 1;
   s.world_size = FromScript<std::int64_t>{per_node * n, nproc->from};
 }
 
@@ -498,6 +412,28 @@ Setting<std::uint16_t> read_recompute_modules(const ScriptFlags& f) {
   return FromScript<std::uint16_t>{parse_recompute_modules(joined, "--recompute-modules"), *f.recompute_modules_from};
 }
 
+// Flags modelled through settings moemem already has.
+void read_mapped(const ScriptFlags& f, MegatronSettings& s) {
+  // Megatron's validate_args: --recompute-activations sets the granularity to selective, whose
+  // default module is core_attn.
+  if (const auto it = f.switches.find("--recompute-activations"); it != f.switches.end()) {
+    s.recompute = FromScript<Recompute>{Recompute::selective, it->second};
+    if (!s.recompute_modules) s.recompute_modules = FromScript<std::uint16_t>{kRecomputeCoreAttn, it->second};
+  }
+  // --grad-reduce-in-bf16: the gradient buffers (main grads) in bf16.
+  if (const auto it = f.switches.find("--grad-reduce-in-bf16"); it != f.switches.end() && !s.main_grads_dtype) {
+    s.main_grads_dtype = FromScript<DType>{DType::bf16, it->second};
+  }
+  if (f.switches.contains("--cross-entropy-loss-fusion")) {
+    const RawFlag* impl = f.find("--cross-entropy-fusion-impl");
+    const std::string v = impl != nullptr ? impl->value : "native";
+    if (v != "native" && v != "te") throw InputError(f.field("--cross-entropy-fusion-impl"), v, "native or te");
+    s.notes.push_back(fmt::format(
+        "--cross-entropy-loss-fusion ({}): the loss keeps an fp32 gradient of the logits, as unfused{}", v,
+        v == "te" ? " (Transformer Engine 2.18 and later; --logits-dtype bf16 models earlier releases)" : ""));
+  }
+}
+
 // The settings with their typed values, in the order moemem reads its own flags.
 void read_settings(const ScriptFlags& f, MegatronSettings& s) {
   for (const auto& [flag, member] : kIntSettings) s.*member = typed<std::int64_t>(f, flag, flag_int);
@@ -524,15 +460,22 @@ void read_settings(const ScriptFlags& f, MegatronSettings& s) {
 }  // namespace
 
 MegatronSettings parse_megatron_args(std::string_view text, const std::string& source) {
-  const auto words = split_shell_words(text);
-  const ScriptFlags f = scan(Words{words, word_lines(text, words.size())}, source);
+  const std::optional<std::string> yaml = detail::modelzoo_yaml_args(text, source);
+  detail::ShellRun run = detail::run_shell(yaml ? std::string_view(*yaml) : text, source);
+  const ScriptFlags f = scan(launch_words(std::move(run.words)), source);
   MegatronSettings s;
+  s.source = source;
   read_attention(f, s);
   read_dispatcher(f, s);
   read_world_size(f, s);
-  if (f.has("--num-layers") || f.has("--hidden-size")) s.model = detail::megatron_model(f);
+  if (f.has("--num-layers") || f.has("--hidden-size")) s.model = detail::megatron_model(f, s.vocab_missing, s.notes);
   const Setting<std::int64_t> vpp = vpp_from_layers(f);
   read_settings(f, s);
+  read_mapped(f, s);
+  s.unmodelled = f.unmodelled;
+  for (const auto& n : f.notes) s.notes.push_back(n);
+  s.unrecognised = f.unrecognised;
+  for (auto& n : run.notes) s.notes.push_back(std::move(n));
   auto counts = f.counts;
   if (vpp) {
     s.vpp = vpp;  // a second vpp when --num-virtual-stages-per-pipeline-rank gives one too

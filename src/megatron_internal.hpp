@@ -29,7 +29,8 @@ struct ScriptFlags {
   std::optional<Provenance> recompute_modules_from;  // the first --recompute-modules
   std::optional<Provenance> fp16;
   std::map<std::string, std::int64_t> counts;  // moemem flag -> times a value flag gives it
-  std::vector<std::string> ignored;
+  std::vector<MegatronSettings::Unmodelled> unmodelled;
+  std::vector<std::string> ignored, unrecognised, notes;
 
   [[nodiscard]] const RawFlag* find(std::string_view flag) const;
   [[nodiscard]] bool has(std::string_view flag) const { return find(flag) != nullptr || switches.contains(flag); }
@@ -42,7 +43,26 @@ struct ScriptFlags {
 // An integer from 0 to 2^31; the error names `field` and repeats the text.
 [[nodiscard]] std::int64_t to_int(const std::string& text, const std::string& field);
 
-// The model the architecture flags describe (the script gives --num-layers or --hidden-size).
-[[nodiscard]] ModelSpec megatron_model(const ScriptFlags& f);
+// The model the architecture flags describe (the script gives --num-layers or --hidden-size);
+// vocab 0 with `vocab_missing` saying why when neither --vocab-size nor a known tokenizer gives it.
+[[nodiscard]] ModelSpec megatron_model(const ScriptFlags& f, std::string& vocab_missing, std::vector<std::string>& notes);
+
+// Why `flag` (with the value after it, if any) changes memory unmodelled; nullopt if it does not.
+[[nodiscard]] std::optional<std::string> unmodelled(std::string_view flag, std::string_view value);
+// Whether Megatron's source shows `flag` changes no GPU memory.
+[[nodiscard]] bool ignored_flag(std::string_view flag);
+
+// One entry of a ModelZoo YAML recipe's MODEL_ARGS: `--flag: value`; true is a switch (value
+// empty), false leaves the flag out (not listed), as the ModelZoo's launcher does with yq.
+struct RecipeArg {
+  std::string flag, value;
+  std::int64_t line = 0;
+};
+// The MODEL_ARGS of a ModelZoo YAML recipe; nullopt when `text` has no top-level MODEL_ARGS:.
+// Throws InputError naming `source` when it is not YAML yaml-cpp can read.
+[[nodiscard]] std::optional<std::vector<RecipeArg>> modelzoo_recipe(std::string_view text, const std::string& source);
+// The recipe as launch-script text, one "--flag "value"" line per entry on the entry's own line,
+// its ${VAR}s left for the shell.
+[[nodiscard]] std::optional<std::string> modelzoo_yaml_args(std::string_view text, const std::string& source);
 
 }  // namespace moemem::detail

@@ -2,6 +2,8 @@
 // the script leaves out.
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "megatron_internal.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
@@ -25,7 +27,12 @@ std::string text_or(const ScriptFlags& f, const char* flag, const char* fallback
 // Learned absolute positions (Megatron's default) need a table of --max-position-embeddings
 // rows (or --seq-length's); rope, yarn and none add no parameters.
 void set_positions(const ScriptFlags& f, ModelSpec& m) {
-  const std::string pos = text_or(f, "--position-embedding-type", "learned_absolute");
+  // Legacy spellings: --use-rotary-position-embeddings is rope (Megatron's validate_args sets
+  // position_embedding_type from it), --no-position-embedding leaves the learned table out.
+  const char* fallback = f.switches.contains("--use-rotary-position-embeddings") ? "rope"
+                         : f.switches.contains("--no-position-embedding")       ? "none"
+                                                                                 : "learned_absolute";
+  const std::string pos = text_or(f, "--position-embedding-type", fallback);
   if (pos == "learned_absolute") {
     std::int64_t rows = f.get_int("--max-position-embeddings").value_or(0);
     if (const RawFlag* seq = f.find("--seq-length"); seq && rows == 0) rows = to_int(seq->value, f.field("--seq-length"));
@@ -38,14 +45,20 @@ void set_positions(const ScriptFlags& f, ModelSpec& m) {
 
 // MLA with its ranks and head sizes, or grouped-query attention (Megatron's default: one group
 // per head, biased linear layers unless --disable-bias-linear).
+// Pai-Megatron-Patch's DeepSeek models are MLA without --multi-latent-attention, and name the head
+// sizes --qk-nope-head-dim and --qk-rope-head-dim.
+const char* spelling(const ScriptFlags& f, const char* megatron, const char* pai) {
+  return f.find(megatron) == nullptr && f.find(pai) != nullptr ? pai : megatron;
+}
+
 void set_attention(const ScriptFlags& f, bool biases, ModelSpec& m) {
-  if (f.switches.contains("--multi-latent-attention")) {
+  if (f.switches.contains("--multi-latent-attention") || f.find("--qk-rope-head-dim") != nullptr) {
     m.attention = AttentionKind::mla;
     m.num_kv_heads = m.num_heads;
     m.mla.q_lora_rank = f.get_int("--q-lora-rank").value_or(0);
     m.mla.kv_lora_rank = need(f, "--kv-lora-rank");
-    m.mla.qk_nope_head_dim = need(f, "--qk-head-dim");
-    m.mla.qk_rope_head_dim = need(f, "--qk-pos-emb-head-dim");
+    m.mla.qk_nope_head_dim = need(f, spelling(f, "--qk-head-dim", "--qk-nope-head-dim"));
+    m.mla.qk_rope_head_dim = need(f, spelling(f, "--qk-pos-emb-head-dim", "--qk-rope-head-dim"));
     m.mla.v_head_dim = need(f, "--v-head-dim");
   } else {
     m.attention = AttentionKind::gqa;
@@ -74,6 +87,13 @@ void set_moe(const ScriptFlags& f, ModelSpec& m) {
   m.moe.shared_ffn = f.find("--moe-shared-expert-intermediate-size") != nullptr
                          ? need(f, "--moe-shared-expert-intermediate-size")
                          : 0;
+  if (m.moe.shared_ffn == 0 && f.switches.contains("--enable-shared-expert")) {  // Pai-Megatron-Patch
+    m.moe.shared_ffn = need(f, "--num-shared-experts") * m.moe.expert_ffn;
+  }
+  if (m.moe.expert_ffn < 1) {  // from --ffn-hidden-size 0: a zero width would divide the count below
+    throw InputError(f.field("--ffn-hidden-size"), std::to_string(m.moe.expert_ffn),
+                     "a positive integer (the experts' width when --moe-ffn-hidden-size is not given)");
+  }
   m.moe.num_shared_experts = m.moe.shared_ffn > 0 ? std::max<std::int64_t>(1, m.moe.shared_ffn / m.moe.expert_ffn) : 0;
   m.moe.router_bias = f.switches.contains("--moe-router-enable-expert-bias");
   const RawFlag* freq = f.find("--moe-layer-freq");
@@ -84,9 +104,38 @@ void set_moe(const ScriptFlags& f, ModelSpec& m) {
   }
 }
 
+// The vocabulary: --vocab-size, else the tokenizer's (a table of well-known ones); 0 when
+// neither gives it, with the reason in `missing`.
+std::int64_t read_vocab(const ScriptFlags& f, std::string& missing, std::vector<std::string>& notes) {
+  if (f.find("--vocab-size") != nullptr) return need(f, "--vocab-size");
+  // Where the tokenizer is named: --tokenizer-model; for Pai-Megatron-Patch's tokenizers
+  // (--patch-tokenizer-type), the checkpoint --load names, whose tokenizer files they read;
+  // then the tokenizer types.
+  std::vector<const char*> flags = {"--tokenizer-model"};
+  if (f.find("--patch-tokenizer-type") != nullptr) flags.push_back("--load");
+  flags.insert(flags.end(), {"--patch-tokenizer-type", "--tokenizer-type"});
+  std::string first;
+  for (const char* flag : flags) {
+    const RawFlag* r = f.find(flag);
+    if (r == nullptr) continue;
+    std::string name = r->value;
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    if (const auto slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+    if (const auto v = known_tokenizer_vocab(name)) {
+      notes.push_back(fmt::format("vocabulary {} from {} {} (its model's config.json; --vocab-size overrides it)", *v,
+                                  flag, r->value));
+      return *v;
+    }
+    if (first.empty()) first = fmt::format("{} {}", flag, r->value);
+  }
+  missing = first.empty() ? "the script gives neither --vocab-size nor a tokenizer"
+                          : fmt::format("{} is not a tokenizer moemem knows", first);
+  return 0;
+}
+
 }  // namespace
 
-ModelSpec megatron_model(const ScriptFlags& f) {
+ModelSpec megatron_model(const ScriptFlags& f, std::string& vocab_missing, std::vector<std::string>& notes) {
   ModelSpec m;
   m.name = "megatron-args:" + f.source;
   m.model_type = "megatron";
@@ -94,11 +143,8 @@ ModelSpec megatron_model(const ScriptFlags& f) {
   if (m.num_layers > (1 << 16)) throw InputError(f.field("--num-layers"), std::to_string(m.num_layers), "at most 65536");
   m.hidden = need(f, "--hidden-size");
   m.num_heads = need(f, "--num-attention-heads");
-  if (!f.get_int("--vocab-size")) {
-    throw InputError(f.field("--vocab-size"), "missing",
-                     "the vocabulary size (Megatron reads it from the tokenizer: add --vocab-size N, or give --model)");
-  }
-  m.vocab = need(f, "--vocab-size");
+  const std::int64_t vocab = read_vocab(f, vocab_missing, notes);
+  m.vocab = vocab > 0 ? vocab : 1;  // checked with a stand-in; 0 (unknown) once checked
   m.dense_ffn = f.get_int("--ffn-hidden-size").value_or(4 * m.hidden);
   m.tie_embeddings = !f.switches.contains("--untie-embeddings-and-output-weights");
   // Megatron's defaults, unless the script says otherwise: GeLU MLP (no --swiglu), biases on every
@@ -118,6 +164,7 @@ ModelSpec megatron_model(const ScriptFlags& f) {
   } catch (const OverflowError&) {
     throw InputError(f.field("--hidden-size/--ffn-hidden-size/--num-experts"), "too large", "sizes whose products fit in 64 bits");
   }
+  if (vocab == 0) m.vocab = 0;
   return m;
 }
 

@@ -71,9 +71,41 @@ void derive_dp(const MegatronSettings& s, ParallelConfig& p, const Given& given)
   p.dp = world / per_replica;
 }
 
+// What the script must say, unless the command line says it: a flag moemem cannot model is
+// refused, and a script without a model, a vocabulary or a layout is an error, never a default.
+void refuse_incomplete(const MegatronSettings& s, const Given& given) {
+  if (!s.unmodelled.empty()) {
+    const auto& u = s.unmodelled.front();
+    throw InputError(fmt::format("{}: {}", s.source, u.flag), u.value,
+                     fmt::format("a launch without it: {} changes memory and is not modelled yet", u.what));
+  }
+  const bool named = given.contains("--model");
+  if (!s.model && !named) {
+    throw InputError(fmt::format("--megatron-args {}", s.source), "no model",
+                     "a script that gives its model (--num-layers, --hidden-size, --num-attention-heads, ...), or "
+                     "--model");
+  }
+  if (s.model && s.model->vocab == 0 && !named) {
+    throw InputError(fmt::format("{}: --vocab-size", s.source), "missing",
+                     fmt::format("the vocabulary size ({}; Megatron reads it from the tokenizer): add --vocab-size N "
+                                 "to the script, or give --model",
+                                 s.vocab_missing));
+  }
+  const bool script_layout = s.tp || s.pp || s.cp || s.ep || s.etp || s.world_size || s.pipeline_layout;
+  const bool inline_layout = given.contains("--tp") || given.contains("--pp") || given.contains("--dp") ||
+                             given.contains("--ep") || given.contains("--cp");
+  if (!script_layout && !inline_layout) {
+    throw InputError(fmt::format("--megatron-args {}", s.source), "no layout",
+                     "a script that gives its parallel layout (--tensor-model-parallel-size, "
+                     "--pipeline-model-parallel-size, --expert-model-parallel-size, torchrun --nproc-per-node "
+                     "--nnodes ...), or the layout given inline (--tp, --pp, --dp, --ep, --cp)");
+  }
+}
+
 }  // namespace
 
 void apply_megatron_settings(const MegatronSettings& s, Request& r, const std::set<std::string>& given) {
+  refuse_incomplete(s, given);
   if (s.model && !given.contains("--model")) r.model.spec = s.model;
   put(s.mtp, "--mtp", given, r.model.mtp);
   apply_layout(s, r.parallel, given);

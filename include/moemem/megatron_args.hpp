@@ -16,6 +16,7 @@
 
 #include "moemem/dtype.hpp"
 #include "moemem/enums.hpp"
+#include "moemem/errors.hpp"
 #include "moemem/model.hpp"
 #include "moemem/scenario.hpp"
 #include "moemem/training.hpp"
@@ -46,6 +47,7 @@ using Setting = std::optional<FromScript<T>>;
 // A setting given several times keeps its last value (as Megatron's argparse does) and is
 // counted in `repeated`.
 struct MegatronSettings {
+  std::string source;  // the script, as named to parse_megatron_args
   // Parallel layout.
   Setting<std::int64_t> tp, pp, cp, ep, etp;  // --tp --pp --cp --ep --etp
   // --vpp: --num-virtual-stages-per-pipeline-rank, or the layers over
@@ -76,24 +78,37 @@ struct MegatronSettings {
   Setting<double> moe_capacity_factor;    // --moe-capacity-factor
   Setting<double> hidden_dropout, attention_dropout;  // --hidden-dropout, --attention-dropout
   Setting<std::int64_t> mtp;              // --mtp
-  std::optional<ModelSpec> model;         // --model: present when the script gives architecture flags
+  // --model: present when the script gives architecture flags. Its vocab is 0 when the script
+  // names neither --vocab-size nor a tokenizer moemem knows: the model named by --model must then
+  // give it (apply_megatron_settings refuses otherwise, naming `vocab_missing`).
+  std::optional<ModelSpec> model;
+  std::string vocab_missing;  // why the vocabulary is unknown, when it is
 
-  std::vector<std::string> ignored;               // flags not understood (assumed not to change memory)
+  // A flag that changes memory in a way moemem does not model: apply_megatron_settings refuses it.
+  struct Unmodelled {
+    std::string flag, value, what;
+    Provenance from;
+  };
+  std::vector<Unmodelled> unmodelled;
+
+  std::vector<std::string> ignored;       // flags Megatron's source shows change no GPU memory, as given
+  std::vector<std::string> unrecognised;  // flags moemem does not know, as given (they may change memory)
+  std::vector<std::string> notes;         // what was assumed or mapped, and what the shell could not evaluate
   std::map<std::string, std::int64_t> repeated;  // moemem flag -> times the script gives it, when more than once
 };
 
-// Splits shell text into words: quotes, backslash-newline continuations, comments, and
-// VAR=value assignments substituted into $VAR, ${VAR} and ${VAR:-default}.
-[[nodiscard]] std::vector<std::string> split_shell_words(std::string_view text);
-
-// Reads every Megatron flag in `text` (a launch script or a list of arguments). `source` names
-// the file in error messages. Throws InputError for unsupported memory-changing flags and
-// malformed values.
+// Reads every Megatron flag in `text` (a launch script or a list of arguments), running the
+// script's shell as far as the script itself decides it (src/shell_internal.hpp). `source` is
+// the file (for error messages, and for `source FILE` relative to it). A ModelZoo YAML recipe
+// (MODEL_ARGS) is read as the flags it lists. Throws InputError for malformed values, a shell
+// limit passed, and a memory-relevant flag that depends on what the script does not set.
 [[nodiscard]] MegatronSettings parse_megatron_args(std::string_view text, const std::string& source);
 
 // Puts the script's settings onto `r`, except those `given` names by the moemem flags in the
 // comments of MegatronSettings ("--tp", "--sp", "--recompute", "--model", ...): settings given
-// otherwise win. The script's model replaces the request's unless "--model" is given. With the script's world size and no "--dp" given, dp is
+// otherwise win. Throws InputError for an unmodelled flag, a script without a model (and no
+// --model given), a script without any layout setting (and none given), and an unknown vocabulary
+// without --model. The script's model replaces the request's unless "--model" is given. With the script's world size and no "--dp" given, dp is
 // the world size over tp*pp*cp as they are after the script's settings; throws InputError when
 // that does not divide.
 void apply_megatron_settings(const MegatronSettings& s, Request& r, const std::set<std::string>& given);
@@ -102,5 +117,15 @@ void apply_megatron_settings(const MegatronSettings& s, Request& r, const std::s
 // such as "([0]*3+[1]*58)". Returns one flag per layer (true: MoE).
 [[nodiscard]] std::vector<bool> parse_moe_layer_freq(std::string_view text, std::int64_t num_layers,
                                                      const std::string& field);
+
+// The first architecture field where the script's model differs from the model named by
+// --model, as an error naming the Megatron flag; nullopt when they agree. A script vocab of 0
+// (unknown) agrees with any.
+[[nodiscard]] std::optional<InputError> model_disagreement(const ModelSpec& script, const ModelSpec& named);
+
+// The vocabulary of a tokenizer Megatron scripts name (--tokenizer-model's last path component,
+// or --tokenizer-type / --patch-tokenizer-type), as the model's Hugging Face config gives it;
+// nullopt for a tokenizer not in moemem's table.
+[[nodiscard]] std::optional<std::int64_t> known_tokenizer_vocab(std::string_view name);
 
 }  // namespace moemem

@@ -191,7 +191,7 @@ void AnalyzeCommand::setup(CLI::App& root, const char* name) {
   app->add_option("--megatron-args", megatron.path,
                   "A Megatron-LM launch script or argument file: its layout, batch, recompute, precision and "
                   "architecture flags (flags given here as well take precedence)")
-      ->expected(0, 1)  // the value is checked when the script is read, as it always was
+      ->expected(0, 1)  // the value is checked when the script is read, where a second one is refused
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
@@ -261,7 +261,8 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
     explain_output(e, *explain, f, out);
     return;
   }
-  const MemoryReport r = analyze(e.model, e.inventory, *e.profile, e.layout, e.training);
+  MemoryReport r = analyze(e.model, e.inventory, *e.profile, e.layout, e.training);
+  for (const auto& n : megatron_notes(megatron)) r.assumptions.push_back("--megatron-args: " + n);
   const auto band = uncertainty(r.profile);
   if (gpu && band && !no_margin) gpu->margin_pct = std::max(0.0, band->band.high_pct);
   if (f == Format::json) {

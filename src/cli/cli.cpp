@@ -34,25 +34,6 @@ std::string read_text_file(const std::string& path, const char* flag) {
 
 namespace {
 
-// Compares the script's architecture with the --model the user named.
-void check_same_model(const ModelSpec& script, const ModelSpec& named) {
-  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> fields[] = {
-      {"--num-layers", {script.num_layers, named.num_layers}},
-      {"--hidden-size", {script.hidden, named.hidden}},
-      {"--num-attention-heads", {script.num_heads, named.num_heads}},
-      {"--num-experts", {script.moe.num_routed_experts, named.moe.num_routed_experts}},
-      {"--moe-router-topk", {script.moe.top_k, named.moe.top_k}},
-      {"--moe-ffn-hidden-size", {script.moe.expert_ffn, named.moe.expert_ffn}},
-      {"--vocab-size", {script.vocab, named.vocab}},
-  };
-  for (const auto& [flag, values] : fields) {
-    if (values.first != values.second) {
-      throw InputError(fmt::format("--megatron-args {}", flag), std::to_string(values.first),
-                       fmt::format("{} as in --model {}", values.second, named.name));
-    }
-  }
-}
-
 // The flags given inline, in every spelling (--sp and --sequence-parallel alike): the settings
 // the script's do not replace.
 std::set<std::string> given_flags(const CLI::App& app) {
@@ -74,11 +55,9 @@ void check_world_size(const MegatronSettings& s, const LayoutOptions& lo, const 
   apply_megatron_settings(s, degrees, given);
 }
 
-void print_notes(const MegatronSettings& s, const MegatronScript& m, std::ostream& err) {
-  if (!s.ignored.empty()) {
-    err << fmt::format("note: --megatron-args {}: flags not modelled (assumed not to change memory): {}\n", m.path,
-                       fmt::join(s.ignored, "; "));
-  }
+void print_notes(const MegatronScript& m, std::ostream& err) {
+  for (const auto& n : megatron_notes(m)) err << fmt::format("note: --megatron-args {}: {}\n", m.path, n);
+  const MegatronSettings& s = *m.settings;
   if (s.model && !s.world_size && !m.given.contains("--dp")) {
     err << "note: --megatron-args: the script does not give the world size; pass --dp (using 1)\n";
   }
@@ -107,15 +86,39 @@ void read_megatron_script(AnalyzeCommand& c, std::ostream& err) {
 
 }  // namespace
 
+std::vector<std::string> megatron_notes(const MegatronScript& m) {
+  std::vector<std::string> out;
+  if (!m.settings) return out;
+  const MegatronSettings& s = *m.settings;
+  if (!s.ignored.empty()) {
+    out.push_back(fmt::format("flags ignored (Megatron's source shows they change no GPU memory): {}",
+                              fmt::join(s.ignored, "; ")));
+  }
+  if (!s.unrecognised.empty()) {
+    out.push_back(fmt::format("flags not recognised (assumed not to change memory; check them): {}",
+                              fmt::join(s.unrecognised, "; ")));
+  }
+  for (const auto& n : s.notes) out.push_back(n);
+  if (!s.seq_len && !m.given.contains("--seq-len")) {
+    out.push_back("the script gives no --seq-length: assumed 4096 (pass --seq-len to change it)");
+  }
+  return out;
+}
+
 void read_megatron_text(AnalyzeCommand& c, const std::string& text, std::ostream& err) {
   MegatronScript& m = c.megatron;
+  if (c.app->count("--megatron-args") > 1) {
+    throw InputError("--megatron-args", "given twice", "one launch script (its flags, or moemem's, for the rest)");
+  }
   MegatronSettings s = parse_megatron_args(text, m.path);
   m.given = given_flags(*c.app);
   check_world_size(s, c.layout, m.given);
-  print_notes(s, m, err);
   refuse_repeated(s, *c.app, m.given);
-  if (s.model && m.given.contains("--model")) check_same_model(*s.model, load_model(c.model.model));
+  if (s.model && m.given.contains("--model")) {
+    if (auto e = model_disagreement(*s.model, load_model(c.model.model))) throw *e;
+  }
   m.settings = std::move(s);
+  print_notes(m, err);
 }
 
 namespace {

@@ -102,6 +102,10 @@ std::optional<Band> measured_band(const std::string& profile, const std::string&
 // does after parsing: its errors, its notes (to `err`), repeated settings, a --model that differs.
 void read_megatron_text(AnalyzeCommand& c, const std::string& text, std::ostream& err);
 
+// What moemem assumed, mapped or ignored in the script read (none without one): the notes on
+// stderr, which analyze also lists among its assumptions.
+std::vector<std::string> megatron_notes(const MegatronScript& m);
+
 // Prints "note: ..." lines for config keys moemem did not recognise.
 void report_unrecognised_keys(const ModelSpec& m, std::ostream& err);
 

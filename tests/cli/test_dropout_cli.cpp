@@ -64,7 +64,7 @@ TEST(Dropout, MegatronScriptSetsIt) {
   const std::string path = ::testing::TempDir() + "dropout.sh";
   {
     std::ofstream f(path);
-    f << "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 "
+    f << "torchrun --nproc-per-node 1 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 "
          "--max-position-embeddings 2048 --vocab-size 32000 --micro-batch-size 1 --hidden-dropout 0.0\n";
   }
   const auto get = [&](const Args& extra) {

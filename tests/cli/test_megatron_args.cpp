@@ -101,7 +101,7 @@ TEST(MegatronArgs, Fp8FlagsMapToTheRecipe) {
     std::ofstream f(path);
     f << "--fp8-format hybrid --fp8-recipe blockwise --moe-expert-capacity-factor 1.5\n";
   }
-  const json j = analyze_json({"--megatron-args", path, "--ep", "8", "--dp", "8"});
+  const json j = analyze_json({"--megatron-args", path, "--model", "deepseek-v3", "--ep", "8", "--dp", "8"});
   ASSERT_FALSE(j.is_null());
   EXPECT_EQ(j.at("training").at("fp8"), "blockwise");
   EXPECT_EQ(j.at("training").at("moe_capacity_factor"), 1.5);
@@ -111,11 +111,15 @@ TEST(MegatronArgs, MissingVocabularyIsNamed) {
   const std::string path = ::testing::TempDir() + "novocab.args";
   {
     std::ofstream f(path);
-    f << "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --swiglu --disable-bias-linear\n";
+    f << "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --swiglu --disable-bias-linear "
+         "--position-embedding-type rope --tensor-model-parallel-size 1 --tokenizer-model /data/my-own-tokenizer\n";
   }
   const auto r = run_cli({"analyze", "--megatron-args", path});
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--vocab-size"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err, "moemem: error: " + path +
+                       ": --vocab-size: 'missing' is not accepted; expected the vocabulary size (--tokenizer-model "
+                       "/data/my-own-tokenizer is not a tokenizer moemem knows; Megatron reads it from the "
+                       "tokenizer): add --vocab-size N to the script, or give --model\n");
 }
 
 // A zero expert width with a shared expert divided by zero (SIGFPE); zero sizes are named errors.
@@ -176,7 +180,7 @@ TEST(MegatronArgs, MegatronDefaultsDescribeGpt2) {
       std::ofstream f(path);
       f << arch << " --seq-length 1024 --max-position-embeddings 1024 --vocab-size 50257\n";
     }
-    const json j = analyze_json({"--megatron-args", path});
+    const json j = analyze_json({"--megatron-args", path, "--dp", "1"});
     ASSERT_FALSE(j.is_null());
     EXPECT_EQ(j.at("model").at("total_params").get<std::int64_t>(), expected) << arch;
   }
@@ -212,7 +216,7 @@ TEST(MegatronArgs, NotesAreWordForWord) {
   const auto r = run_cli({"analyze", "--megatron-args", script});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err, "note: --megatron-args " + script +
-                       ": flags not modelled (assumed not to change memory): --rotary-scaling-factor 40; "
+                       ": flags ignored (Megatron's source shows they change no GPU memory): --rotary-scaling-factor 40; "
                        "--mtp-loss-scaling-factor 0.1; --moe-router-score-function sigmoid; "
                        "--moe-router-topk-scaling-factor 2.5; --moe-router-load-balancing-type seq_aux_loss; "
                        "--moe-aux-loss-coeff 1e-4; --overlap-grad-reduce; --overlap-param-gather; --lr 3.9e-6\n");
@@ -230,10 +234,10 @@ TEST(MegatronArgs, RepeatedScriptFlagIsRefusedUnlessGivenInline) {
     std::ofstream f(path);
     f << "--tensor-model-parallel-size 2\n--tensor-model-parallel-size 4\n";
   }
-  const auto r = run_cli({"analyze", "--megatron-args", path});
+  const auto r = run_cli({"analyze", "--megatron-args", path, "--model", "deepseek-v3"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "moemem: error: --tp: At Most 1 required but received 2\nRun 'moemem --help' for the commands and flags.\n");
-  const json j = analyze_json({"--megatron-args", path, "--tp", "2"});
+  const json j = analyze_json({"--megatron-args", path, "--model", "deepseek-v3", "--tp", "2"});
   ASSERT_FALSE(j.is_null());
   EXPECT_EQ(j.at("parallel").at("tp"), 2);
 }

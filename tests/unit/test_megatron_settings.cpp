@@ -242,7 +242,7 @@ TEST(MegatronSettings, BadValuesNameTheMoememFlag) {
 // megatron/training/arguments.py validate_args: "if args.expert_tensor_parallel_size is None:
 // args.expert_tensor_parallel_size = args.tensor_model_parallel_size". Mixtral-8x7B (8 experts,
 // expert FFN 14336, 32 heads, 8 KV heads) at tp 4, ep 2, dp 2: tp*cp*dp = 8 ranks per stage.
-Request mixtral_request(const std::string& script, const std::set<std::string>& given = {}) {
+Request mixtral_request(const std::string& script, const std::set<std::string>& given = {"--model"}) {
   Request r;
   r.model.source = "mixtral-8x7b";
   r.parallel.tp = 4;
@@ -269,7 +269,7 @@ TEST(MegatronSettings, UnsetEtpIsTheFinalTpLikeMegatron) {
   EXPECT_EQ(script_tp.layout.edp, 1);
   // The inline tp (4) wins over the script's 2, and etp follows the tp in effect.
   const Scenario inline_tp =
-      make_scenario(mixtral_request("--tensor-model-parallel-size 2 --expert-model-parallel-size 2\n", {"--tp"}));
+      make_scenario(mixtral_request("--tensor-model-parallel-size 2 --expert-model-parallel-size 2\n", {"--tp", "--model"}));
   EXPECT_EQ(inline_tp.layout.config.etp, 4);
 }
 

@@ -1,0 +1,96 @@
+// What moemem does with each Megatron flag it does not read as a setting: flags that change
+// memory in a way moemem does not model (refused by name), and flags that Megatron's source shows
+// do not change a GPU's memory (ignored, and listed as ignored). Any other flag is "not
+// recognised" and listed as such.
+#include <array>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "megatron_internal.hpp"
+
+namespace moemem::detail {
+
+namespace {
+
+struct Unmodelled {
+  std::string_view flag;
+  std::string_view what;
+};
+
+// Flags that change memory where moemem has no mechanism for it yet.
+constexpr std::array kUnmodelled = {
+    Unmodelled{"--fp4-format", "FP4 training"},
+    Unmodelled{"--cpu-offloading", "activation offloading to CPU"},
+    Unmodelled{"--use-torch-fsdp2", "FSDP2 sharding (a torchtitan-style profile)"},
+    Unmodelled{"--use-megatron-fsdp", "Megatron FSDP sharding"},
+    Unmodelled{"--use-custom-fsdp", "Megatron FSDP sharding"},
+    // HybridDeviceOptimizer keeps a fraction of the fp32 master weights and Adam moments on the
+    // host (megatron/core/optimizer/cpu_offloading).
+    Unmodelled{"--optimizer-cpu-offload", "optimizer states offloaded to CPU memory"},
+    Unmodelled{"--optimizer-offload-fraction", "optimizer states offloaded to CPU memory"},
+    // FP8 weights held as the model's parameters instead of BF16 ones (fp8_model_init).
+    Unmodelled{"--fp8-param-gather", "FP8 parameters in place of the BF16 weights"},
+    Unmodelled{"--reuse-grad-buf-for-mxfp8-param-ag", "MXFP8 parameter all-gather into the gradient buffer"},
+    // Transformer Engine's userbuffers: persistent communication buffers for TP overlap.
+    Unmodelled{"--tp-comm-overlap", "Transformer Engine's userbuffers for tensor-parallel overlap"},
+    // 1F1B A2A overlap: two micro-batches' forward and backward interleaved.
+    Unmodelled{"--overlap-moe-expert-parallel-comm", "expert-parallel all-to-all overlap of two micro-batches"},
+    Unmodelled{"--delay-wgrad-compute", "weight gradients computed later (their inputs kept longer)"},
+    // CUDA graphs keep static input, output and workspace buffers per captured graph.
+    Unmodelled{"--enable-cuda-graph", "CUDA graphs' static buffers"},
+    Unmodelled{"--external-cuda-graph", "CUDA graphs' static buffers"},
+    Unmodelled{"--cuda-graph-impl", "CUDA graphs' static buffers"},
+    // Every expert's input padded to its capacity (dropping MoE), not the routed tokens.
+    Unmodelled{"--moe-pad-expert-input-to-capacity", "expert inputs padded to capacity"},
+};
+
+// Prefixes and names of flags that do not change a GPU's memory: learning rate and its
+// schedule, initialisation, data and tokenizer paths, iteration counts, logging, profiling,
+// checkpoint I/O, router loss coefficients and score functions, fusions of elementwise
+// kernels that keep the same tensors, rotary scaling constants, process-group timeouts.
+constexpr std::array<std::string_view, 44> kIgnoredPrefixes = {
+    "--lr", "--min-lr", "--weight-decay", "--start-weight-decay", "--end-weight-decay", "--clip-grad", "--adam-",
+    "--init-method", "--seed", "--train-iters", "--train-samples", "--eval-", "--exit-", "--save", "--load",
+    "--no-load-", "--no-save-", "--ckpt-", "--dist-ckpt-", "--auto-detect-ckpt-format", "--finetune",
+    "--pretrained-checkpoint", "--data-", "--train-data-path", "--valid-data-path", "--test-data-path", "--split",
+    "--num-workers", "--tokenizer-", "--vocab-file", "--merge-file", "--log-", "--tensorboard-", "--wandb-",
+    "--logging-level", "--timing-log-", "--profile", "--rotary-", "--mscale", "--norm-epsilon", "--distributed-",
+    "--manual-gc", "--mtp-loss-scaling-factor", "--moe-aux-loss-coeff"};
+
+constexpr std::array<std::string_view, 36> kIgnoredNames = {
+    // torchrun's and srun's own flags (the launcher, not the model)
+    "--node_rank", "--node-rank", "--master_addr", "--master-addr", "--master_port", "--master-port", "--mpi",
+    "--rdzv-endpoint",
+    "--moe-router-score-function", "--moe-router-topk-scaling-factor", "--moe-router-load-balancing-type",
+    "--moe-z-loss-coeff", "--moe-router-bias-update-rate", "--moe-router-group-topk", "--moe-router-num-groups",
+    "--moe-router-pre-softmax", "--moe-permute-fusion", "--moe-router-fusion", "--use-pytorch-profiler",
+    "--use-mcore-models", "--no-check-for-nan-in-loss-and-grad", "--enable-experimental", "--overlap-grad-reduce",
+    "--overlap-param-gather", "--no-mmap-bin-files", "--dataloader-type", "--no-masked-softmax-fusion",
+    "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--no-rope-fusion", "--use-rope-scaling",
+    "--te-rng-tracker", "--patch-tokenizer-type", "--dataset", "--train-mode", "--rerun-mode"};
+
+}  // namespace
+
+std::optional<std::string> unmodelled(std::string_view flag, std::string_view value) {
+  if (flag == "--cuda-graph-impl" && value == "none") return std::nullopt;
+  if (flag == "--optimizer" && value != "adam" && value != "adamw") {
+    return fmt::format("the {} optimizer (moemem models Adam's two moments)", value);
+  }
+  for (const auto& u : kUnmodelled) {
+    if (u.flag == flag) return std::string(u.what);
+  }
+  return std::nullopt;
+}
+
+bool ignored_flag(std::string_view flag) {
+  for (const auto p : kIgnoredNames) {
+    if (flag == p) return true;
+  }
+  for (const auto p : kIgnoredPrefixes) {
+    if (flag.substr(0, p.size()) == p) return true;
+  }
+  return false;
+}
+
+}  // namespace moemem::detail

@@ -1,0 +1,196 @@
+// Issue 13's acceptance: published launch scripts (tests/data/megatron/, each citing its source)
+// import unmodified, and moemem reads the model and layout Megatron would build from them; a
+// flag moemem cannot model is refused by name rather than dropped.
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/run_cli.hpp"
+#include "moemem/config.hpp"
+#include "moemem/errors.hpp"
+#include "moemem/megatron_args.hpp"
+
+namespace {
+
+using moemem::test::run_cli;
+using namespace moemem;
+
+const std::string kDir = std::string(MOEMEM_TEST_DATA_DIR) + "/megatron/";
+
+MegatronSettings read_script(const std::string& name) {
+  std::ifstream in(kDir + name, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_megatron_args(ss.str(), kDir + name);
+}
+
+template <class T>
+T value_of(const Setting<T>& s) {
+  EXPECT_TRUE(s.has_value());
+  return s ? s->value : T{};
+}
+
+// The script's model is the preset's, field by field (model_disagreement names the first that
+// differs).
+void expect_same_model(const MegatronSettings& s, const std::string& preset) {
+  ASSERT_TRUE(s.model.has_value());
+  const auto e = model_disagreement(*s.model, load_model(preset));
+  EXPECT_FALSE(e.has_value()) << (e ? e->what() : "");
+}
+
+// Megatron-LM's Mixtral 8x7B example: arrays, ${VAR:-default}, $((...)), positional arguments
+// (the tokenizer path: Llama2Tokenizer's vocabulary), an if on the environment.
+TEST(MegatronFixtures, MegatronLmMixtral) {
+  const MegatronSettings s = read_script("megatron_lm_mixtral_8x7b.sh");
+  expect_same_model(s, "mixtral-8x7b");
+  EXPECT_EQ(s.model->vocab, 32000);
+  EXPECT_EQ(value_of(s.tp), 1);
+  EXPECT_EQ(value_of(s.pp), 4);
+  EXPECT_EQ(value_of(s.ep), 8);
+  EXPECT_EQ(value_of(s.world_size), 8);  // 8 GPUs x ${SLURM_NNODES:-1}
+  EXPECT_EQ(value_of(s.seq_len), 4096);
+  EXPECT_TRUE(value_of(s.sp));
+  EXPECT_TRUE(value_of(s.distributed_optimizer));
+  // On one node, pp 4 leaves dp 2: ep 8 does not fit, as Megatron would refuse; on 4 nodes it does.
+  const auto one = run_cli({"analyze", "--megatron-args", kDir + "megatron_lm_mixtral_8x7b.sh"});
+  EXPECT_EQ(one.code, 2);
+  EXPECT_NE(one.err.find("--ep"), std::string::npos) << one.err;
+  const auto four = run_cli({"analyze", "--megatron-args", kDir + "megatron_lm_mixtral_8x7b.sh", "--dp", "8"});
+  EXPECT_EQ(four.code, 0) << four.err;
+}
+
+// Megatron-LM's DeepSeek-V2 example, size 16B (DeepSeek-V2-Lite), in Pai-Megatron-Patch's
+// spellings: MLA from --qk-rope-head-dim, two shared experts, --recompute-activations.
+TEST(MegatronFixtures, MegatronLmDeepSeekV2Lite) {
+  const MegatronSettings s = read_script("megatron_lm_deepseek_v2_lite.sh");
+  ASSERT_TRUE(s.model.has_value());
+  const ModelSpec& m = *s.model;
+  EXPECT_EQ(m.num_layers, 27);
+  EXPECT_EQ(m.attention, AttentionKind::mla);
+  EXPECT_EQ(m.mla.q_lora_rank, 0);
+  EXPECT_EQ(m.mla.kv_lora_rank, 512);
+  EXPECT_EQ(m.mla.qk_nope_head_dim, 128);
+  EXPECT_EQ(m.mla.qk_rope_head_dim, 64);
+  EXPECT_EQ(m.moe.num_routed_experts, 64);
+  EXPECT_EQ(m.moe.top_k, 6);
+  EXPECT_EQ(m.moe.shared_ffn, 2 * 1408);
+  EXPECT_EQ(m.num_moe_layers(), 27);  // --moe-layer-freq 1: every layer, as the script asks
+  EXPECT_EQ(m.vocab, 102400);
+  EXPECT_EQ(value_of(s.ep), 8);
+  EXPECT_EQ(value_of(s.world_size), 8);
+  EXPECT_EQ(value_of(s.recompute), Recompute::selective);
+  EXPECT_EQ(value_of(s.recompute_modules), std::uint16_t{kRecomputeCoreAttn});
+  EXPECT_FALSE(s.sp.has_value());  // SP=true but TP=1: the script leaves it out
+  const auto r = run_cli({"analyze", "--megatron-args", kDir + "megatron_lm_deepseek_v2_lite.sh"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// Pai-Megatron-Patch's Qwen3 launcher run with its README's arguments (sh FILE args): the model
+// is Qwen3-30B-A3B; the world size comes from the environment (dlc), so it is not read; the
+// script's --external-cuda-graph is refused by name.
+TEST(MegatronFixtures, PaiQwen3A3B) {
+  const MegatronSettings s = read_script("pai/pretrain_qwen3_a3b.sh");
+  expect_same_model(s, "qwen3-30b-a3b");
+  EXPECT_EQ(value_of(s.tp), 4);
+  EXPECT_EQ(value_of(s.pp), 2);
+  EXPECT_EQ(value_of(s.ep), 4);
+  EXPECT_EQ(value_of(s.etp), 1);
+  EXPECT_EQ(value_of(s.seq_len), 128);
+  EXPECT_EQ(value_of(s.global_batch), 8);
+  EXPECT_TRUE(value_of(s.sp));
+  EXPECT_FALSE(s.world_size.has_value());
+  ASSERT_FALSE(s.unmodelled.empty());
+  EXPECT_EQ(s.unmodelled.front().flag, "--external-cuda-graph");
+  const auto r = run_cli({"analyze", "--megatron-args", kDir + "pai/pretrain_qwen3_a3b.sh", "--dp", "1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--external-cuda-graph"), std::string::npos) << r.err;
+}
+
+// Pai-Megatron-Patch's DeepSeek-V3 launcher with its README's arguments: the model is
+// DeepSeek-V3 with one MTP depth (the vocabulary from the checkpoint --load names, whose tokenizer
+// Pai's DeepSeekV2Tokenizer reads), 5 layers on the first stage (MP_PP0_LAYERS), and the
+// optimizer offload the README asks for (1.0) is refused by name.
+TEST(MegatronFixtures, PaiDeepSeekV3) {
+  const MegatronSettings s = read_script("pai/pretrain_deepseek_v3.sh");
+  expect_same_model(s, "deepseek-v3");
+  EXPECT_EQ(s.model->vocab, 129280);
+  EXPECT_EQ(value_of(s.mtp), 1);
+  EXPECT_EQ(value_of(s.tp), 8);
+  EXPECT_EQ(value_of(s.pp), 8);
+  EXPECT_EQ(value_of(s.ep), 16);
+  EXPECT_EQ(value_of(s.etp), 1);
+  EXPECT_EQ(value_of(s.first_stage_layers), 5);
+  EXPECT_TRUE(value_of(s.sp));
+  EXPECT_TRUE(value_of(s.shared_expert_overlap));
+  EXPECT_EQ(value_of(s.recompute_modules), std::uint16_t{kRecomputeMlaUpProj | kRecomputeMlp | kRecomputeMoe});
+  ASSERT_FALSE(s.unmodelled.empty());
+  EXPECT_EQ(s.unmodelled.front().flag, "--optimizer-cpu-offload");
+  const auto r = run_cli({"analyze", "--megatron-args", kDir + "pai/pretrain_deepseek_v3.sh", "--dp", "2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--optimizer-cpu-offload"), std::string::npos) << r.err;
+}
+
+// NVIDIA's ModelZoo: DeepSeek-V3 on 256 H100 (TP1 PP8 VPP4 EP32, FP8 blockwise, optimizer
+// offload) through the ModelZoo's launcher: variables on the command line, sourced configuration,
+// an associative array and a nameref, the YAML recipe through yq, flags added under if.
+TEST(MegatronFixtures, ModelZooDeepSeekV3H100) {
+  const MegatronSettings s = read_script("modelzoo/run_deepseek_v3_h100_256.sh");
+  ASSERT_TRUE(s.model.has_value());
+  EXPECT_EQ(s.model->vocab, 129280);  // --tokenizer-model unsloth/DeepSeek-V3
+  EXPECT_EQ(value_of(s.mtp), 1);
+  ModelSpec with_mtp = *s.model;
+  ModelSpec preset = load_model("deepseek-v3");
+  const auto e = model_disagreement(with_mtp, preset);
+  EXPECT_FALSE(e.has_value()) << (e ? e->what() : "");
+  EXPECT_EQ(value_of(s.tp), 1);
+  EXPECT_EQ(value_of(s.pp), 8);
+  EXPECT_EQ(value_of(s.ep), 32);
+  EXPECT_EQ(value_of(s.etp), 1);
+  EXPECT_EQ(value_of(s.pipeline_layout), "Et*2|(tt|)*22t|(tt|)*7mL");
+  EXPECT_EQ(value_of(s.world_size), 256);  // srun --nodes=32 --ntasks-per-node=8
+  EXPECT_EQ(value_of(s.global_batch), 8192);
+  EXPECT_EQ(value_of(s.fp8), Fp8Recipe::blockwise);
+  EXPECT_EQ(value_of(s.dispatcher), Dispatcher::deepep);
+  EXPECT_EQ(value_of(s.exp_avg_dtype), DType::bf16);
+  EXPECT_EQ(value_of(s.recompute_modules),
+            std::uint16_t{kRecomputeMlaUpProj | kRecomputeMoe | kRecomputeMlp | kRecomputeLayernorm});
+  ASSERT_FALSE(s.unmodelled.empty());
+  EXPECT_EQ(s.unmodelled.front().flag, "--optimizer-cpu-offload");
+  const auto r = run_cli({"analyze", "--megatron-args", kDir + "modelzoo/run_deepseek_v3_h100_256.sh"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--optimizer-cpu-offload"), std::string::npos) << r.err;
+  if (s.vpp.has_value()) {
+    EXPECT_EQ(s.vpp->value, 4);
+  } else {
+    GTEST_SKIP() << "vpp inferred from --pipeline-model-parallel-layout (4 chunks per rank) is the lead's "
+                    "layout work (issue 13, Layouts)";
+  }
+}
+
+// NVIDIA's ModelZoo: Qwen3-235B-A22B on 256 H100 (TP2 PP8 VPP4 EP32), its recipe giving vpp as
+// --num-layers-per-virtual-pipeline-stage 3 with the embedding and loss counted as layers.
+TEST(MegatronFixtures, ModelZooQwen3H100) {
+  MegatronSettings s;
+  try {
+    s = read_script("modelzoo/run_qwen3_235b_h100.sh");
+  } catch (const InputError& e) {
+    if (std::string(e.what()).find("--num-layers-per-virtual-pipeline-stage") != std::string::npos) {
+      GTEST_SKIP() << "needs --num-layers-per-virtual-pipeline-stage with --account-for-embedding/loss-in-"
+                      "pipeline-split (issue 13, Layouts: the lead's): "
+                   << e.what();
+    }
+    throw;
+  }
+  expect_same_model(s, "qwen3-235b-a22b");
+  EXPECT_EQ(value_of(s.tp), 2);
+  EXPECT_EQ(value_of(s.pp), 8);
+  EXPECT_EQ(value_of(s.vpp), 4);
+  EXPECT_EQ(value_of(s.ep), 32);
+  EXPECT_EQ(value_of(s.world_size), 256);
+  ASSERT_FALSE(s.unmodelled.empty());
+}
+
+}  // namespace

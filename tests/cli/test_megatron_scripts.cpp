@@ -1,0 +1,255 @@
+// Issue 13, launch scripts: shell structure real scripts use, what a script must give, the
+// vocabulary, the flags that change memory, --model against the script, and bounded expansion.
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/run_cli.hpp"
+
+namespace {
+
+using moemem::test::run_cli;
+using nlohmann::json;
+
+const std::string kDir = std::string(MOEMEM_TEST_DATA_DIR) + "/megatron/";
+
+std::string write(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// A small GQA model in Megatron's flags, and a layout.
+const std::string kModel =
+    "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --swiglu --disable-bias-linear "
+    "--position-embedding-type rope --normalization RMSNorm --untie-embeddings-and-output-weights ";
+
+json analyze_json(std::vector<std::string> args) {
+  args.insert(args.begin(), "analyze");
+  args.insert(args.end(), {"--format", "json"});
+  const auto r = run_cli(args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return r.code == 0 ? json::parse(r.out) : json();
+}
+
+bool has_assumption(const json& j, const std::string& part) {
+  const auto& a = j.at("assumptions");
+  return std::any_of(a.begin(), a.end(), [&](const json& s) { return s.get<std::string>().find(part) != std::string::npos; });
+}
+
+// Megatron's README style: the flags in quoted variables, expanded unquoted with word splitting.
+// Before, these yielded no flags and moemem analysed DeepSeek-V3 at TP1 without a word.
+TEST(MegatronScripts, QuotedFlagBlocksAreSplitIntoFlags) {
+  const std::string path = write("blocks.sh",
+                                 "#!/bin/bash\nGPUS=8\nNODES=2\nTP=$((GPUS / 4))\n"
+                                 "GPT_ARGS=\"" + kModel + "--vocab-size 32000 --seq-length 2048\"\n"
+                                 "PAR=\"--tensor-model-parallel-size ${TP} --sequence-parallel\"\n"
+                                 "export EXTRA=${EXTRA:---micro-batch-size 2}\n"
+                                 "torchrun --nproc_per_node $GPUS --nnodes $NODES pretrain_gpt.py $GPT_ARGS $PAR $EXTRA\n");
+  const json j = analyze_json({"--megatron-args", path});
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j.at("parallel").at("tp"), 2);
+  EXPECT_EQ(j.at("parallel").at("dp"), 8);
+  EXPECT_EQ(j.at("parallel").at("sp"), true);
+  EXPECT_EQ(j.at("training").at("micro_batch"), 2);
+  EXPECT_NE(j.at("model").at("name").get<std::string>().find("megatron-args:"), std::string::npos);
+}
+
+TEST(MegatronScripts, NoModelOrNoLayoutIsAnError) {
+  const std::string layout_only = write("layout_only.sh", "torchrun --nproc-per-node 8 train.py --tensor-model-parallel-size 2\n");
+  const auto r = run_cli({"analyze", "--megatron-args", layout_only});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("'no model'"), std::string::npos) << r.err;
+  EXPECT_EQ(run_cli({"analyze", "--megatron-args", layout_only, "--model", "llama-3.1-8b"}).code, 0);
+  const std::string model_only = write("model_only.sh", "python train.py " + kModel + "--vocab-size 32000\n");
+  const auto m = run_cli({"analyze", "--megatron-args", model_only});
+  EXPECT_EQ(m.code, 2);
+  EXPECT_NE(m.err.find("'no layout'"), std::string::npos) << m.err;
+  EXPECT_EQ(run_cli({"analyze", "--megatron-args", model_only, "--dp", "8"}).code, 0);
+  // Nothing read at all (a script whose flags are all behind variables it never sets).
+  const auto empty = run_cli({"analyze", "--megatron-args", write("empty.sh", "torchrun train.py $ARGS\n")});
+  EXPECT_EQ(empty.code, 2);
+}
+
+// The vocabulary: from --model when given, else from the tokenizer table, else a named error.
+TEST(MegatronScripts, VocabularyFromModelOrTokenizer) {
+  const std::string llama = write("llama_novocab.args",
+                                  "--num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64\n"
+                                  "--group-query-attention --num-query-groups 8 --kv-channels 128 --swiglu\n"
+                                  "--disable-bias-linear --untie-embeddings-and-output-weights --normalization RMSNorm\n"
+                                  "--position-embedding-type rope --tensor-model-parallel-size 8\n");
+  EXPECT_EQ(run_cli({"analyze", "--megatron-args", llama}).code, 2);
+  const json named = analyze_json({"--megatron-args", llama, "--model", "llama-3.1-70b"});
+  ASSERT_FALSE(named.is_null());
+  EXPECT_EQ(named.at("model").at("total_params").get<std::int64_t>(), 70553706496);
+  // From the tokenizer the script names: meta-llama/Llama-3.1-70B's config.json, vocab_size 128256.
+  std::ifstream in(llama);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const json table =
+      analyze_json({"--megatron-args", write("llama_tok.args", text + "--tokenizer-model meta-llama/Llama-3.1-70B\n")});
+  ASSERT_FALSE(table.is_null());
+  EXPECT_EQ(table.at("model").at("total_params").get<std::int64_t>(), 70553706496);
+}
+
+TEST(MegatronScripts, TokenizerTableGivesTheVocabularyAndSaysSo) {
+  const std::string qwen = write("qwen_tok.sh", "torchrun --nproc-per-node 8 train.py " + kModel +
+                                                     "--tokenizer-type HuggingFaceTokenizer --tokenizer-model "
+                                                     "Qwen/Qwen3-235B-A22B --seq-length 1024\n");
+  const json j = analyze_json({"--megatron-args", qwen});
+  ASSERT_FALSE(j.is_null());
+  EXPECT_TRUE(has_assumption(j, "vocabulary 151936 from --tokenizer-model Qwen/Qwen3-235B-A22B")) << j.at("assumptions");
+}
+
+// Every architecture flag is compared with --model, not 7 of them.
+TEST(MegatronScripts, ModelMustAgreeOnEveryArchitectureFlag) {
+  const std::string args = kDir + "llama3_70b_tp8_pp4.args";
+  std::ifstream in(args);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::pair<std::string, std::string> edits[] = {
+      {"--num-query-groups 8", "--num-query-groups"},
+      {"--swiglu ", "--swiglu"},
+      {"--untie-embeddings-and-output-weights ", "--untie-embeddings-and-output-weights"},
+      {"--kv-channels 128", "--kv-channels"},
+  };
+  for (const auto& [from, flag] : edits) {
+    std::string t = text;
+    const auto at = t.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    t.replace(at, from.size(), from == "--num-query-groups 8" ? "--num-query-groups 4"
+                               : from == "--kv-channels 128"  ? "--kv-channels 64"
+                                                              : "");
+    const auto r = run_cli({"analyze", "--megatron-args", write("edited.args", t), "--dp", "4", "--model", "llama-3.1-70b"});
+    EXPECT_EQ(r.code, 2) << flag;
+    EXPECT_NE(r.err.find("--megatron-args " + flag), std::string::npos) << r.err;
+  }
+}
+
+TEST(MegatronScripts, SecondScriptIsAnError) {
+  const std::string s = kDir + "llama3_70b_tp8_pp4.args";
+  const auto r = run_cli({"analyze", "--megatron-args", s, "--megatron-args", s, "--dp", "4"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("given twice"), std::string::npos) << r.err;
+}
+
+// Inline flags written --dp=32 win like --dp 32 (the issue: ignored for dp, a world size of 4,096
+// from a 1,024-GPU script).
+TEST(MegatronScripts, InlineEqualsFormWinsForEveryDegree) {
+  const std::string s = kDir + "deepseek_v3_tp2_pp8_vpp4_ep64.sh";
+  for (const auto& dp : {std::vector<std::string>{"--dp=32"}, std::vector<std::string>{"--dp", "32"}}) {
+    std::vector<std::string> args{"--megatron-args", s};
+    args.insert(args.end(), dp.begin(), dp.end());
+    const json j = analyze_json(args);
+    ASSERT_FALSE(j.is_null());
+    EXPECT_EQ(j.at("parallel").at("dp"), 32);
+    EXPECT_EQ(j.at("parallel").at("tp"), 2);
+  }
+}
+
+TEST(MegatronScripts, AssumedSequenceLengthIsNamed) {
+  const std::string path = write("noseq.args", kModel + "--vocab-size 32000 --tensor-model-parallel-size 1\n");
+  const json j = analyze_json({"--megatron-args", path});
+  ASSERT_FALSE(j.is_null());
+  EXPECT_TRUE(has_assumption(j, "the script gives no --seq-length: assumed 4096")) << j.at("assumptions");
+  const json given = analyze_json({"--megatron-args", path, "--seq-len", "2048"});
+  ASSERT_FALSE(given.is_null());
+  EXPECT_FALSE(has_assumption(given, "--seq-length"));
+}
+
+// Issue 13's list of flags that change memory: each refused by name, or modelled.
+TEST(MegatronScripts, MemoryFlagsAreRefusedByName) {
+  for (const std::string flags :
+       {"--optimizer-cpu-offload", "--optimizer-offload-fraction 0.5", "--fp8-param-gather", "--tp-comm-overlap",
+        "--overlap-moe-expert-parallel-comm", "--enable-cuda-graph", "--cuda-graph-impl transformer_engine",
+        "--moe-pad-expert-input-to-capacity", "--optimizer sgd", "--optimizer muon"}) {
+    const std::string path = write("refused.args", kModel + "--vocab-size 32000 --tensor-model-parallel-size 1 " + flags + "\n");
+    const auto r = run_cli({"analyze", "--megatron-args", path});
+    EXPECT_EQ(r.code, 2) << flags;
+    const std::string flag = flags.substr(0, flags.find(' '));
+    EXPECT_NE(r.err.find(": " + flag + ": "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("not modelled yet"), std::string::npos) << r.err;
+  }
+}
+
+TEST(MegatronScripts, MemoryFlagsWithAMechanismAreModelled) {
+  const std::string base = kModel + "--vocab-size 32000 --tensor-model-parallel-size 1 ";
+  const json legacy = analyze_json({"--megatron-args", write("ra.args", base + "--recompute-activations\n")});
+  ASSERT_FALSE(legacy.is_null());
+  EXPECT_EQ(legacy.at("training").at("recompute"), "selective");
+  const json bf16 = analyze_json({"--megatron-args", write("gr.args", base + "--grad-reduce-in-bf16\n")});
+  ASSERT_FALSE(bf16.is_null());
+  EXPECT_EQ(bf16.at("training").at("dtypes").at("gradients"), "bf16");
+  const std::string moe = base + "--num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 8 ";
+  for (const std::string d : {"--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep"}) {
+    const json j = analyze_json({"--megatron-args", write("flex.args", moe + d + "\n"), "--dp", "8"});
+    ASSERT_FALSE(j.is_null());
+    EXPECT_EQ(j.at("training").at("moe_token_dispatcher"), "deepep") << d;
+  }
+  const json adam = analyze_json({"--megatron-args", write("adam.args", base + "--optimizer adam --cuda-graph-impl none "
+                                                                               "--cross-entropy-loss-fusion\n")});
+  ASSERT_FALSE(adam.is_null());
+  EXPECT_TRUE(has_assumption(adam, "--cross-entropy-loss-fusion (native)")) << adam.at("assumptions");
+  // Flags Megatron's source shows change no memory are ignored, and listed in the output.
+  const json ignored = analyze_json({"--megatron-args", write("lr.args", base + "--lr 1e-4 --weird-flag 3\n")});
+  ASSERT_FALSE(ignored.is_null());
+  EXPECT_TRUE(has_assumption(ignored, "flags ignored (Megatron's source shows they change no GPU memory): --lr 1e-4"));
+  EXPECT_TRUE(has_assumption(ignored, "flags not recognised (assumed not to change memory; check them): --weird-flag 3"));
+}
+
+// A memory-relevant flag that depends on what the script cannot know is refused, naming it.
+TEST(MegatronScripts, FlagsDependingOnTheEnvironmentAreRefused) {
+  const std::string path = write("env.sh", "TP=$(nvidia-smi -L | wc -l)\ntorchrun train.py " + kModel +
+                                               "--vocab-size 32000 --tensor-model-parallel-size $TP\n");
+  const auto r = run_cli({"analyze", "--megatron-args", path});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--tensor-model-parallel-size"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the output of `nvidia-smi`"), std::string::npos) << r.err;
+}
+
+// A 700-byte script whose variable doubles on every line took 2.6 GB; now a named error.
+TEST(MegatronScripts, DoublingVariablesHitANamedLimit) {
+  std::string s = "A=--lr\n";
+  for (int i = 0; i < 40; ++i) s += "A=\"$A $A\"\n";
+  const auto r = run_cli({"analyze", "--megatron-args", write("double.sh", s + "python train.py $A\n")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("shell expansion limit"), std::string::npos) << r.err;
+}
+
+TEST(MegatronScripts, ZeroWidthsAndEmptyLayerListsAreNamed) {
+  const std::string moe = "--num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 ";
+  const auto zero = run_cli({"analyze", "--megatron-args",
+                             write("ffn0.args", kModel + moe + "--vocab-size 128 --ffn-hidden-size 0 --tensor-model-parallel-size 1\n")});
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_NE(zero.err.find("--ffn-hidden-size"), std::string::npos) << zero.err;
+  const auto freq = run_cli({"analyze", "--megatron-args",
+                             write("freq.args", kModel + moe + "--moe-ffn-hidden-size 32 --vocab-size 128 "
+                                                               "--moe-layer-freq '[]*2147483648+[1]*4' --tensor-model-parallel-size 1\n")});
+  EXPECT_EQ(freq.code, 2);
+  EXPECT_NE(freq.err.find("--moe-layer-freq"), std::string::npos) << freq.err;
+}
+
+// A ModelZoo YAML recipe given directly: its MODEL_ARGS are the flags; a ${VAR} the recipe leaves
+// to its launcher is refused by name for a memory-relevant flag.
+TEST(MegatronScripts, ModelZooRecipeReadsItsModelArgs) {
+  const std::string recipe = kDir + "modelzoo/model_configs/benchmarking/DeepSeek-V3.yaml";
+  const auto r = run_cli({"analyze", "--megatron-args", recipe});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--tensor-model-parallel-size"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("$TP, which the script does not set"), std::string::npos) << r.err;
+  const std::string fixed = write("recipe.yaml",
+                                  "ENV_VARS:\n  NCCL_DEBUG: VERSION\nMODEL_ARGS:\n  --num-layers: 4\n  --hidden-size: 1024\n"
+                                  "  --num-attention-heads: 8\n  --swiglu: true\n  --disable-bias-linear: true\n"
+                                  "  --position-embedding-type: rope\n  --vocab-size: 32000\n  --qk-layernorm: false\n"
+                                  "  --tensor-model-parallel-size: 2\n  --sequence-parallel: true\n");
+  const json j = analyze_json({"--megatron-args", fixed, "--dp", "4"});
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j.at("parallel").at("tp"), 2);
+  EXPECT_EQ(j.at("parallel").at("sp"), true);
+  const auto bad = run_cli({"analyze", "--megatron-args", write("bad.yaml", "MODEL_ARGS:\n  - [unclosed\n")});
+  EXPECT_EQ(bad.code, 2);
+}
+
+}  // namespace

@@ -1,0 +1,297 @@
+#!/bin/bash
+# moemem test fixture. Flags and shell structure of Pai-Megatron-Patch's DeepSeek-V3 launcher,
+# https://github.com/alibaba/Pai-Megatron-Patch/blob/29152019edd12ffd6bf6f5177c6f53ea2654db94/examples/deepseek_v3/run_mcore_deepseek.sh
+# (written anew for the tests; size A37B). 27 positional arguments, as in the example's README;
+# pretrain_deepseek_v3.sh passes the README's.
+set -e
+ENV=$1
+CURRENT_DIR="$( cd "$( dirname "$0" )" && pwd )"
+MEGATRON_PATCH_PATH=$( dirname $( dirname ${CURRENT_DIR}))
+export PYTHONPATH=${MEGATRON_PATCH_PATH}:${MEGATRON_PATCH_PATH}/backends/megatron/Megatron-LM-250624:$PYTHONPATH
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+
+if [ $ENV = dsw ]; then
+    MASTER_ADDR=localhost
+    MASTER_PORT=$(shuf -n 1 -i 10000-65535)
+    NNODES=1
+    NODE_RANK=0
+    GPUS_PER_NODE=`python -c "import torch; print(torch.cuda.device_count())"`
+elif [ $ENV = dlc ]; then
+    NNODES=${WORLD_SIZE}
+    NODE_RANK=${RANK}
+    GPUS_PER_NODE=${KUBERNETES_CONTAINER_RESOURCE_GPU:-8}
+fi
+
+DISTRIBUTED_ARGS="--nproc_per_node $GPUS_PER_NODE --nnodes $NNODES --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT"
+
+MODEL_SIZE=$2
+BATCH_SIZE=$3
+GLOBAL_BATCH_SIZE=$4
+LR=$5
+MIN_LR=$6
+SEQ_LEN=$7
+PAD_LEN=$8
+PR=$9
+TP=${10}
+PP=${11}
+CP=${12}
+ETP=${13}
+EP=${14}
+SP=${15}
+DO=${16}
+FL=${17}
+SFT=${18}
+AC=${19}
+OPTIMIZER_OFFLOAD=${20}
+SAVE_INTERVAL=${21}
+DATASET_PATH=${22}
+VALID_DATASET_PATH=${23}
+PRETRAIN_CHECKPOINT_PATH=${24}
+TRAIN_TOKENS=${25}
+WARMUP_TOKENS=${26}
+OUTPUT_BASEPATH=${27}
+
+if [ $FL = true ]; then
+    echo "flash-attn has no MLA: set FL=false"
+    exit -1
+elif [ $FL = false ]; then
+    attn_backend_option=" --attention-backend auto"
+fi
+
+if [ $MODEL_SIZE = A37B ]; then
+    HIDDEN_SIZE=7168
+    NUM_ATTENTION_HEADS=128
+    NUM_LAYERS=61
+    INTERMEDIATE_SIZE=18432
+    MOE_INTERMEDIATE_SIZE=2048
+    MAX_POSITION_EMBEDDINGS=4096
+    EXTRA_VOCAB_SIZE=467
+    Q_LORA_RANK=1536
+    KV_LORA_RANK=512
+    QK_NOPE_HEAD_DIM=128
+    QK_ROPE_HEAD_DIM=64
+    V_HEAD_DIM=128
+    ROPE_THETA=10000
+    SCALE_FACTOR=40
+    NUM_EXPERTS=256
+    ROUTER_TOPK=8
+    NUM_SHARED_EXPERTS=1
+    RMS_NORM_EPS=1e-6
+    moe_options=" \
+        --moe-grouped-gemm \
+        --moe-token-dispatcher-type alltoall \
+        --moe-router-topk ${ROUTER_TOPK} \
+        --moe-router-group-topk 4 \
+        --moe-router-num-groups 8 \
+        --moe-router-dtype fp32 \
+        --moe-permute-fusion \
+        --num-experts ${NUM_EXPERTS} \
+        --expert-model-parallel-size ${EP} \
+        --expert-tensor-parallel-size ${ETP} \
+        --moe-ffn-hidden-size ${MOE_INTERMEDIATE_SIZE} \
+        --moe-router-load-balancing-type seq_aux_loss \
+        --moe-router-topk-scaling-factor 2.5 \
+        --moe-shared-expert-overlap \
+        --moe-router-pre-softmax \
+        --moe-router-enable-expert-bias \
+        --mscale 1.0 \
+        --mscale-all-dim 1.0 \
+        --moe-router-score-function sigmoid \
+        --moe-router-bias-update-rate 0.001 \
+        --moe-aux-loss-coeff 0.001 \
+        --moe-layer-freq '([0]*3+[1]*58)' \
+        --moe-shared-expert-intermediate-size $((${MOE_INTERMEDIATE_SIZE} * ${NUM_SHARED_EXPERTS} )) \
+        --q-lora-rank ${Q_LORA_RANK} \
+        --kv-lora-rank ${KV_LORA_RANK} \
+        --qk-nope-head-dim ${QK_NOPE_HEAD_DIM} \
+        --qk-rope-head-dim ${QK_ROPE_HEAD_DIM} \
+        --v-head-dim ${V_HEAD_DIM} \
+        --mtp-num-layers 1 \
+        "
+    mtp_options=""
+fi
+
+# settings the environment may give
+if [ -z ${MP_DATASET_TYPE} ];then
+    MP_DATASET_TYPE="idxmap"
+fi
+if [ -z ${MP_AC_LAYERS} ];then
+    MP_AC_LAYERS=1
+fi
+if [ -z ${MP_VP} ]; then
+    vp_option=""
+else
+    vp_option=" --num-layers-per-virtual-pipeline-stage ${MP_VP}"
+fi
+if [ -z ${MP_SFT_PACKING} ]; then
+    MP_SFT_PACKING=false
+fi
+
+TP_COMM_OVERLAP=$(( ($TP > 1) ? 1 : 0 ))
+comm_overlap_option=" --overlap-grad-reduce --overlap-param-gather"
+if [ $TP_COMM_OVERLAP -eq 1 ]; then
+    comm_overlap_option=" --tp-comm-overlap --overlap-grad-reduce --overlap-param-gather"
+fi
+
+if [ $AC = full ]; then
+    _check=$(( ($NUM_LAYERS / $PP) % ${MP_AC_LAYERS} ))
+    if [ $_check != 0 ]; then
+        echo "layers per pipeline rank must be a multiple of the recomputed layers"
+        exit -1
+    fi
+    activation_checkpoint_options=" --recompute-method uniform --recompute-num-layers ${MP_AC_LAYERS} --recompute-granularity full"
+elif [ $AC = sel ]; then
+    activation_checkpoint_options=" --recompute-activations"
+elif [ $AC = none ]; then
+    activation_checkpoint_options=" "
+elif [ $AC = offload ]; then
+    activation_checkpoint_options=" --cpu-offloading --cpu-offloading-num-layers ${MP_AC_LAYERS}"
+fi
+
+if [ $PR = fp16 ]; then
+    pr_options=" --fp16 --apply-query-key-layer-scaling"
+    export NVTE_APPLY_QK_LAYER_SCALING=1
+elif [ $PR = bf16 ]; then
+    pr_options=" --bf16"
+elif [ $PR = fp8 ]; then
+    pr_options=" --bf16 --fp8-format hybrid --fp8-amax-compute-algo max --fp8-amax-history-len 1024"
+fi
+
+if [ $OPTIMIZER_OFFLOAD != false ] && [ $DO = false ]; then
+    echo "optimizer offload needs DO=true"
+    DO=true
+fi
+if [ $DO = true ]; then
+    do_option=" --use-distributed-optimizer"
+elif [ $DO = false ]; then
+    do_option=" "
+fi
+
+if [ $SP = true ] && [ $TP -gt 1 ]; then
+    sp_option=" --sequence-parallel"
+elif [ $SP = false ]; then
+    sp_option=" "
+fi
+
+if [ -z ${MP_PP0_LAYERS} ];then
+    uneven_split_option=""
+elif [ ${PP} -gt 1 ]; then
+    uneven_split_option=" --decoder-first-pipeline-num-layers ${MP_PP0_LAYERS}"
+else
+    echo "an uneven pipeline split needs PP > 1"
+    exit -1
+fi
+
+if [ $PRETRAIN_CHECKPOINT_PATH != none ]; then
+    load_option=" --load $PRETRAIN_CHECKPOINT_PATH"
+fi
+
+if [ $OPTIMIZER_OFFLOAD != false ]; then
+    offload_option=" --optimizer-cpu-offload --use-precision-aware-optimizer --optimizer-offload-fraction ${OPTIMIZER_OFFLOAD}"
+fi
+
+if [ $SFT = true ]; then
+    TRAIN_ITERS=${25}
+    LR_WARMUP_ITERS=${26}
+    LR_DECAY_ITERS=$(( ${TRAIN_ITERS} - ${LR_WARMUP_ITERS}))
+    PREFIX="finetune-mcore-deepseek-v3-${MODEL_SIZE}-lr-${LR}-minlr-${MIN_LR}-bs-${BATCH_SIZE}-gbs-${GLOBAL_BATCH_SIZE}-seqlen-${SEQ_LEN}"
+    sft_options=" --eod-mask-loss --calculate-per-token-loss --train-mode finetune"
+else
+    TRAIN_ITERS=$(( ${TRAIN_TOKENS} / ${GLOBAL_BATCH_SIZE} / ${SEQ_LEN} ))
+    LR_WARMUP_ITERS=$(( ${WARMUP_TOKENS}  / ${GLOBAL_BATCH_SIZE} / ${SEQ_LEN} ))
+    LR_DECAY_ITERS=$(( ${TRAIN_TOKENS} /  ${GLOBAL_BATCH_SIZE} / ${SEQ_LEN} ))
+    PREFIX="pretrain-mcore-deepseek-v3-${MODEL_SIZE}-lr-${LR}-minlr-${MIN_LR}-bs-${BATCH_SIZE}-gbs-${GLOBAL_BATCH_SIZE}-seqlen-${SEQ_LEN}"
+    sft_options=" --train-mode pretrain"
+fi
+
+if [ ${MP_DATASET_TYPE} = "raw" ]; then
+    dataset_options=" --train-data-path ${DATASET_PATH} --valid-data-path ${VALID_DATASET_PATH} --dataloader-type cyclic --dataset JSON-SFT"
+else
+    dataset_options=" --data-path ${DATASET_PATH} --split 99,1,0 --dataset MMAP"
+fi
+
+if [ ${MP_SFT_PACKING} = true ]; then
+    echo "MLA has no THD attention: no sequence packing"
+    packing_options=""
+else
+    packing_options=""
+fi
+
+NAME="${PREFIX}-pr-${PR}-tp-${TP}-pp-${PP}-cp-${CP}-ac-${AC}-do-${DO}-sp-${SP}-ti-${TRAIN_ITERS}-wi-${LR_WARMUP_ITERS}"
+mkdir -p "${OUTPUT_BASEPATH}/tensorboard/"
+mkdir -p "${OUTPUT_BASEPATH}/checkpoint/"
+current_time=$(date "+%Y.%m.%d-%H.%M.%S")
+TENSORBOARD_DIR="${OUTPUT_BASEPATH}/tensorboard/${NAME}_${current_time}"
+SAVED_PRETRAIN_CHECKPOINT_PATH="${OUTPUT_BASEPATH}/checkpoint/${NAME}"
+
+megatron_options="  \
+        --save ${SAVED_PRETRAIN_CHECKPOINT_PATH} \
+        --lr ${LR} \
+        --min-lr ${MIN_LR} \
+        --lr-decay-style cosine \
+        --weight-decay 0.1 \
+        --adam-beta1 0.9 \
+        --adam-beta2 0.95 \
+        --clip-grad 1.0 \
+        --init-method-std 0.008 \
+        --attention-dropout 0.0 \
+        --hidden-dropout 0.0 \
+        --lr-decay-iters ${LR_DECAY_ITERS} \
+        --lr-warmup-iters ${LR_WARMUP_ITERS} \
+        --train-iters ${TRAIN_ITERS} \
+        --micro-batch-size ${BATCH_SIZE} \
+        --global-batch-size ${GLOBAL_BATCH_SIZE} \
+        --num-layers ${NUM_LAYERS} \
+        --hidden-size ${HIDDEN_SIZE} \
+        --num-attention-heads ${NUM_ATTENTION_HEADS} \
+        --ffn-hidden-size ${INTERMEDIATE_SIZE} \
+        --seq-length ${SEQ_LEN} \
+        --max-position-embeddings ${MAX_POSITION_EMBEDDINGS} \
+        --max-padding-length ${PAD_LEN} \
+        --log-interval 1 \
+        --log-throughput \
+        --eval-interval 10000 \
+        --eval-iters 10 \
+        --save-interval ${SAVE_INTERVAL} \
+        --tensorboard-queue-size 1 \
+        --tensorboard-dir ${TENSORBOARD_DIR} \
+        --log-timers-to-tensorboard \
+        --log-validation-ppl-to-tensorboard \
+        --tensor-model-parallel-size ${TP} \
+        --pipeline-model-parallel-size ${PP} \
+        --context-parallel-size ${CP} \
+        --no-load-optim \
+        --no-load-rng \
+        --num-workers 8 \
+        --extra-vocab-size ${EXTRA_VOCAB_SIZE} \
+        --patch-tokenizer-type DeepSeekV2Tokenizer \
+        --swiglu \
+        --normalization RMSNorm \
+        --norm-epsilon ${RMS_NORM_EPS} \
+        --use-rotary-position-embeddings \
+        --no-rope-fusion \
+        --rope-type yarn \
+        --untie-embeddings-and-output-weights \
+        --disable-bias-linear \
+        --rotary-base ${ROPE_THETA} \
+        --rotary-scaling-factor ${SCALE_FACTOR} \
+        --no-save-optim \
+        --kv-channels ${V_HEAD_DIM} \
+        --qk-layernorm \
+        --multi-latent-attention \
+        --transformer-impl transformer_engine \
+        --no-masked-softmax-fusion \
+        --use-rope-scaling \
+        --manual-gc \
+        --manual-gc-interval 10 \
+        --recompute-granularity selective \
+        --recompute-modules mla_up_proj mlp moe \
+        "
+
+run_cmd="torchrun $DISTRIBUTED_ARGS pretrain_deepseek.py
+ ${megatron_options} ${dataset_options} ${pr_options} ${load_option} ${activation_checkpoint_options} \
+ ${do_option} ${sp_option} ${moe_options} ${offload_option} ${sft_options} ${vp_option} ${packing_options} ${uneven_split_option} ${attn_backend_option} ${mtp_options}"
+
+echo ${run_cmd}
+eval ${run_cmd}
+set +x
