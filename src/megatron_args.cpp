@@ -77,6 +77,7 @@ const std::map<std::string, std::string, std::less<>> kValueFlags = {
     {"--moe-expert-capacity-factor", "--moe-capacity-factor"},
     {"--hidden-dropout", "--hidden-dropout"},
     {"--attention-dropout", "--attention-dropout"},
+    {"--optimizer-offload-fraction", "--optimizer-offload-fraction"},
 };
 
 // Switches understood: those that are settings (kSwitchSettings) and those that shape the model
@@ -88,7 +89,7 @@ const std::set<std::string, std::less<>> kSwitches = {
     "--untie-embeddings-and-output-weights", "--moe-router-enable-expert-bias", "--qk-layernorm", "--add-qkv-bias",
     "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap", "--recompute-activations",
     "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--enable-shared-expert", "--no-position-embedding",
-    "--use-rotary-position-embeddings",
+    "--use-rotary-position-embeddings", "--optimizer-cpu-offload",
 };
 
 // Flags whose value may depend on the launch environment: the world size (then --dp is needed)
@@ -322,10 +323,15 @@ Setting<std::int64_t> vpp_from_layers(const ScriptFlags& f) {
   const std::int64_t per_stage = to_int(per->value, f.field("--num-layers-per-virtual-pipeline-stage"));
   const RawFlag* pp_flag = f.find("--pipeline-model-parallel-size");
   const std::int64_t pp = pp_flag != nullptr ? to_int(pp_flag->value, f.field("--pipeline-model-parallel-size")) : 1;
-  const auto layers = f.get_int("--num-layers");
+  // megatron/training/arguments.py: the embedding and the loss count as a layer each when the
+  // split accounts for them, then vpp = (layers / pp) / layers-per-virtual-stage.
+  auto layers = f.get_int("--num-layers");
+  if (layers && f.switches.contains("--account-for-embedding-in-pipeline-split")) ++*layers;
+  if (layers && f.switches.contains("--account-for-loss-in-pipeline-split")) ++*layers;
   if (!layers || per_stage < 1 || pp < 1 || *layers % (pp * per_stage) != 0) {
     throw InputError(f.field("--num-layers-per-virtual-pipeline-stage"), std::to_string(per_stage),
-                     "a count that divides --num-layers / --pipeline-model-parallel-size (and --num-layers given)");
+                     "a count that divides --num-layers (+1 for each --account-for-embedding/loss-in-pipeline-split) / "
+                     "--pipeline-model-parallel-size (and --num-layers given)");
   }
   return FromScript<std::int64_t>{*layers / (pp * per_stage), per->from};
 }
@@ -446,6 +452,12 @@ void read_settings(const ScriptFlags& f, MegatronSettings& s) {
   s.moe_capacity_factor = typed<double>(f, "--moe-expert-capacity-factor", flag_number);
   s.hidden_dropout = typed<double>(f, "--hidden-dropout", flag_number);
   s.attention_dropout = typed<double>(f, "--attention-dropout", flag_number);
+  // HybridDeviceOptimizer (megatron/core/optimizer/cpu_offloading): --optimizer-offload-fraction
+  // (default 1.0) of the optimizer states on the host; the fraction alone offloads nothing.
+  if (const auto it = f.switches.find("--optimizer-cpu-offload"); it != f.switches.end()) {
+    const auto fraction = typed<double>(f, "--optimizer-offload-fraction", flag_number);
+    s.optimizer_offload = FromScript<double>{fraction ? fraction->value : 1.0, it->second};
+  }
   s.recompute = typed<Recompute>(f, "--recompute-granularity",
                                  [](const std::string& v, const std::string& field) { return parse_recompute(v, field); });
   s.recompute_modules = read_recompute_modules(f);

@@ -25,10 +25,6 @@ constexpr std::array kUnmodelled = {
     Unmodelled{"--use-torch-fsdp2", "FSDP2 sharding (a torchtitan-style profile)"},
     Unmodelled{"--use-megatron-fsdp", "Megatron FSDP sharding"},
     Unmodelled{"--use-custom-fsdp", "Megatron FSDP sharding"},
-    // HybridDeviceOptimizer keeps a fraction of the fp32 master weights and Adam moments on the
-    // host (megatron/core/optimizer/cpu_offloading).
-    Unmodelled{"--optimizer-cpu-offload", "optimizer states offloaded to CPU memory"},
-    Unmodelled{"--optimizer-offload-fraction", "optimizer states offloaded to CPU memory"},
     // FP8 weights held as the model's parameters instead of BF16 ones (fp8_model_init).
     Unmodelled{"--fp8-param-gather", "FP8 parameters in place of the BF16 weights"},
     Unmodelled{"--reuse-grad-buf-for-mxfp8-param-ag", "MXFP8 parameter all-gather into the gradient buffer"},

@@ -48,6 +48,7 @@ void apply_training(const MegatronSettings& s, TrainingRequest& t, const Given& 
   put(s.exp_avg_sq_dtype, "--exp-avg-sq-dtype", given, t.exp_avg_sq_dtype);
   put(s.fp8, "--fp8", given, t.fp8);
   put(s.distributed_optimizer, "--distributed-optimizer", given, t.distributed_optimizer);
+  put(s.optimizer_offload, "--optimizer-cpu-offload", given, t.optimizer_offload);
   put(s.shared_expert_overlap, "--moe-shared-expert-overlap", given, t.shared_expert_overlap);
   put(s.vocab_multiple, "--make-vocab-size-divisible-by", given, t.vocab_multiple);
   put(s.attention, "--attention", given, t.attention);

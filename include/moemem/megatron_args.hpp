@@ -70,6 +70,7 @@ struct MegatronSettings {
   Setting<DType> main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;  // --main-grads-dtype ...
   Setting<Fp8Recipe> fp8;                 // --fp8: --fp8-format turns it on, --fp8-recipe (default delayed)
   Setting<bool> distributed_optimizer;    // --distributed-optimizer
+  Setting<double> optimizer_offload;      // --optimizer-cpu-offload: --optimizer-offload-fraction (default 1.0)
   Setting<bool> shared_expert_overlap;    // --moe-shared-expert-overlap
   // Vocabulary, attention, MoE, MTP.
   Setting<std::int64_t> vocab_multiple;   // --make-vocab-size-divisible-by

@@ -162,7 +162,7 @@ TEST(MegatronScripts, AssumedSequenceLengthIsNamed) {
 // Issue 13's list of flags that change memory: each refused by name, or modelled.
 TEST(MegatronScripts, MemoryFlagsAreRefusedByName) {
   for (const std::string flags :
-       {"--optimizer-cpu-offload", "--optimizer-offload-fraction 0.5", "--fp8-param-gather", "--tp-comm-overlap",
+       {"--fp8-param-gather", "--tp-comm-overlap",
         "--overlap-moe-expert-parallel-comm", "--enable-cuda-graph", "--cuda-graph-impl transformer_engine",
         "--moe-pad-expert-input-to-capacity", "--optimizer sgd", "--optimizer muon"}) {
     const std::string path = write("refused.args", kModel + "--vocab-size 32000 --tensor-model-parallel-size 1 " + flags + "\n");
@@ -179,6 +179,11 @@ TEST(MegatronScripts, MemoryFlagsWithAMechanismAreModelled) {
   const json legacy = analyze_json({"--megatron-args", write("ra.args", base + "--recompute-activations\n")});
   ASSERT_FALSE(legacy.is_null());
   EXPECT_EQ(legacy.at("training").at("recompute"), "selective");
+  // --optimizer-cpu-offload with its fraction: that share of the optimizer shard on the host.
+  const json offload =
+      analyze_json({"--megatron-args", write("of.args", base + "--optimizer-cpu-offload --optimizer-offload-fraction 0.5\n")});
+  ASSERT_FALSE(offload.is_null());
+  EXPECT_GT(offload.at("stages").at(0).at("bytes").at("host").get<std::uint64_t>(), 0u);
   const json bf16 = analyze_json({"--megatron-args", write("gr.args", base + "--grad-reduce-in-bf16\n")});
   ASSERT_FALSE(bf16.is_null());
   EXPECT_EQ(bf16.at("training").at("dtypes").at("gradients"), "bf16");
