@@ -202,7 +202,7 @@ void explain_output(const Evaluation& e, std::int64_t stage, Format f, std::ostr
       j["items"].push_back({{"category", i.category}, {"module", i.module}, {"item", i.item}, {"detail", i.detail},
                             {"bytes", i.bytes.value()}});
     }
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
     return;
   }
   Table t;
@@ -263,7 +263,7 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
                                              {"low_pct", band->band.low_pct}, {"high_pct", band->band.high_pct},
                                              {"margin_applied", gpu && !no_margin}}
                             : nlohmann::json();
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
     return;
   }
   if (f == Format::csv) {

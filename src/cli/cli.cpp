@@ -26,6 +26,11 @@ void report_unrecognised_keys(const ModelSpec& m, std::ostream& err) {
 std::string read_text_file(const std::string& path, const char* flag) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) throw InputError(flag, path, "the path of a readable file");
+  // Every file moemem reads (a launch script, a measurement set, a model file) is text of a few
+  // MB at most; a larger one is a mistake, not something to read into memory.
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && size > kMaxInputFileBytes) {
+    throw InputError(flag, fmt::format("{} ({} bytes)", path, size), fmt::format("a file of at most {} bytes (the input size limit)", kMaxInputFileBytes));
+  }
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();

@@ -1,6 +1,7 @@
 // The subcommands. Each registers its options on a CLI11 sub-app and runs after parsing.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 
@@ -71,7 +72,10 @@ struct ValidateCommand {
   int run(std::ostream& out, std::ostream& err) const;
 };
 
-// A file's text; the error names `flag` when the path is not a readable file.
+// The largest file read_text_file reads: 64 MiB.
+inline constexpr std::uintmax_t kMaxInputFileBytes = std::uintmax_t{64} << 20;
+// A file's text; the error names `flag` when the path is not a readable file or is larger than
+// kMaxInputFileBytes.
 std::string read_text_file(const std::string& path, const char* flag);
 
 // The request a validation record's moemem object describes: its arguments parsed as analyze's,

@@ -77,7 +77,7 @@ void CountCommand::run(std::ostream& out, std::ostream& err) const {
                         {"router_bias", m.moe.router_bias},
                         {"by", by},
                         {"rows", to_json(t)["rows"]}};
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
     return;
   }
   if (f != Format::csv) {

@@ -211,7 +211,7 @@ void print_tables(const std::vector<Table>& tables, const Evaluation& e, std::in
     nlohmann::json j = {{"schema", "moemem.paper/1"}, {"model", e.model.name}, {"stage", stage}};
     j["tables"] = nlohmann::json::array();
     for (const auto& t : tables) j["tables"].push_back(to_json(t));
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
     return;
   }
   if (f == Format::table || f == Format::markdown) {

@@ -156,7 +156,7 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
   std::int64_t rank = 0;
   for (const auto& e : r.feasible) {
     if (++rank > top) break;
-    if (lines) out << entry_json(e, rank).dump() << "\n";
+    if (lines) out << json_text(entry_json(e, rank)) << "\n";
     else feasible.push_back(entry_json(e, rank));
   }
   for (const auto& e : r.pareto) pareto.push_back(entry_json(e, 0));
@@ -171,10 +171,10 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
                       {"pareto", pareto}, {"nearest_infeasible", misses}};
   if (!lines) {
     s["layouts"] = feasible;
-    out << s.dump(2) << "\n";
+    out << json_text(s, 2) << "\n";
   } else {
     s["summary"] = true;
-    out << s.dump() << "\n";
+    out << json_text(s) << "\n";
   }
 }
 
