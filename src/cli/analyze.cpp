@@ -190,13 +190,15 @@ void AnalyzeCommand::setup(CLI::App& root, const char* name) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
-void explain_output(const Evaluation& e, std::int64_t stage, Format f, std::ostream& out) {
+void explain_output(const Evaluation& e, std::int64_t stage, Format f, const std::vector<std::string>& warnings,
+                    std::ostream& out) {
   const auto items = explain_stage(e.model, e.inventory, *e.profile, e.layout, e.training, stage);
   Bytes total;
   for (const auto& i : items) total += i.bytes;
   if (f == Format::json) {
     nlohmann::json j = {{"schema", "moemem.explain/1"}, {"model", e.model.name}, {"profile", e.profile->name},
                         {"stage", stage}, {"total_bytes", total.value()}};
+    add_warnings(j, warnings);
     j["items"] = nlohmann::json::array();
     for (const auto& i : items) {
       j["items"].push_back({{"category", i.category}, {"module", i.module}, {"item", i.item}, {"detail", i.detail},
@@ -249,9 +251,9 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = parse_format(format);
   const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
   auto gpu = gpu_choice(training);
-  report_unrecognised_keys(e.model, err);
+  const auto warnings = model_warnings(e.model, model, err);
   if (explain) {
-    explain_output(e, *explain, f, out);
+    explain_output(e, *explain, f, warnings, out);
     return;
   }
   const MemoryReport r = analyze(e.model, e.inventory, *e.profile, e.layout, e.training);
@@ -263,6 +265,7 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
                                              {"low_pct", band->band.low_pct}, {"high_pct", band->band.high_pct},
                                              {"margin_applied", gpu && !no_margin}}
                             : nlohmann::json();
+    add_warnings(j, warnings);
     out << json_text(j, 2) << "\n";
     return;
   }

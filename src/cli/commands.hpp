@@ -95,7 +95,8 @@ std::optional<Band> measured_band(const std::string& profile, const std::string&
 // does after parsing: its errors, its notes (to `err`), repeated settings, a --model that differs.
 void read_megatron_text(AnalyzeCommand& c, const std::string& text, std::ostream& err);
 
-// Prints "note: ..." lines for config keys moemem did not recognise.
-void report_unrecognised_keys(const ModelSpec& m, std::ostream& err);
+// Config keys moemem did not recognise: an error under --strict (`o.strict`), else a "note: ..."
+// line on `err` and one warning each, returned for the JSON output's `warnings`.
+std::vector<std::string> model_warnings(const ModelSpec& m, const ModelOptions& o, std::ostream& err);
 
 }  // namespace moemem::cli

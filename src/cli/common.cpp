@@ -41,6 +41,8 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
          "--mtp", [&o](const std::string& s) { o.mtp = parse_int(s, "--mtp"); },
          "Multi-token-prediction depths to include (default: the config's, 0 in the paper profile)")
       ->type_name("INT");
+  app.add_flag("--strict", o.strict,
+               "Config keys moemem does not understand (they may change memory) are errors instead of warnings");
 }
 
 void add_layout_options(CLI::App& app, LayoutOptions& o) {

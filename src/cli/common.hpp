@@ -25,6 +25,7 @@ struct ModelOptions {
   std::string model = "deepseek-v3";
   std::optional<std::int64_t> mtp;
   std::optional<ModelSpec> spec;  // a model described by --megatron-args architecture flags
+  bool strict = false;            // --strict: config keys moemem does not understand are errors
 };
 
 struct LayoutOptions {

@@ -206,9 +206,11 @@ Table overhead_table(const Profile& prof) {
   return t;
 }
 
-void print_tables(const std::vector<Table>& tables, const Evaluation& e, std::int64_t stage, Format f, std::ostream& out) {
+void print_tables(const std::vector<Table>& tables, const Evaluation& e, std::int64_t stage, Format f,
+                  const std::vector<std::string>& warnings, std::ostream& out) {
   if (f == Format::json) {
     nlohmann::json j = {{"schema", "moemem.paper/1"}, {"model", e.model.name}, {"stage", stage}};
+    add_warnings(j, warnings);
     j["tables"] = nlohmann::json::array();
     for (const auto& t : tables) j["tables"].push_back(to_json(t));
     out << json_text(j, 2) << "\n";
@@ -232,7 +234,7 @@ void PaperCommand::run(std::ostream& out, std::ostream& err) const {
   to.profile = "paper";
   to.recompute.recompute = "none";
   const Evaluation e = resolve(model, layout, to);
-  report_unrecognised_keys(e.model, err);
+  const auto warnings = model_warnings(e.model, model, err);
   if (stage < 0 || stage >= e.layout.config.pp) {
     throw InputError("--stage", std::to_string(stage), fmt::format("a stage from 0 to {}", e.layout.config.pp - 1));
   }
@@ -249,7 +251,7 @@ void PaperCommand::run(std::ostream& out, std::ostream& err) const {
   tables.push_back(zero_table(e, t0, stage));
   tables.push_back(activations_table(e, t0, stage));
   tables.push_back(overhead_table(*e.profile));
-  print_tables(tables, e, stage, f, out);
+  print_tables(tables, e, stage, f, warnings, out);
 }
 
 }  // namespace moemem::cli

@@ -141,6 +141,7 @@ struct RunInfo {
   const Profile& profile;
   const SearchSpace& space;
   int threads = 1;
+  std::vector<std::string> warnings;  // config keys not understood
 };
 
 std::string summary_line(const SearchResult& r, const RunInfo& run) {
@@ -169,6 +170,7 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
                       {"usable_bytes", r.usable.value()}, {"candidates", r.enumerated}, {"evaluated", r.evaluated},
                       {"feasible", r.feasible.size()}, {"seconds", r.seconds}, {"threads", run.threads},
                       {"pareto", pareto}, {"nearest_infeasible", misses}};
+  add_warnings(s, run.warnings);
   if (!lines) {
     s["layouts"] = feasible;
     out << json_text(s, 2) << "\n";
@@ -211,7 +213,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
 
   const Profile& profile = get_profile(training.profile);
   const ModelSpec m = load_model_for(model, profile);
-  report_unrecognised_keys(m, err);
+  const auto warnings = model_warnings(m, model, err);
   const Inventory inv = build_inventory(m);
   const CompiledModel cm = compile_model(m, inv, profile);
 
@@ -269,7 +271,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   const int n_threads = threads > 0 ? static_cast<int>(threads)
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const SearchResult r = search_with_progress(cm, space, n_threads, err);
-  const RunInfo run{m, *gpu, profile, space, n_threads};
+  const RunInfo run{m, *gpu, profile, space, n_threads, warnings};
   if (format == "json" || format == "jsonl") print_json(r, run, top, format == "jsonl", out);
   else if (format == "csv") print_csv(r, run, top, out, err);
   else print_table(r, run, top, out);

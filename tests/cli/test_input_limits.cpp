@@ -150,4 +150,38 @@ TEST(ConfigValues, SizesWithSuffixesAreRefused) {
   expect_error({"count", "--model", path}, {"vocab_size: '\"128K\"'", "an integer"});
 }
 
+// A misspelled key changed the number with only a stderr note (and keys beside text_config got
+// none): the JSON lists them under `warnings`, and --strict refuses them.
+TEST(UnknownKeys, ListedInJsonWarningsAndRefusedUnderStrict) {
+  nlohmann::json c = nlohmann::json::parse(read(std::string(MOEMEM_TEST_DATA_DIR) + "/configs/llama-3.1-8b.config.json"));
+  const nlohmann::json wrapper = {{"model_type", "llava"}, {"vision_config", {{"hidden_size", 1024}}}, {"text_config", c}};
+  c["hiden_size"] = 1024;
+  const std::string typo = temp_file("typo.config.json", c.dump());
+  const std::string beside = temp_file("wrapper.config.json", wrapper.dump());
+  const std::vector<std::vector<std::string>> commands = {
+      {"analyze", "--format", "json"}, {"explain", "--stage", "0", "--format", "json"}, {"count", "--format", "json"},
+      {"paper", "--ep", "1", "--format", "json"},
+      {"search", "--gpus", "8", "--gpu", "h100-80g", "--global-batch", "8", "--format", "json", "--top", "1"}};
+  for (const auto& [path, key] : {std::pair{typo, std::string("hiden_size")}, std::pair{beside, std::string("vision_config")}}) {
+    for (const auto& command : commands) {
+      std::vector<std::string> args = command;
+      args.insert(args.begin() + 1, {"--model", path});
+      SCOPED_TRACE(joined(args));
+      const CliResult r = run(args);
+      ASSERT_EQ(r.code, 0) << r.err;
+      EXPECT_NE(r.err.find("config keys not understood"), std::string::npos) << r.err;
+      const auto j = nlohmann::json::parse(r.out);
+      ASSERT_TRUE(j.contains("warnings")) << r.out.substr(0, 200);
+      ASSERT_EQ(j.at("warnings").size(), 1u) << j.at("warnings").dump();
+      EXPECT_NE(j.at("warnings")[0].get<std::string>().find("'" + key + "' not understood"), std::string::npos);
+      args.push_back("--strict");
+      expect_error(args, {"config keys: '" + key + "' is not accepted", "--strict"});
+    }
+  }
+  // A config without such keys has no warnings, and --strict accepts it.
+  const CliResult clean = run({"count", "--model", "llama-3.1-8b", "--format", "json", "--strict"});
+  ASSERT_EQ(clean.code, 0) << clean.err;
+  EXPECT_FALSE(nlohmann::json::parse(clean.out).contains("warnings"));
+}
+
 }  // namespace
