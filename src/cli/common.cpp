@@ -208,6 +208,12 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.seq_len = o.batch.seq_len;
   r.global_batch = o.batch.global_batch;
   r.zero = o.states.zero;
+  // The distributed optimizer is ZeRO-1: with --zero 0 it used to become ZeRO-1 silently.
+  if (o.states.distributed_optimizer && o.states.zero == 0) {
+    throw InputError("--zero", "0 with --distributed-optimizer",
+                     "--zero 1 or no --zero with --distributed-optimizer (which shards the optimizer states: ZeRO-1), "
+                     "or --zero 0 without it");
+  }
   r.distributed_optimizer = o.states.distributed_optimizer;
   r.vocab_multiple = o.numerics.vocab_multiple;
   r.attention = given<AttentionKernel>(o.numerics.attention, [](const std::string& v) { return parse_attention_kernel(v, "--attention"); });

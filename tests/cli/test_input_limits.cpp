@@ -10,6 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_cli.hpp"
+#include "moemem/config.hpp"
+#include "moemem/errors.hpp"
+#include "moemem/inventory.hpp"
+#include "moemem/model.hpp"
 
 namespace {
 
@@ -182,6 +186,70 @@ TEST(UnknownKeys, ListedInJsonWarningsAndRefusedUnderStrict) {
   const CliResult clean = run({"count", "--model", "llama-3.1-8b", "--format", "json", "--strict"});
   ASSERT_EQ(clean.code, 0) << clean.err;
   EXPECT_FALSE(nlohmann::json::parse(clean.out).contains("warnings"));
+}
+
+// `--cuda-context 0.52` was read as 0.52 bytes (1 byte): a size needs its unit (0 needs none).
+TEST(SizeUnits, ANumberWithoutAUnitIsRefused) {
+  for (const char* flag : {"--cuda-context", "--nccl-per-group", "--gpu-memory"}) {
+    expect_error({"analyze", "--model", "llama-3.1-8b", flag, "0.52"}, {std::string(flag) + ": '0.52' is not accepted", "unit"});
+  }
+  const auto runtime = [](const std::string& size) {
+    const CliResult r = run({"analyze", "--model", "llama-3.1-8b", "--cuda-context", size, "--format", "json"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return nlohmann::json::parse(r.out).at("stages")[0].at("bytes").at("runtime").get<std::uint64_t>();
+  };
+  EXPECT_EQ(runtime("0.52GiB") - runtime("0"), 558345749u);  // ceil(0.52 x 2^30 = 558345748.48)
+  EXPECT_EQ(runtime("1024B") - runtime("0"), 1024u);
+}
+
+// The distributed optimizer is ZeRO-1; asked for together with --zero 0 it silently became ZeRO-1.
+TEST(Contradictions, ZeroStageZeroWithTheDistributedOptimizer) {
+  expect_error({"analyze", "--model", "llama-3.1-8b", "--zero", "0", "--distributed-optimizer"},
+               {"--zero: '0 with --distributed-optimizer' is not accepted", "ZeRO-1"});
+  for (const auto& ok : {std::vector<std::string>{"--zero", "1", "--distributed-optimizer"}, {"--distributed-optimizer"}, {"--zero", "0"}}) {
+    std::vector<std::string> args = {"analyze", "--model", "llama-3.1-8b"};
+    args.insert(args.end(), ok.begin(), ok.end());
+    EXPECT_EQ(run(args).code, 0) << joined(args);
+  }
+}
+
+// tp x pp x cp from the command line against a script's world size: checked, named (it was a
+// signed overflow).
+TEST(Overflow, WorldSizeOverDegreesIsChecked) {
+  const std::string script = temp_file("world.sh", "torchrun --nproc-per-node 8 --nnodes 4 pretrain_gpt.py "
+                                                   "--tensor-model-parallel-size 2\n");
+  for (const char* tp : {"1048576", "4611686018427387904"}) {
+    const CliResult r = run({"analyze", "--model", "llama-3.1-8b", "--megatron-args", script, "--tp", tp, "--pp", tp, "--cp", tp});
+    EXPECT_EQ(r.code, 2) << tp << r.err;
+    EXPECT_NE(r.err.find("world size: '32' is not accepted; expected a multiple of tp*pp*cp"), std::string::npos) << r.err;
+  }
+}
+
+// Products of two config sizes in the inventory were signed multiplications: a ModelSpec from a
+// library caller (not bounded by the config readers) overflowed silently.
+TEST(Overflow, TensorDimensionsAreCheckedProducts) {
+  moemem::ModelSpec m = moemem::load_model("llama-3.1-8b");
+  m.num_heads = m.num_kv_heads = std::int64_t{1} << 40;
+  m.head_dim = std::int64_t{1} << 30;
+  EXPECT_THROW((void)moemem::build_inventory(m), moemem::OverflowError);
+}
+
+// Every source's model is bounded: layers (2^40 was a bad_alloc, 3,000,000 took 20 s and 2.4 GB)
+// and key/value heads (at most the query heads).
+TEST(ModelBounds, LayersAndKeyValueHeads) {
+  moemem::ModelSpec m = moemem::load_model("llama-3.1-8b");
+  m.num_layers = std::int64_t{1} << 40;
+  EXPECT_THROW(moemem::validate_model(m), moemem::InputError);
+  m = moemem::load_model("llama-3.1-8b");
+  m.num_kv_heads = m.num_heads * 2;
+  try {
+    moemem::validate_model(m);
+    ADD_FAILURE() << "more key/value heads than query heads accepted";
+  } catch (const moemem::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("num_key_value_heads: '64'"), std::string::npos) << e.what();
+  }
+  m.num_kv_heads = 0;
+  EXPECT_THROW(moemem::validate_model(m), moemem::InputError);
 }
 
 }  // namespace
