@@ -7,6 +7,7 @@
 
 #include "moemem/errors.hpp"
 #include "moemem/gpu.hpp"
+#include "moemem/tp_rules.hpp"
 
 namespace moemem::cli {
 
@@ -274,7 +275,13 @@ Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const Traini
 }
 
 Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to) {
-  return make_scenario(to_request(mo, lo, to));
+  return checked_scenario(to_request(mo, lo, to));
+}
+
+Evaluation checked_scenario(const Request& r) {
+  Evaluation e = make_scenario(r);
+  if (auto problem = check_tp_divisibility(e.model, e.layout.config, *e.profile)) throw *problem;
+  return e;
 }
 
 double parse_double(const std::string& text, const char* field) { return parse_double_impl(text, field); }

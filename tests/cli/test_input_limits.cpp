@@ -252,4 +252,26 @@ TEST(ModelBounds, LayersAndKeyValueHeads) {
   EXPECT_THROW(moemem::validate_model(m), moemem::InputError);
 }
 
+// Megatron-Core divides the dense and shared-expert MLPs' intermediate sizes over tp
+// (ColumnParallelLinear/RowParallelLinear's divide() asserts); moemem accepted sizes that do not
+// divide. The megatron profile refuses them now, in analyze, search and validate alike.
+TEST(TensorParallelRules, MlpSizesMustDivideByTp) {
+  nlohmann::json c = nlohmann::json::parse(read(std::string(MOEMEM_TEST_DATA_DIR) + "/configs/llama-3.1-8b.config.json"));
+  c["intermediate_size"] = 14337;
+  const std::string odd = temp_file("odd_ffn.config.json", c.dump());
+  expect_error({"analyze", "--model", odd, "--tp", "2"}, {"--tp: '2' is not accepted", "intermediate_size (14337)"});
+  EXPECT_EQ(run({"analyze", "--model", odd, "--tp", "1"}).code, 0);
+  EXPECT_EQ(run({"analyze", "--model", odd, "--tp", "2", "--profile", "torchtitan"}).code, 0);  // DTensor shards unevenly
+  // search: no layout with tp 2 is evaluated.
+  const CliResult s = run({"search", "--model", odd, "--gpus", "8", "--gpu", "h100-80g", "--global-batch", "8", "--tp", "2",
+                           "--format", "json"});
+  EXPECT_EQ(s.code, 1) << s.err;
+  EXPECT_EQ(nlohmann::json::parse(s.out).at("evaluated"), 0);
+
+  nlohmann::json q = nlohmann::json::parse(read(std::string(MOEMEM_TEST_DATA_DIR) + "/configs/qwen2-57b-a14b.config.json"));
+  q["shared_expert_intermediate_size"] = 20481;
+  const std::string shared = temp_file("odd_shared.config.json", q.dump());
+  expect_error({"analyze", "--model", shared, "--tp", "4"}, {"--tp: '4' is not accepted", "shared experts' intermediate size (20481)"});
+}
+
 }  // namespace
