@@ -139,6 +139,12 @@ TEST(JsonOutput, FileNamesThatAreNotUtf8StillGiveJson) {
     EXPECT_TRUE(nlohmann::json::accept(r.out)) << joined(args);
     EXPECT_NE(r.out.find("model\xef\xbf\xbd"), std::string::npos) << joined(args);
   }
+  const std::string script = ::testing::TempDir() + "script\xff.args";
+  std::filesystem::copy_file(std::string(MOEMEM_TEST_DATA_DIR) + "/megatron/llama3_70b_tp8_pp4.args", script,
+                             std::filesystem::copy_options::overwrite_existing);
+  const CliResult m = run({"analyze", "--megatron-args", script, "--format", "json"});
+  ASSERT_EQ(m.code, 0) << m.err;
+  EXPECT_TRUE(nlohmann::json::accept(m.out));
   const std::string set = ::testing::TempDir() + "set\xff.jsonl";
   std::ofstream(set) << record(R"({"model": "llama-3.1-8b", "args": ["--dp", "8"], "metric": "allocated", "unit": "GiB"})");
   const CliResult v = run({"validate", "--set", set, "--format", "json"});
