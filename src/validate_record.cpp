@@ -30,20 +30,20 @@ std::optional<double> bytes_per_unit(const std::string& unit) {
 
 std::string field(const json& r, const char* key) { return fmt::format("{}: moemem.{}", record_text(r, "id"), key); }
 
-// A text field of `obj` (a record's moemem object or a companion): `fallback` when absent or
-// null, an error naming the field, the value and `accepted` when it is not a string.
-std::string text_of(const json& r, const json& obj, const char* key, const char* fallback, const std::string& accepted) {
-  const auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return fallback;
-  if (!it->is_string()) throw InputError(field(r, key), it->dump(), accepted);
-  return it->get<std::string>();
-}
-
 // The value shown in an error: JSON, cut short (a record is at most 1 MB, but a message should be a line).
 std::string shown(const json& v) {
   std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() > 80) text = text.substr(0, 77) + "...";
   return text;
+}
+
+// A text field of `obj` (a record's moemem object or a companion): `fallback` when absent or
+// null, an error naming the field, the value and `accepted` when it is not a string.
+std::string text_of(const json& r, const json& obj, const char* key, const char* fallback, const std::string& accepted) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return fallback;
+  if (!it->is_string()) throw InputError(field(r, key), shown(*it), accepted);
+  return it->get<std::string>();
 }
 
 // One measured quantity: a metric, a positive value and its unit.
