@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build
   nlohmann-json3-dev libcli11-dev libfmt-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  clang libclang-rt-dev  # libFuzzer and clang's sanitizer runtimes (scripts/fuzz.sh)
 )
 
 missing=()

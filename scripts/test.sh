@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs dependencies (Debian packages), then builds and runs every test twice: an optimised
 # build with warnings as errors, and a debug build under AddressSanitizer and
-# UndefinedBehaviorSanitizer. Also checks the predictions against the public measurements
-# (moemem validate, with ratchets at today's errors) and builds the benchmarks and runs each once, briefly.
+# UndefinedBehaviorSanitizer; then runs each libFuzzer target for 30 s (scripts/fuzz.sh). Also
+# checks the predictions against the public measurements (moemem validate, with ratchets at
+# today's errors) and builds the benchmarks and runs each once, briefly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -28,3 +29,6 @@ echo "== sanitizer build (ASan + UBSan)"
 cmake --preset sanitize >/dev/null
 cmake --build --preset sanitize -j "$jobs"
 ctest --preset sanitize -j "$jobs"
+
+echo "== fuzzing (libFuzzer under ASan + UBSan, clang): each target ${MOEMEM_FUZZ_SECONDS:-30} s, seeded from tests/data"
+./scripts/fuzz.sh

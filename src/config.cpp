@@ -13,6 +13,7 @@
 
 #include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
+#include "moemem/json_limits.hpp"
 #include "moemem/presets.hpp"
 
 namespace moemem {
@@ -245,6 +246,10 @@ std::string read_file(const std::string& path) {
                      fmt::format("a preset name ({}) or the path of a readable config.json file",
                                  fmt::join(preset_names(), ", ")));
   }
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && size > kConfigJsonLimits.max_bytes) {
+    throw InputError("--model", fmt::format("{} ({} bytes)", path, size),
+                     fmt::format("a config.json of at most {} bytes (the input size limit)", kConfigJsonLimits.max_bytes));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw InputError("--model", path,
@@ -264,24 +269,42 @@ std::vector<std::string> preset_names() {
   return names;
 }
 
-ModelSpec parse_hf_config(std::string_view json_text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    throw InputError(source, fmt::format("malformed JSON at byte {}", e.byte),
-                     "a complete Hugging Face config.json (a JSON object)");
-  } catch (const json::out_of_range&) {
-    // nlohmann's number overflow (e.g. 1e400) is an out_of_range, not a parse_error.
-    throw InputError(source, "a number beyond a 64-bit float", "a Hugging Face config.json with finite numbers");
+namespace {
+
+// Keys of multimodal wrappers (beside text_config) that only number special tokens.
+const std::set<std::string, std::less<>> kWrapperTokenKeys = {
+    "image_token_index", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+    "vision_token_id", "ignore_index"};
+
+// Unrecognised keys beyond this many are summarised: a 16 MB config could have a million.
+constexpr std::size_t kMaxListedKeys = 100;
+
+void note_unrecognised(ModelSpec& m, const std::string& key) {
+  if (m.unrecognised_keys.size() < kMaxListedKeys) {
+    m.unrecognised_keys.push_back(key);
+  } else if (m.unrecognised_keys.size() == kMaxListedKeys) {
+    m.unrecognised_keys.emplace_back("(more keys not listed)");
   }
+}
+
+ModelSpec parse_config_object(const json& j, const std::string& source);
+
+// Multimodal wrappers nest the language model's config; the keys beside it (a vision tower, a
+// projector) are reported like any other key moemem does not understand.
+ModelSpec parse_text_config(const json& j, const json& tc, const std::string& source) {
+  json inner = tc;  // the text's nesting depth is bounded (check_json_limits), so is this copy's
+  if (!inner.contains("model_type") && j.contains("model_type")) inner["model_type"] = j.at("model_type");
+  ModelSpec m = parse_config_object(inner, source + " (text_config)");
+  for (const auto& [key, value] : j.items()) {
+    if (key == "text_config" || key == "model_type" || kNoMemoryEffect.contains(key) || kWrapperTokenKeys.contains(key)) continue;
+    note_unrecognised(m, key);
+  }
+  return m;
+}
+
+ModelSpec parse_config_object(const json& j, const std::string& source) {
   if (!j.is_object()) throw InputError(source, j.type_name(), "a JSON object (a Hugging Face config.json)");
-  // Multimodal wrappers nest the language model's config.
-  if (const auto tc = j.find("text_config"); tc != j.end() && tc->is_object()) {
-    json inner = *tc;
-    if (!inner.contains("model_type") && j.contains("model_type")) inner["model_type"] = j["model_type"];
-    return parse_hf_config(inner.dump(), source + " (text_config)");
-  }
+  if (const auto tc = j.find("text_config"); tc != j.end() && tc->is_object()) return parse_text_config(j, *tc, source);
   const auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string()) {
     throw InputError(source_field(source, "model_type"), mt == j.end() ? "missing" : mt->dump(),
@@ -308,7 +331,7 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& source)
   }
   m.tie_embeddings = get_bool(j, "tie_word_embeddings", source, false);
   for (const auto& [key, value] : j.items()) {
-    if (!used.contains(key) && !kNoMemoryEffect.contains(key)) m.unrecognised_keys.push_back(key);
+    if (!used.contains(key) && !kNoMemoryEffect.contains(key)) note_unrecognised(m, key);
   }
   validate_model(m);
   // Every tensor's size must fit in 64 bits; say which config is to blame if one does not.
@@ -319,6 +342,31 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& source)
                      "sizes whose products (tensor and model sizes) fit in 64 bits");
   }
   return m;
+}
+
+}  // namespace
+
+ModelSpec parse_hf_config(std::string_view json_text, const std::string& source) {
+  // Size and depth first: dump() and copies of a deeply nested document would overflow the stack.
+  check_json_limits(json_text, kConfigJsonLimits, source);
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw InputError(source, fmt::format("malformed JSON at byte {}", e.byte),
+                     "a complete Hugging Face config.json (a JSON object)");
+  } catch (const json::out_of_range&) {
+    // nlohmann's number overflow (e.g. 1e400) is an out_of_range, not a parse_error.
+    throw InputError(source, "a number beyond a 64-bit float", "a Hugging Face config.json with finite numbers");
+  } catch (const json::exception& e) {
+    throw InputError(source, e.what(), "a Hugging Face config.json");
+  }
+  try {
+    return parse_config_object(j, source);
+  } catch (const json::exception& e) {
+    // Every key is read with its type checked first; this is the net under that rule.
+    throw InputError(source, e.what(), "a Hugging Face config.json whose keys have the documented types");
+  }
 }
 
 ModelSpec load_model(const std::string& name_or_path) {

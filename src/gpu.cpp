@@ -44,7 +44,7 @@ Gpu lookup_gpu(std::string_view name) {
 }
 
 Bytes parse_memory_size(std::string_view text, std::string_view field, bool allow_zero) {
-  const std::string accepted = "a size such as 80GiB, 141GB, 81559MiB or a byte count";
+  const std::string accepted = "a size with its unit, such as 80GiB, 141GB, 81559MiB or 1024B";
   std::size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
   const std::string number(text.substr(0, i));
@@ -54,6 +54,11 @@ Bytes parse_memory_size(std::string_view text, std::string_view field, bool allo
   const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
   if (number.empty() || ec != std::errc() || ptr != number.data() + number.size() || !(value > 0 || (allow_zero && value == 0))) {
     throw InputError(std::string(field), std::string(text), accepted);
+  }
+  // A number without a unit is ambiguous (--cuda-context 0.52 meant GiB, and read as 1 byte);
+  // only 0 needs none.
+  if (unit.empty() && value != 0) {
+    throw InputError(std::string(field), std::string(text), accepted + " (a number without a unit is refused: which unit was meant?)");
   }
   double scale = 0;
   if (unit.empty() || unit == "B") scale = 1;

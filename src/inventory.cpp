@@ -8,6 +8,14 @@ namespace {
 
 std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 
+// A tensor dimension that is a product of two config sizes (heads x head_dim): checked, since a
+// ModelSpec from a library caller need not have gone through the config readers' bounds.
+std::int64_t dim(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw_overflow(what);
+  return r;
+}
+
 struct Builder {
   const ModelSpec& m;
   Inventory inv;
@@ -37,27 +45,27 @@ struct Builder {
       if (a.q_lora_rank > 0) {
         add(p + "self_attn.q_a_proj.weight", "", Role::q_down, pl, layer, a.q_lora_rank, h);
         add(p + "self_attn.q_a_layernorm.weight", "", Role::q_a_norm, pl, layer, a.q_lora_rank, 1);
-        add(p + "self_attn.q_b_proj.weight", "q_nope", Role::q_up, pl, layer, nh * a.qk_nope_head_dim, a.q_lora_rank);
-        add(p + "self_attn.q_b_proj.weight", "q_rope", Role::q_rope, pl, layer, nh * a.qk_rope_head_dim, a.q_lora_rank);
+        add(p + "self_attn.q_b_proj.weight", "q_nope", Role::q_up, pl, layer, dim(nh, a.qk_nope_head_dim, "heads x qk_nope_head_dim"), a.q_lora_rank);
+        add(p + "self_attn.q_b_proj.weight", "q_rope", Role::q_rope, pl, layer, dim(nh, a.qk_rope_head_dim, "heads x qk_rope_head_dim"), a.q_lora_rank);
       } else {
-        add(p + "self_attn.q_proj.weight", "q_nope", Role::q_up, pl, layer, nh * a.qk_nope_head_dim, h);
-        add(p + "self_attn.q_proj.weight", "q_rope", Role::q_rope, pl, layer, nh * a.qk_rope_head_dim, h);
+        add(p + "self_attn.q_proj.weight", "q_nope", Role::q_up, pl, layer, dim(nh, a.qk_nope_head_dim, "heads x qk_nope_head_dim"), h);
+        add(p + "self_attn.q_proj.weight", "q_rope", Role::q_rope, pl, layer, dim(nh, a.qk_rope_head_dim, "heads x qk_rope_head_dim"), h);
       }
       add(p + "self_attn.kv_a_proj_with_mqa.weight", "kv_latent", Role::kv_down, pl, layer, a.kv_lora_rank, h);
       add(p + "self_attn.kv_a_proj_with_mqa.weight", "k_rope", Role::k_rope, pl, layer, a.qk_rope_head_dim, h);
       add(p + "self_attn.kv_a_layernorm.weight", "", Role::kv_a_norm, pl, layer, a.kv_lora_rank, 1);
-      add(p + "self_attn.kv_b_proj.weight", "k_nope", Role::k_up, pl, layer, nh * a.qk_nope_head_dim, a.kv_lora_rank);
-      add(p + "self_attn.kv_b_proj.weight", "v", Role::v_up, pl, layer, nh * a.v_head_dim, a.kv_lora_rank);
-      add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, nh * a.v_head_dim);
+      add(p + "self_attn.kv_b_proj.weight", "k_nope", Role::k_up, pl, layer, dim(nh, a.qk_nope_head_dim, "heads x qk_nope_head_dim"), a.kv_lora_rank);
+      add(p + "self_attn.kv_b_proj.weight", "v", Role::v_up, pl, layer, dim(nh, a.v_head_dim, "heads x v_head_dim"), a.kv_lora_rank);
+      add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, a.v_head_dim, "heads x v_head_dim"));
     } else {
-      const std::int64_t hd = m.head_dim, kv = m.num_kv_heads * hd;
-      add(p + "self_attn.q_proj.weight", "", Role::q_proj, pl, layer, nh * hd, h);
-      if (m.qkv_bias) add(p + "self_attn.q_proj.bias", "", Role::q_bias, pl, layer, nh * hd, 1);
+      const std::int64_t hd = m.head_dim, kv = dim(m.num_kv_heads, hd, "key/value heads x head_dim");
+      add(p + "self_attn.q_proj.weight", "", Role::q_proj, pl, layer, dim(nh, hd, "heads x head_dim"), h);
+      if (m.qkv_bias) add(p + "self_attn.q_proj.bias", "", Role::q_bias, pl, layer, dim(nh, hd, "heads x head_dim"), 1);
       add(p + "self_attn.k_proj.weight", "", Role::k_proj, pl, layer, kv, h);
       if (m.qkv_bias) add(p + "self_attn.k_proj.bias", "", Role::k_bias, pl, layer, kv, 1);
       add(p + "self_attn.v_proj.weight", "", Role::v_proj, pl, layer, kv, h);
       if (m.qkv_bias) add(p + "self_attn.v_proj.bias", "", Role::v_bias, pl, layer, kv, 1);
-      add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, nh * hd);
+      add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, hd, "heads x head_dim"));
       if (m.o_bias) add(p + "self_attn.o_proj.bias", "", Role::o_bias, pl, layer, h, 1);
       if (m.qk_norm) {
         add(p + "self_attn.q_norm.weight", "", Role::q_norm, pl, layer, hd, 1);
@@ -291,7 +299,7 @@ Inventory build_inventory(const ModelSpec& m) {
     b.add(p + "embed_tokens.weight", "", Role::mtp_embedding, Placement::mtp, i, m.vocab, h, 1, true);
     b.add(p + "enorm.weight", "", Role::mtp_enorm, Placement::mtp, i, h, 1);
     b.add(p + "hnorm.weight", "", Role::mtp_hnorm, Placement::mtp, i, h, 1);
-    b.add(p + "eh_proj.weight", "", Role::mtp_eh_proj, Placement::mtp, i, h, 2 * h);
+    b.add(p + "eh_proj.weight", "", Role::mtp_eh_proj, Placement::mtp, i, h, dim(2, h, "2 x hidden_size"));
     b.decoder_layer(i, Placement::mtp, mtp_kind);
     b.add(p + "shared_head.norm.weight", "", Role::mtp_head_norm, Placement::mtp, i, h, 1);
     b.add(p + "shared_head.head.weight", "", Role::mtp_output_head, Placement::mtp, i, m.vocab, h, 1, true);

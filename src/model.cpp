@@ -35,6 +35,31 @@ void validate_model(const ModelSpec& m) {
                        fmt::format("at most the number of routed experts ({})", m.moe.num_routed_experts));
     }
   }
+  // Bounds every reader applies, checked again for any source (a validation record's model file,
+  // a library caller): 2^40 layers was a bad_alloc, 3,000,000 took 20 s and 2.4 GB.
+  auto within = [&](std::int64_t v, const char* field, std::int64_t max) {
+    if (v < 0 || v > max) {
+      throw InputError(fmt::format("model {}: {}", m.name, field), std::to_string(v), fmt::format("an integer from 0 to {}", max));
+    }
+  };
+  constexpr std::int64_t kMaxSize = std::int64_t{1} << 31, kMaxCount = std::int64_t{1} << 16;
+  within(m.num_layers, "num_hidden_layers", kMaxCount);
+  within(m.moe.num_routed_experts, "n_routed_experts", kMaxCount);
+  within(m.mtp_layers, "mtp layers", 16);
+  for (const auto& [v, field] : {std::pair{m.hidden, "hidden_size"}, std::pair{m.vocab, "vocab_size"},
+                                 std::pair{m.num_heads, "num_attention_heads"}, std::pair{m.head_dim, "head_dim"},
+                                 std::pair{m.dense_ffn, "intermediate_size"}, std::pair{m.moe.expert_ffn, "moe_intermediate_size"},
+                                 std::pair{m.moe.shared_ffn, "shared expert intermediate size"},
+                                 std::pair{m.moe.num_shared_experts, "n_shared_experts"}, std::pair{m.moe.top_k, "num_experts_per_tok"},
+                                 std::pair{m.mla.q_lora_rank, "q_lora_rank"}, std::pair{m.mla.kv_lora_rank, "kv_lora_rank"},
+                                 std::pair{m.mla.qk_nope_head_dim, "qk_nope_head_dim"},
+                                 std::pair{m.mla.qk_rope_head_dim, "qk_rope_head_dim"}, std::pair{m.mla.v_head_dim, "v_head_dim"},
+                                 std::pair{m.learned_positions, "learned position rows"}}) {
+    within(v, field, kMaxSize);
+  }
+  // Key/value heads: at most the query heads (GQA shares each among several query heads).
+  within(m.num_kv_heads, "num_key_value_heads", m.num_heads);
+  if (m.attention == AttentionKind::gqa) positive(m.num_kv_heads, "num_key_value_heads");
   if (m.mtp_layers < 0) {
     throw InputError(fmt::format("model {}: mtp layers", m.name), std::to_string(m.mtp_layers), "0 or more");
   }

@@ -73,29 +73,41 @@ void check_search_space(const SearchSpace& space, int threads) {
   }
 }
 
-SearchPlan plan_search(const ModelSpec& m, const SearchSpace& space) {
-  check_search_space(space, 1);
+namespace {
+
+// Step 1 without the candidates: the usable memory, the recomputation choices and the layouts.
+SearchPlan plan_layouts(const ModelSpec& m, const SearchSpace& space) {
   SearchPlan plan;
   plan.usable = Bytes(static_cast<std::uint64_t>(std::floor(static_cast<double>(space.capacity.value()) * space.max_memory_fraction)));
   plan.recomputes = space.recomputes.empty() ? default_recompute_family(m) : space.recomputes;
   plan.layouts = enumerate_layouts(m, space);
+  return plan;
+}
+
+}  // namespace
+
+SearchPlan plan_search(const ModelSpec& m, const SearchSpace& space) {
+  check_search_space(space, 1);
+  SearchPlan plan = plan_layouts(m, space);
   plan.candidates = enumerate_candidates(plan.layouts.layouts, space, plan.recomputes);
   return plan;
 }
 
 SearchResult search(const CompiledModel& cm, const SearchSpace& space, int threads, std::atomic<std::int64_t>* progress,
-                    std::int64_t keep_infeasible) {
+                    std::int64_t keep_infeasible, std::int64_t keep_feasible) {
   check_search_space(space, threads);
-  const SearchPlan plan = plan_search(*cm.model, space);
+  if (keep_feasible < 0 || keep_infeasible < 0) {
+    throw InputError("search keep", fmt::format("{} and {}", keep_feasible, keep_infeasible), "counts >= 0");
+  }
+  // The layouts only: candidates are generated per layout while evaluating (memory stays bounded).
+  const SearchPlan plan = plan_layouts(*cm.model, space);
   SearchResult result;
   result.usable = plan.usable;
-  result.enumerated = static_cast<std::int64_t>(plan.candidates.size());
   result.rejected_layouts = plan.layouts.rejected;
   result.rejected_by_field = plan.layouts.rejected_by_field;
   const auto start = std::chrono::steady_clock::now();
-  Evaluation ev = evaluate_candidates(cm, plan, space.gpus_per_node, threads, progress);
+  stream_candidates(cm, plan, space, threads, keep_feasible, keep_infeasible, progress, result);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  rank_candidates(std::move(ev), keep_infeasible, result);
   return result;
 }
 

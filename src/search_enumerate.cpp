@@ -161,26 +161,36 @@ LayoutEnumeration enumerate_layouts(const ModelSpec& m, const SearchSpace& space
   return out;
 }
 
-std::vector<Candidate> enumerate_candidates(const std::vector<LayoutChoice>& layouts, const SearchSpace& space,
-                                            const std::vector<RecomputeChoice>& recomputes) {
-  std::vector<Candidate> candidates;
+void layout_candidates(std::size_t layout, const LayoutChoice& choice, const SearchSpace& space,
+                       const std::vector<RecomputeChoice>& recomputes, std::vector<Candidate>& out) {
   const std::int64_t global = *space.base.global_batch;
-  for (std::size_t li = 0; li < layouts.size(); ++li) {
-    const auto& p = layouts[li].layout.config;
-    if (global % p.dp != 0) continue;
-    for (const auto mb : choices(space.micro_batch, divisors(global / p.dp), space.micro_batch_max)) {
-      for (const int zero : space.zero_stages) {
-        for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
-          TrainingConfig t = space.base;
-          t.micro_batch = mb;
-          t.zero = zero;
-          t.recompute = recomputes[ri].mode;
-          t.recompute_modules = recomputes[ri].modules;
-          candidates.push_back({li, t, ri});
-        }
+  const auto& p = choice.layout.config;
+  if (global % p.dp != 0) return;
+  for (const auto mb : choices(space.micro_batch, divisors(global / p.dp), space.micro_batch_max)) {
+    for (const int zero : space.zero_stages) {
+      for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
+        TrainingConfig t = space.base;
+        t.micro_batch = mb;
+        t.zero = zero;
+        t.recompute = recomputes[ri].mode;
+        t.recompute_modules = recomputes[ri].modules;
+        out.push_back({layout, t, ri});
       }
     }
   }
+}
+
+std::size_t layout_candidate_count(const LayoutChoice& choice, const SearchSpace& space, std::size_t recomputes) {
+  const std::int64_t global = *space.base.global_batch;
+  const auto& p = choice.layout.config;
+  if (global % p.dp != 0) return 0;
+  return choices(space.micro_batch, divisors(global / p.dp), space.micro_batch_max).size() * space.zero_stages.size() * recomputes;
+}
+
+std::vector<Candidate> enumerate_candidates(const std::vector<LayoutChoice>& layouts, const SearchSpace& space,
+                                            const std::vector<RecomputeChoice>& recomputes) {
+  std::vector<Candidate> candidates;
+  for (std::size_t li = 0; li < layouts.size(); ++li) layout_candidates(li, layouts[li], space, recomputes, candidates);
   return candidates;
 }
 

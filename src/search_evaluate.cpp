@@ -2,10 +2,13 @@
 // the ones that fit by cost, find the Pareto front and keep the nearest misses.
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <cmath>
 #include <thread>
 
 #include "moemem/search.hpp"
+#include "moemem/tp_rules.hpp"
 
 namespace moemem {
 
@@ -41,13 +44,16 @@ struct Evaluator {
     return std::nullopt;
   }
 
-  Verdict evaluate(std::size_t i, SearchEntry& e) {
-    const Candidate& c = plan.candidates[i];
+  Verdict evaluate(std::size_t i, SearchEntry& e) { return evaluate(plan.candidates[i], i, e); }
+
+  // `index`: the candidate's position in the enumeration.
+  Verdict evaluate(const Candidate& c, std::size_t index, SearchEntry& e) {
     const LayoutChoice& lc = plan.layouts.layouts[c.layout];
     if (auto problem = check_training(c.training, lc.layout)) return invalid_verdict(*problem);
     if (auto problem = cm.profile->check(*cm.model, lc.layout, c.training)) return invalid_verdict(*problem);
+    if (auto problem = check_tp_divisibility(*cm.model, lc.layout.config, *cm.profile)) return invalid_verdict(*problem);
     if (auto problem = analyze(lc.layout, c.training)) return invalid_verdict(*problem);
-    e.index = static_cast<std::int64_t>(i);
+    e.index = static_cast<std::int64_t>(index);
     e.parallel = lc.layout.config;
     e.training = c.training;
     e.recompute_name = plan.recomputes[c.recompute].name;
@@ -97,7 +103,133 @@ std::vector<SearchEntry> pareto_front(const std::vector<SearchEntry>& entries, s
   return front;
 }
 
+// The ranking's orders on entries (ByCost and ByPeak above, on the entries themselves).
+bool cheaper(const SearchEntry& x, const SearchEntry& y) {
+  if (x.cost.total() != y.cost.total()) return x.cost.total() < y.cost.total();
+  if (x.peak != y.peak) return x.peak < y.peak;
+  return x.index < y.index;
+}
+bool smaller(const SearchEntry& x, const SearchEntry& y) {
+  if (x.peak != y.peak) return x.peak < y.peak;
+  if (x.cost.total() != y.cost.total()) return x.cost.total() < y.cost.total();
+  return x.index < y.index;
+}
+
+// The first `keep` entries under `before`, of all added: at most 2 x keep are held at a time.
+struct BestK {
+  std::size_t keep = 0;
+  bool (*before)(const SearchEntry&, const SearchEntry&) = nullptr;
+  std::vector<SearchEntry> entries;
+
+  void add(const SearchEntry& e) {
+    if (keep == 0) return;
+    entries.push_back(e);
+    if (entries.size() >= 2 * keep) trim();
+  }
+  void trim() {
+    if (entries.size() <= keep) return;
+    std::nth_element(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(keep), entries.end(), before);
+    entries.resize(keep);
+  }
+  std::vector<SearchEntry> take_sorted() {
+    trim();
+    std::sort(entries.begin(), entries.end(), before);
+    return std::move(entries);
+  }
+};
+
+// The Pareto front of the entries added, as pareto_front() finds it: in `smaller` order, each
+// strictly cheaper than every entry before it. Held in that order, costs strictly decreasing.
+struct Front {
+  std::vector<SearchEntry> entries;
+  void add(const SearchEntry& e) {
+    auto pos = std::lower_bound(entries.begin(), entries.end(), e, smaller);
+    if (pos != entries.begin() && std::prev(pos)->cost.total() <= e.cost.total()) return;  // dominated
+    auto last = pos;
+    while (last != entries.end() && last->cost.total() >= e.cost.total()) ++last;  // now dominated by e
+    entries.insert(entries.erase(pos, last), e);
+  }
+};
+
+// What one thread keeps of the candidates it evaluates (and, merged, what the search keeps).
+struct Kept {
+  BestK feasible, misses;
+  Front pareto;
+  std::int64_t evaluated = 0, invalid = 0, feasible_count = 0;
+  std::map<std::string, std::int64_t> invalid_by_field;
+
+  Kept(std::int64_t keep_feasible, std::int64_t keep_infeasible)
+      : feasible{static_cast<std::size_t>(keep_feasible), cheaper, {}}, misses{static_cast<std::size_t>(keep_infeasible), smaller, {}} {}
+
+  void record(const Verdict& v, const SearchEntry& e) {
+    if (v.kind == VerdictKind::invalid) {
+      ++invalid;
+      ++invalid_by_field[v.field];
+      return;
+    }
+    ++evaluated;
+    if (v.kind == VerdictKind::fits) {
+      ++feasible_count;
+      feasible.add(e);
+      pareto.add(e);
+    } else {
+      misses.add(e);
+    }
+  }
+  void merge(Kept&& o) {
+    for (auto& e : o.feasible.entries) feasible.add(e);
+    for (auto& e : o.misses.entries) misses.add(e);
+    for (auto& e : o.pareto.entries) pareto.add(e);
+    evaluated += o.evaluated;
+    invalid += o.invalid;
+    feasible_count += o.feasible_count;
+    for (const auto& [field, n] : o.invalid_by_field) invalid_by_field[field] += n;
+  }
+};
+
 }  // namespace
+
+void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const SearchSpace& space, int threads,
+                       std::int64_t keep_feasible, std::int64_t keep_infeasible, std::atomic<std::int64_t>* progress,
+                       SearchResult& result) {
+  const auto& layouts = plan.layouts.layouts;
+  // Each layout's first candidate's position in the enumeration (the ranking's last tie-breaker).
+  std::vector<std::size_t> first(layouts.size() + 1, 0);
+  for (std::size_t li = 0; li < layouts.size(); ++li) {
+    first[li + 1] = first[li] + layout_candidate_count(layouts[li], space, plan.recomputes.size());
+  }
+  const LayerKindGemms gemms = layer_gemms(cm);
+  std::atomic<std::size_t> next{0};
+  const auto work = [&](Kept& kept) {
+    Evaluator evaluator{cm, plan, gemms, space.gpus_per_node, {}, make_eval_cache()};
+    std::vector<Candidate> candidates;
+    SearchEntry entry;
+    for (std::size_t li = next.fetch_add(1); li < layouts.size(); li = next.fetch_add(1)) {
+      candidates.clear();
+      layout_candidates(li, layouts[li], space, plan.recomputes, candidates);
+      for (std::size_t j = 0; j < candidates.size(); ++j) {
+        kept.record(evaluator.evaluate(candidates[j], first[li] + j, entry), entry);
+        if (progress != nullptr) progress->fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  };
+  const auto workers = static_cast<std::size_t>(std::clamp<std::int64_t>(threads, 1, std::max<std::int64_t>(1, static_cast<std::int64_t>(layouts.size()))));
+  std::vector<Kept> kept(workers, Kept(keep_feasible, keep_infeasible));
+  std::vector<std::thread> pool;
+  for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work, std::ref(kept[w]));
+  work(kept[0]);
+  for (auto& th : pool) th.join();
+  for (std::size_t w = 1; w < workers; ++w) kept[0].merge(std::move(kept[w]));
+  Kept& all = kept[0];
+  result.enumerated = static_cast<std::int64_t>(first.back());
+  result.evaluated = all.evaluated;
+  result.invalid = all.invalid;
+  result.invalid_by_field = std::move(all.invalid_by_field);
+  result.feasible_count = all.feasible_count;
+  result.feasible = all.feasible.take_sorted();
+  result.infeasible = all.misses.take_sorted();
+  result.pareto = std::move(all.pareto.entries);
+}
 
 std::string_view name_of(VerdictKind k) {
   switch (k) {
@@ -143,6 +275,7 @@ void rank_candidates(Evaluation&& ev, std::int64_t keep_infeasible, SearchResult
     ++result.evaluated;
     (v.kind == VerdictKind::fits ? fit_idx : miss_idx).push_back(i);
   }
+  result.feasible_count = static_cast<std::int64_t>(fit_idx.size());
   result.pareto = pareto_front(entries, fit_idx);
   std::sort(fit_idx.begin(), fit_idx.end(), ByCost{entries});
   std::sort(miss_idx.begin(), miss_idx.end(), ByPeak{entries});

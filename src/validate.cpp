@@ -11,6 +11,8 @@
 
 #include "moemem/analyze.hpp"
 #include "moemem/errors.hpp"
+#include "moemem/json_limits.hpp"
+#include "moemem/tp_rules.hpp"
 
 namespace moemem {
 
@@ -20,6 +22,7 @@ using nlohmann::json;
 
 // One line of the set as a record of the schema; throws InputError naming the line.
 json parse_record(std::string_view line, const std::string& source, std::size_t line_no) {
+  check_json_limits(line, kRecordJsonLimits, fmt::format("{} line {}", source, line_no));
   json r;
   try {
     r = json::parse(line);
@@ -30,6 +33,8 @@ json parse_record(std::string_view line, const std::string& source, std::size_t 
     // nlohmann's number overflow (e.g. 1e400) is an out_of_range, not a parse_error.
     throw InputError(fmt::format("{} line {}", source, line_no), "a number beyond a 64-bit float",
                      "one JSON object per line with finite numbers");
+  } catch (const json::exception& e) {
+    throw InputError(fmt::format("{} line {}", source, line_no), e.what(), "one JSON object per line");
   }
   if (!r.is_object() || !r.contains("id") || !r.contains("measured_gib_normalized") || !r.contains("metric_kind")) {
     throw InputError(fmt::format("{} line {}", source, line_no), "a record without id, metric_kind or measured_gib_normalized",
@@ -56,11 +61,12 @@ std::string dominant_terms(const StageBytes& b, std::size_t stage) {
 }
 
 // The quantity measured on the stage measured.
-Bytes predicted_of(const MemoryReport& rep, const RecordSpec& spec, const std::string& metric, std::size_t& stage) {
+Bytes predicted_of(const MemoryReport& rep, const RecordSpec& spec, const std::string& id, const std::string& metric,
+                   std::size_t& stage) {
   stage = spec.stage == "peak" ? static_cast<std::size_t>(rep.peak_stage)
           : spec.stage == "last" ? rep.stages.size() - 1 : static_cast<std::size_t>(std::stoul(spec.stage));
   if (stage >= rep.stages.size()) {
-    throw InputError("moemem.stage", spec.stage, fmt::format("a stage below {}", rep.stages.size()));
+    throw InputError(fmt::format("{}: moemem.stage", id), spec.stage, fmt::format("a stage below {}", rep.stages.size()));
   }
   const StageBytes& b = rep.stages[stage].bytes;
   return metric == "allocated" ? b.allocated() : metric == "reserved" ? b.reserved() : b.total();
@@ -90,6 +96,7 @@ void evaluate(const json& r, const ValidationResult& base, const RequestBuilder&
   std::string failure;
   try {
     const Scenario sc = make_scenario(request);
+    if (auto problem = check_tp_divisibility(sc.model, sc.layout.config, *sc.profile)) throw *problem;
     rep = analyze(sc.model, sc.inventory, *sc.profile, sc.layout, sc.training);
   } catch (const InputError& e) {
     failure = fmt::format("configuration not representable: {}", e.what());
@@ -107,7 +114,7 @@ void evaluate(const json& r, const ValidationResult& base, const RequestBuilder&
                      : fmt::format("model {}{}", s.model, s.assumptions.empty() ? "" : "; " + s.assumptions);
     if (rep) {
       std::size_t stage = 0;
-      v.predicted = predicted_of(*rep, s, m.metric, stage);  // device total for out-of-memory
+      v.predicted = predicted_of(*rep, s, base.id, m.metric, stage);  // device total for out-of-memory
       if (oom) {
         v.oom_consistent = v.predicted->value() > m.bytes.value();
       } else {
@@ -145,9 +152,15 @@ std::vector<ValidationResult> validate_records(std::string_view jsonl, const std
     v.id = record_text(r, "id");
     v.confidence = record_text(r, "confidence");
     v.family = record_family(r);
-    const Confidence c = v.confidence.empty() ? Confidence::low : parse_confidence(v.confidence, "confidence");
+    const Confidence c = v.confidence.empty() ? Confidence::low
+                                              : parse_confidence(v.confidence, fmt::format("{} line {}: confidence", source, line_no));
     if (c < min) continue;
-    evaluate(r, v, build, out);
+    try {
+      evaluate(r, v, build, out);
+    } catch (const json::exception& e) {
+      // Every field is read with its type checked first; this is the net under that rule.
+      throw InputError(fmt::format("{} line {} ({})", source, line_no, v.id), e.what(), "a record of the set's schema");
+    }
   }
   return out;
 }

@@ -18,7 +18,8 @@ struct Gpu {
 [[nodiscard]] Gpu lookup_gpu(std::string_view name);
 [[nodiscard]] std::vector<std::string> gpu_names();
 
-// "80GiB", "80 GiB", "141GB", "81559MiB", "85899345920" (bytes). Throws InputError naming `field`.
+// "80GiB", "80 GiB", "141GB", "81559MiB", "1024B"; a number without a unit only when it is 0 (the
+// unit of "0.52" is anyone's guess). Throws InputError naming `field`.
 [[nodiscard]] Bytes parse_memory_size(std::string_view text, std::string_view field, bool allow_zero = false);
 
 }  // namespace moemem

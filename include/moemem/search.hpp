@@ -68,7 +68,8 @@ struct SearchEntry {
 };
 
 struct SearchResult {
-  std::vector<SearchEntry> feasible;      // ranked: cost, then peak memory, then index
+  std::vector<SearchEntry> feasible;      // ranked: cost, then peak memory, then index; the best keep_feasible
+  std::int64_t feasible_count = 0;        // all that fit (feasible holds the best of them)
   std::vector<SearchEntry> pareto;        // feasible and not dominated in (peak, cost)
   std::vector<SearchEntry> infeasible;    // the nearest misses, by overflow
   std::int64_t enumerated = 0;            // candidates generated
@@ -82,10 +83,17 @@ struct SearchResult {
   std::map<std::string, std::int64_t> rejected_by_field;
 };
 
-// Checks the space (named errors), enumerates, evaluates on `threads` threads (results do not
-// depend on the thread count) and ranks. `progress`, if given, counts evaluated candidates.
+// How many layouts that fit search() keeps by default (it counts them all).
+inline constexpr std::int64_t kKeepFeasible = 1000;
+
+// Checks the space (named errors), enumerates the layouts, then evaluates their candidates on
+// `threads` threads as they are generated, keeping only the best `keep_feasible` that fit, the
+// Pareto front and the `keep_infeasible` nearest misses: memory stays bounded however large the
+// space (an unbounded space at 4,096 GPUs held every candidate: 10 GB). The results do not
+// depend on the thread count. `progress`, if given, counts evaluated candidates.
 [[nodiscard]] SearchResult search(const CompiledModel& cm, const SearchSpace& space, int threads,
-                                  std::atomic<std::int64_t>* progress = nullptr, std::int64_t keep_infeasible = 5);
+                                  std::atomic<std::int64_t>* progress = nullptr, std::int64_t keep_infeasible = 5,
+                                  std::int64_t keep_feasible = kKeepFeasible);
 
 // Throws InputError naming the flag when the space (or the thread count) is out of range.
 void check_search_space(const SearchSpace& space, int threads);
@@ -120,6 +128,11 @@ struct Candidate {
   TrainingConfig training;
   std::size_t recompute = 0;  // index into the recomputation choices
 };
+// One layout's candidates (its index `layout`): micro-batch x ZeRO stage x recomputation choice.
+void layout_candidates(std::size_t layout, const LayoutChoice& choice, const SearchSpace& space,
+                       const std::vector<RecomputeChoice>& recomputes, std::vector<Candidate>& out);
+// How many candidates layout_candidates gives for one layout.
+[[nodiscard]] std::size_t layout_candidate_count(const LayoutChoice& choice, const SearchSpace& space, std::size_t recomputes);
 // Each layout x micro-batch (divisors of global_batch / dp) x ZeRO stage x recomputation choice.
 [[nodiscard]] std::vector<Candidate> enumerate_candidates(const std::vector<LayoutChoice>& layouts,
                                                           const SearchSpace& space,
@@ -162,6 +175,14 @@ struct Evaluation {
 // Fills result.feasible (by cost, then peak, then index), result.pareto, result.infeasible (the
 // `keep_infeasible` nearest misses, by peak), result.evaluated and the invalid counts.
 void rank_candidates(Evaluation&& ev, std::int64_t keep_infeasible, SearchResult& result);
+
+// Steps 2 and 3 as the candidates are generated: each thread takes the next layout, evaluates its
+// candidates and keeps the best `keep_feasible`, its Pareto front and the `keep_infeasible`
+// nearest misses; the threads' results are merged in a fixed order. Fills what rank_candidates
+// fills (feasible truncated, feasible_count all), plus enumerated; `plan.candidates` is not used.
+void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const SearchSpace& space, int threads,
+                       std::int64_t keep_feasible, std::int64_t keep_infeasible, std::atomic<std::int64_t>* progress,
+                       SearchResult& result);
 
 // --- The cost model (documented in docs/formulas.md). -------------------------------------------
 

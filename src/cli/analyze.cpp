@@ -195,7 +195,8 @@ void AnalyzeCommand::setup(CLI::App& root, const char* name) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
-void explain_output(const Evaluation& e, std::int64_t stage, Format f, std::ostream& out) {
+void explain_output(const Evaluation& e, std::int64_t stage, Format f, const std::vector<std::string>& warnings,
+                    std::ostream& out) {
   const auto items = explain_stage(e.model, e.inventory, *e.profile, e.layout, e.training, stage);
   Bytes total;  // the device's: host memory (category host) is listed, not added
   for (const auto& i : items) {
@@ -204,12 +205,13 @@ void explain_output(const Evaluation& e, std::int64_t stage, Format f, std::ostr
   if (f == Format::json) {
     nlohmann::json j = {{"schema", "moemem.explain/1"}, {"model", e.model.name}, {"profile", e.profile->name},
                         {"stage", stage}, {"total_bytes", total.value()}};
+    add_warnings(j, warnings);
     j["items"] = nlohmann::json::array();
     for (const auto& i : items) {
       j["items"].push_back({{"category", i.category}, {"module", i.module}, {"item", i.item}, {"detail", i.detail},
                             {"bytes", i.bytes.value()}});
     }
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
     return;
   }
   Table t;
@@ -254,11 +256,11 @@ std::optional<MetricBand> uncertainty(const std::string& profile) {
 
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = parse_format(format);
-  const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
+  const Evaluation e = checked_scenario(to_request(model, layout, training, megatron));
   auto gpu = gpu_choice(training);
-  report_unrecognised_keys(e.model, err);
+  const auto warnings = model_warnings(e.model, model, err);
   if (explain) {
-    explain_output(e, *explain, f, out);
+    explain_output(e, *explain, f, warnings, out);
     return;
   }
   MemoryReport r = analyze(e.model, e.inventory, *e.profile, e.layout, e.training);
@@ -271,7 +273,8 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
                                              {"low_pct", band->band.low_pct}, {"high_pct", band->band.high_pct},
                                              {"margin_applied", gpu && !no_margin}}
                             : nlohmann::json();
-    out << j.dump(2) << "\n";
+    add_warnings(j, warnings);
+    out << json_text(j, 2) << "\n";
     return;
   }
   if (f == Format::csv) {

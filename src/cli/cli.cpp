@@ -17,15 +17,30 @@
 
 namespace moemem::cli {
 
-void report_unrecognised_keys(const ModelSpec& m, std::ostream& err) {
-  if (m.unrecognised_keys.empty()) return;
+std::vector<std::string> model_warnings(const ModelSpec& m, const ModelOptions& o, std::ostream& err) {
+  if (m.unrecognised_keys.empty()) return {};
+  if (o.strict) {
+    throw InputError(fmt::format("{}: config keys", m.name), fmt::format("{}", fmt::join(m.unrecognised_keys, ", ")),
+                     "only keys moemem understands under --strict (they may change memory: check and remove them, "
+                     "or drop --strict to read them as warnings)");
+  }
   err << fmt::format("note: {}: config keys not understood (they may change memory; check them): {}\n", m.name,
                      fmt::join(m.unrecognised_keys, ", "));
+  std::vector<std::string> out;
+  for (const auto& key : m.unrecognised_keys) {
+    out.push_back(fmt::format("{}: config key '{}' not understood (it may change memory)", m.name, key));
+  }
+  return out;
 }
 
 std::string read_text_file(const std::string& path, const char* flag) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) throw InputError(flag, path, "the path of a readable file");
+  // Every file moemem reads (a launch script, a measurement set, a model file) is text of a few
+  // MB at most; a larger one is a mistake, not something to read into memory.
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && size > kMaxInputFileBytes) {
+    throw InputError(flag, fmt::format("{} ({} bytes)", path, size), fmt::format("a file of at most {} bytes (the input size limit)", kMaxInputFileBytes));
+  }
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();

@@ -1,6 +1,7 @@
 // The subcommands. Each registers its options on a CLI11 sub-app and runs after parsing.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 
@@ -82,7 +83,10 @@ struct ValidateCommand {
   int run(std::ostream& out, std::ostream& err) const;
 };
 
-// A file's text; the error names `flag` when the path is not a readable file.
+// The largest file read_text_file reads: 64 MiB.
+inline constexpr std::uintmax_t kMaxInputFileBytes = std::uintmax_t{64} << 20;
+// A file's text; the error names `flag` when the path is not a readable file or is larger than
+// kMaxInputFileBytes.
 std::string read_text_file(const std::string& path, const char* flag);
 
 // The request a validation record's moemem object describes: its arguments parsed as analyze's,
@@ -106,7 +110,8 @@ void read_megatron_text(AnalyzeCommand& c, const std::string& text, std::ostream
 // stderr, which analyze also lists among its assumptions.
 std::vector<std::string> megatron_notes(const MegatronScript& m);
 
-// Prints "note: ..." lines for config keys moemem did not recognise.
-void report_unrecognised_keys(const ModelSpec& m, std::ostream& err);
+// Config keys moemem did not recognise: an error under --strict (`o.strict`), else a "note: ..."
+// line on `err` and one warning each, returned for the JSON output's `warnings`.
+std::vector<std::string> model_warnings(const ModelSpec& m, const ModelOptions& o, std::ostream& err);
 
 }  // namespace moemem::cli

@@ -7,6 +7,7 @@
 
 #include "moemem/errors.hpp"
 #include "moemem/gpu.hpp"
+#include "moemem/tp_rules.hpp"
 
 namespace moemem::cli {
 
@@ -41,6 +42,8 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
          "--mtp", [&o](const std::string& s) { o.mtp = parse_int(s, "--mtp"); },
          "Multi-token-prediction depths to include (default: the config's, 0 in the paper profile)")
       ->type_name("INT");
+  app.add_flag("--strict", o.strict,
+               "Config keys moemem does not understand (they may change memory) are errors instead of warnings");
 }
 
 void add_layout_options(CLI::App& app, LayoutOptions& o) {
@@ -217,6 +220,12 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.seq_len = o.batch.seq_len;
   r.global_batch = o.batch.global_batch;
   r.zero = o.states.zero;
+  // The distributed optimizer is ZeRO-1: with --zero 0 it used to become ZeRO-1 silently.
+  if (o.states.distributed_optimizer && o.states.zero == 0) {
+    throw InputError("--zero", "0 with --distributed-optimizer",
+                     "--zero 1 or no --zero with --distributed-optimizer (which shards the optimizer states: ZeRO-1), "
+                     "or --zero 0 without it");
+  }
   r.distributed_optimizer = o.states.distributed_optimizer;
   if (!o.states.optimizer_offload_fraction.empty() && !o.states.optimizer_cpu_offload) {
     throw InputError("--optimizer-offload-fraction", o.states.optimizer_offload_fraction, "to be used with --optimizer-cpu-offload");
@@ -285,7 +294,13 @@ Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const Traini
 }
 
 Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to) {
-  return make_scenario(to_request(mo, lo, to));
+  return checked_scenario(to_request(mo, lo, to));
+}
+
+Evaluation checked_scenario(const Request& r) {
+  Evaluation e = make_scenario(r);
+  if (auto problem = check_tp_divisibility(e.model, e.layout.config, *e.profile)) throw *problem;
+  return e;
 }
 
 double parse_double(const std::string& text, const char* field) { return parse_double_impl(text, field); }

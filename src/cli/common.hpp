@@ -25,6 +25,7 @@ struct ModelOptions {
   std::string model = "deepseek-v3";
   std::optional<std::int64_t> mtp;
   std::optional<ModelSpec> spec;  // a model described by --megatron-args architecture flags
+  bool strict = false;            // --strict: config keys moemem does not understand are errors
 };
 
 struct LayoutOptions {
@@ -130,6 +131,8 @@ Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const Traini
 // Everything analyze needs, resolved and validated.
 using Evaluation = Scenario;
 Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to);
+// make_scenario, then Megatron-Core's tp divisibility of the MLP sizes (tp_rules.hpp).
+Evaluation checked_scenario(const Request& r);
 
 // The GPU capacity the user asked about (--gpu or --gpu-memory), if any.
 struct GpuChoice {

@@ -44,7 +44,7 @@ void CountCommand::run(std::ostream& out, std::ostream& err) const {
   ModelSpec m = load_model(model.model);
   set_mtp_layers(m, model.mtp);
   if (no_router_bias) m.moe.router_bias = false;
-  report_unrecognised_keys(m, err);
+  const auto warnings = model_warnings(m, model, err);
   const Inventory inv = build_inventory(m);
 
   Table t;
@@ -77,7 +77,8 @@ void CountCommand::run(std::ostream& out, std::ostream& err) const {
                         {"router_bias", m.moe.router_bias},
                         {"by", by},
                         {"rows", to_json(t)["rows"]}};
-    out << j.dump(2) << "\n";
+    add_warnings(j, warnings);
+    out << json_text(j, 2) << "\n";
     return;
   }
   if (f != Format::csv) {

@@ -209,12 +209,14 @@ Table overhead_table(const Profile& prof) {
   return t;
 }
 
-void print_tables(const std::vector<Table>& tables, const Evaluation& e, std::int64_t stage, Format f, std::ostream& out) {
+void print_tables(const std::vector<Table>& tables, const Evaluation& e, std::int64_t stage, Format f,
+                  const std::vector<std::string>& warnings, std::ostream& out) {
   if (f == Format::json) {
     nlohmann::json j = {{"schema", "moemem.paper/1"}, {"model", e.model.name}, {"stage", stage}};
+    add_warnings(j, warnings);
     j["tables"] = nlohmann::json::array();
     for (const auto& t : tables) j["tables"].push_back(to_json(t));
-    out << j.dump(2) << "\n";
+    out << json_text(j, 2) << "\n";
     return;
   }
   if (f == Format::table || f == Format::markdown) {
@@ -235,7 +237,7 @@ void PaperCommand::run(std::ostream& out, std::ostream& err) const {
   to.profile = "paper";
   to.recompute.recompute = "none";
   const Evaluation e = resolve(model, layout, to);
-  report_unrecognised_keys(e.model, err);
+  const auto warnings = model_warnings(e.model, model, err);
   if (stage < 0 || stage >= e.layout.config.pp) {
     throw InputError("--stage", std::to_string(stage), fmt::format("a stage from 0 to {}", e.layout.config.pp - 1));
   }
@@ -253,7 +255,7 @@ void PaperCommand::run(std::ostream& out, std::ostream& err) const {
   tables.push_back(activations_table(e, t0, stage));
   tables.push_back(overhead_table(*e.profile));
   if (!recipe.empty()) tables.push_back(recipe_run_table(model, base, recipe));
-  print_tables(tables, e, stage, f, out);
+  print_tables(tables, e, stage, f, warnings, out);
 }
 
 }  // namespace moemem::cli

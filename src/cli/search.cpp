@@ -123,9 +123,11 @@ void check_flags(const SearchCommand& c) {
 }
 
 // Runs the search on its own thread, showing progress on `err` after the first second.
-SearchResult search_with_progress(const CompiledModel& cm, const SearchSpace& space, int n_threads, std::ostream& err) {
+SearchResult search_with_progress(const CompiledModel& cm, const SearchSpace& space, int n_threads, std::int64_t top,
+                                  std::ostream& err) {
   std::atomic<std::int64_t> progress{0};
-  auto task = std::async(std::launch::async, [&] { return search(cm, space, n_threads, &progress); });
+  // Only the `top` best layouts that fit are kept (all are counted): memory stays bounded.
+  auto task = std::async(std::launch::async, [&] { return search(cm, space, n_threads, &progress, 5, top); });
   const auto start = std::chrono::steady_clock::now();
   while (task.wait_for(std::chrono::milliseconds(250)) != std::future_status::ready) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -142,12 +144,13 @@ struct RunInfo {
   const Profile& profile;
   const SearchSpace& space;
   int threads = 1;
+  std::vector<std::string> warnings;  // config keys not understood
 };
 
 std::string summary_line(const SearchResult& r, const RunInfo& run) {
   return fmt::format("{} candidates, {} valid layouts evaluated on every stage in {:.3f} s with {} thread(s); {} fit in {} "
                      "({} x {:.2f})",
-                     r.enumerated, r.evaluated, r.seconds, run.threads, r.feasible.size(), format_gib(r.usable),
+                     r.enumerated, r.evaluated, r.seconds, run.threads, r.feasible_count, format_gib(r.usable),
                      format_gib(run.space.capacity), run.space.max_memory_fraction);
 }
 
@@ -157,7 +160,7 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
   std::int64_t rank = 0;
   for (const auto& e : r.feasible) {
     if (++rank > top) break;
-    if (lines) out << entry_json(e, rank).dump() << "\n";
+    if (lines) out << json_text(entry_json(e, rank)) << "\n";
     else feasible.push_back(entry_json(e, rank));
   }
   for (const auto& e : r.pareto) pareto.push_back(entry_json(e, 0));
@@ -168,14 +171,15 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
   }
   nlohmann::json s = {{"schema", "moemem.search/1"}, {"model", run.model.name}, {"gpus", run.space.gpus}, {"gpu", run.gpu.name},
                       {"usable_bytes", r.usable.value()}, {"candidates", r.enumerated}, {"evaluated", r.evaluated},
-                      {"feasible", r.feasible.size()}, {"seconds", r.seconds}, {"threads", run.threads},
+                      {"feasible", r.feasible_count}, {"seconds", r.seconds}, {"threads", run.threads},
                       {"pareto", pareto}, {"nearest_infeasible", misses}};
+  add_warnings(s, run.warnings);
   if (!lines) {
     s["layouts"] = feasible;
-    out << s.dump(2) << "\n";
+    out << json_text(s, 2) << "\n";
   } else {
     s["summary"] = true;
-    out << s.dump() << "\n";
+    out << json_text(s) << "\n";
   }
 }
 
@@ -188,7 +192,7 @@ void print_csv(const SearchResult& r, const RunInfo& run, std::int64_t top, std:
 void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, std::ostream& out) {
   out << fmt::format("moemem search: {} on {} x {} (profile {}); peak and margin in GiB (2^30 bytes)\n{}\n\n", run.model.name, run.space.gpus, run.gpu.name, run.profile.name, summary_line(r, run));
   if (!r.feasible.empty()) {
-    render(entries_table(fmt::format("Best {} of {} layouts that fit, by estimated overhead", std::min<std::int64_t>(top, static_cast<std::int64_t>(r.feasible.size())), r.feasible.size()),
+    render(entries_table(fmt::format("Best {} of {} layouts that fit, by estimated overhead", std::min<std::int64_t>(top, r.feasible_count), r.feasible_count),
                          r.feasible, top, r.usable),
            Format::table, out);
     render(entries_table("Pareto front (peak memory vs estimated overhead)", r.pareto, top, r.usable), Format::table, out);
@@ -212,7 +216,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
 
   const Profile& profile = get_profile(training.profile);
   const ModelSpec m = load_model_for(model, profile);
-  report_unrecognised_keys(m, err);
+  const auto warnings = model_warnings(m, model, err);
   const Inventory inv = build_inventory(m);
   const CompiledModel cm = compile_model(m, inv, profile);
 
@@ -269,12 +273,12 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
 
   const int n_threads = threads > 0 ? static_cast<int>(threads)
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const SearchResult r = search_with_progress(cm, space, n_threads, err);
-  const RunInfo run{m, *gpu, profile, space, n_threads};
+  const SearchResult r = search_with_progress(cm, space, n_threads, top, err);
+  const RunInfo run{m, *gpu, profile, space, n_threads, warnings};
   if (format == "json" || format == "jsonl") print_json(r, run, top, format == "jsonl", out);
   else if (format == "csv") print_csv(r, run, top, out, err);
   else print_table(r, run, top, out);
-  return r.feasible.empty() ? 1 : 0;
+  return r.feasible_count == 0 ? 1 : 0;
 }
 
 }  // namespace moemem::cli

@@ -58,7 +58,7 @@ std::string csv_escape(const std::string& s) {
 
 void render(const Table& t, Format f, std::ostream& out) {
   switch (f) {
-    case Format::json: out << to_json(t).dump(2) << "\n"; return;
+    case Format::json: out << json_text(to_json(t), 2) << "\n"; return;
     case Format::csv: {
       for (std::size_t i = 0; i < t.columns.size(); ++i) out << (i ? "," : "") << csv_escape(t.columns[i]);
       out << "\n";

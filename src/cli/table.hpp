@@ -14,6 +14,18 @@
 namespace moemem::cli {
 
 enum class Format { table, json, csv, markdown };
+
+// JSON text for output: bytes that are not UTF-8 (a file name is any bytes on Linux) become
+// U+FFFD rather than an exception (nlohmann's dump() throws on them by default).
+// Adds `warnings` (a list of strings: config keys not understood, ...) to a JSON document when
+// there are any; documents without warnings stay as they were.
+inline void add_warnings(nlohmann::json& j, const std::vector<std::string>& warnings) {
+  if (!warnings.empty()) j["warnings"] = warnings;
+}
+
+inline std::string json_text(const nlohmann::json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 Format parse_format(const std::string& text);
 
 // A byte count: shown in GiB with two decimals in text tables, exact in JSON and CSV.

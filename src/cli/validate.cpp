@@ -223,7 +223,7 @@ int ValidateCommand::run(std::ostream& out, std::ostream& err) const {
   const auto summary = summarize(results);
   const bool pass = passes(summary, t);
   if (format == "json") {
-    out << json_of(results, summary, t, source, pass).dump(2) << "\n";
+    out << json_text(json_of(results, summary, t, source, pass), 2) << "\n";
   } else {
     print_tables(results, summary, fmt::format("Predictions against {} (confidence >= {}), GiB = 2^30 bytes", source, min_confidence),
                  out);
