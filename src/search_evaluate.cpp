@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "moemem/search.hpp"
-#include "moemem/tp_rules.hpp"
 
 namespace moemem {
 
@@ -51,7 +50,6 @@ struct Evaluator {
     const LayoutChoice& lc = plan.layouts.layouts[c.layout];
     if (auto problem = check_training(c.training, lc.layout)) return invalid_verdict(*problem);
     if (auto problem = cm.profile->check(*cm.model, lc.layout, c.training)) return invalid_verdict(*problem);
-    if (auto problem = check_tp_divisibility(*cm.model, lc.layout.config, *cm.profile)) return invalid_verdict(*problem);
     if (auto problem = analyze(lc.layout, c.training)) return invalid_verdict(*problem);
     e.index = static_cast<std::int64_t>(index);
     e.parallel = lc.layout.config;

@@ -12,7 +12,6 @@
 #include "moemem/analyze.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/json_limits.hpp"
-#include "moemem/tp_rules.hpp"
 
 namespace moemem {
 
@@ -96,7 +95,6 @@ void evaluate(const json& r, const ValidationResult& base, const RequestBuilder&
   std::string failure;
   try {
     const Scenario sc = make_scenario(request);
-    if (auto problem = check_tp_divisibility(sc.model, sc.layout.config, *sc.profile)) throw *problem;
     rep = analyze(sc.model, sc.inventory, *sc.profile, sc.layout, sc.training);
   } catch (const InputError& e) {
     failure = fmt::format("configuration not representable: {}", e.what());

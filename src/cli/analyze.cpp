@@ -256,7 +256,7 @@ std::optional<MetricBand> uncertainty(const std::string& profile) {
 
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = parse_format(format);
-  const Evaluation e = checked_scenario(to_request(model, layout, training, megatron));
+  const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
   auto gpu = gpu_choice(training);
   const auto warnings = model_warnings(e.model, model, err);
   if (explain) {

@@ -7,7 +7,6 @@
 
 #include "moemem/errors.hpp"
 #include "moemem/gpu.hpp"
-#include "moemem/tp_rules.hpp"
 
 namespace moemem::cli {
 
@@ -294,13 +293,7 @@ Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const Traini
 }
 
 Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to) {
-  return checked_scenario(to_request(mo, lo, to));
-}
-
-Evaluation checked_scenario(const Request& r) {
-  Evaluation e = make_scenario(r);
-  if (auto problem = check_tp_divisibility(e.model, e.layout.config, *e.profile)) throw *problem;
-  return e;
+  return make_scenario(to_request(mo, lo, to));
 }
 
 double parse_double(const std::string& text, const char* field) { return parse_double_impl(text, field); }

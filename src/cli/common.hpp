@@ -131,8 +131,6 @@ Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const Traini
 // Everything analyze needs, resolved and validated.
 using Evaluation = Scenario;
 Evaluation resolve(const ModelOptions& mo, const LayoutOptions& lo, const TrainingOptions& to);
-// make_scenario, then Megatron-Core's tp divisibility of the MLP sizes (tp_rules.hpp).
-Evaluation checked_scenario(const Request& r);
 
 // The GPU capacity the user asked about (--gpu or --gpu-memory), if any.
 struct GpuChoice {

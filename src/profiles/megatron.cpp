@@ -404,9 +404,33 @@ LossPeak megatron_loss_peak(const ActivationContext& c) {
           "bf16 copy of the logits' fp32 gradient"};
 }
 
+// Megatron-Core's tensor-parallel divisibility of the MLP sizes: ColumnParallelLinear splits its
+// output and RowParallelLinear its input over the tp group with divide(), which asserts that the
+// size divides (megatron/core/tensor_parallel/layers.py). So the dense MLP's intermediate size
+// and the shared experts' (SharedExpertMLP, an MLP over the same group) must divide by tp. (Heads
+// and key/value groups over tp, and the routed experts' size over etp, are check_layout's rules.)
+std::optional<InputError> megatron_tp_divisibility(const ModelSpec& m, const ParallelConfig& p) {
+  if (p.tp <= 1) return std::nullopt;
+  const bool dense_layers = std::find(m.layer_kinds.begin(), m.layer_kinds.end(), LayerKind::dense) != m.layer_kinds.end() ||
+                            (m.mtp_layers > 0 && !m.is_moe());
+  if (dense_layers && m.dense_ffn % p.tp != 0) {
+    return InputError("--tp", std::to_string(p.tp),
+                      fmt::format("a divisor of the dense MLP's intermediate_size ({}): Megatron-Core splits fc1's output "
+                                  "and fc2's input over tp and refuses sizes that do not divide",
+                                  m.dense_ffn));
+  }
+  if (m.is_moe() && m.moe.shared_ffn > 0 && m.moe.shared_ffn % p.tp != 0) {
+    return InputError("--tp", std::to_string(p.tp),
+                      fmt::format("a divisor of the shared experts' intermediate size ({}): Megatron-Core splits the "
+                                  "shared-expert MLP over tp and refuses sizes that do not divide",
+                                  m.moe.shared_ffn));
+  }
+  return std::nullopt;
+}
+
 // Megatron-Core models FP8, routing imbalance and the flash kernel; it refuses torchtitan's
-// settings, and routing options for a model without routed experts.
-std::optional<InputError> megatron_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
+// settings, routing options for a model without routed experts, and MLP sizes tp does not divide.
+std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_fsdp2_options(kMegatron.name, t)) return e;
   if (t.recompute == Recompute::selective && (t.recompute_modules & kRecomputeMoeAct) != 0 &&
@@ -416,7 +440,7 @@ std::optional<InputError> megatron_check(const ModelSpec& m, const Layout&, cons
   if (t.shared_expert_overlap && m.moe.shared_ffn == 0) {
     return InputError("--moe-shared-expert-overlap", "set", fmt::format("a model with shared experts ({} has none)", m.name));
   }
-  return std::nullopt;
+  return megatron_tp_divisibility(m, layout.config);
 }
 
 }  // namespace
