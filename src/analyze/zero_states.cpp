@@ -59,19 +59,16 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
     // Totals only (search): the same states as the items below, summed by state_bytes.
     const StateBytes sb = state_bytes(st.params, groups[0], groups[1], t.zero, pr);
     const auto none = [] { return LedgerItem{}; };
-    Bytes host;
+    Bytes states, grads;  // offloaded to the host
     for (int g = 0; g < 2 && t.optimizer_offload > 0; ++g) {
       const Count off = offloaded(opt_count(g), t.optimizer_offload);
-      host += offload_optimizer_bytes(off, pr);
+      states += offload_optimizer_bytes(off, pr);
+      grads += bytes_of(off, pr.gradients);
     }
     ledger.add(Category::weights, sb.weights + st.fp8_weight_copies, none);
     ledger.add(Category::gradients, sb.gradients, none);
-    ledger.add(Category::optimizer, Bytes(sb.optimizer.value() - host.value()), none);  // host <= optimizer
-    for (int g = 0; g < 2 && t.optimizer_offload > 0; ++g) {
-      const Count off = offloaded(opt_count(g), t.optimizer_offload);
-      host += bytes_of(off, pr.gradients);
-    }
-    if (host.value() > 0) ledger.add(Category::host, host, none);
+    ledger.add(Category::optimizer, Bytes(sb.optimizer.value() - states.value()), none);  // states <= optimizer
+    if (states.value() > 0) ledger.add(Category::host, states + grads, none);
     return;
   }
   if (t.zero >= 3) {
