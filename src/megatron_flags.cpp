@@ -30,8 +30,6 @@ constexpr std::array kUnmodelled = {
     Unmodelled{"--reuse-grad-buf-for-mxfp8-param-ag", "MXFP8 parameter all-gather into the gradient buffer"},
     // Transformer Engine's userbuffers: persistent communication buffers for TP overlap.
     Unmodelled{"--tp-comm-overlap", "Transformer Engine's userbuffers for tensor-parallel overlap"},
-    // 1F1B A2A overlap: two micro-batches' forward and backward interleaved.
-    Unmodelled{"--overlap-moe-expert-parallel-comm", "expert-parallel all-to-all overlap of two micro-batches"},
     Unmodelled{"--delay-wgrad-compute", "weight gradients computed later (their inputs kept longer)"},
     // CUDA graphs keep static input, output and workspace buffers per captured graph.
     Unmodelled{"--enable-cuda-graph", "CUDA graphs' static buffers"},

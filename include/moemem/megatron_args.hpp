@@ -72,6 +72,7 @@ struct MegatronSettings {
   Setting<bool> distributed_optimizer;    // --distributed-optimizer
   Setting<double> optimizer_offload;      // --optimizer-cpu-offload: --optimizer-offload-fraction (default 1.0)
   Setting<bool> shared_expert_overlap;    // --moe-shared-expert-overlap
+  Setting<bool> ep_overlap;               // --overlap-moe-expert-parallel-comm
   // Vocabulary, attention, MoE, MTP.
   Setting<std::int64_t> vocab_multiple;   // --make-vocab-size-divisible-by
   Setting<AttentionKernel> attention;     // --attention, from --attention-backend

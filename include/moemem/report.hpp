@@ -65,6 +65,7 @@ struct StageReport {
   Bytes activations_per_microbatch;                   // sum of chunk_activations
   LayerTransient transient;                           // one layer computing or recomputed
   Bytes cp_ring_buffers;                              // ring attention's K/V in flight, one layer
+  Bytes combined_forward;  // EP all-to-all overlap: a layer of the next micro-batch's forward beside the backward
   Bytes fp8_weight_copies;                            // part of bytes.weights
   Count fp8_weight_params;                            // parameters whose GEMMs run in FP8
   std::int64_t in_flight_microbatches = 1;

@@ -45,6 +45,7 @@ struct TrainingRequest {
   MegatronVersion megatron_version = MegatronVersion::current;
   Dispatcher dispatcher = Dispatcher::alltoall;
   bool shared_expert_overlap = false;
+  bool ep_overlap = false;  // --overlap-moe-expert-parallel-comm
   std::optional<double> fragmentation_pct;
   std::optional<Bytes> cuda_context, nccl_per_group;
   FsdpSettings fsdp;

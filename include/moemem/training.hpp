@@ -144,6 +144,10 @@ struct MoeRouting {
   std::optional<double> moe_capacity_factor;  // tokens beyond capacity x average are dropped
   bool deepep = false;            // DeepEP dispatcher (its communication buffer is resident)
   bool shared_expert_overlap = false;  // Megatron's --moe-shared-expert-overlap
+  // Megatron's --overlap-moe-expert-parallel-comm: each steady 1F1B step runs one micro-batch's
+  // forward and another's backward layer by layer, so one layer of the next micro-batch's
+  // forward is held beside the backward (megatron/core/pipeline_parallel/combined_1f1b.py).
+  bool ep_overlap = false;
   auto operator<=>(const MoeRouting&) const = default;
 };
 

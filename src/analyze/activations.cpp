@@ -12,19 +12,37 @@ namespace moemem {
 
 using detail::idx;
 
+namespace {
+
+// Full recomputation's groups in a chunk of n layers: Megatron's uniform method checkpoints groups
+// of N layers from the first, block the first N layers one at a time. With the EP all-to-all
+// overlap (Megatron-LM PR 6429's branch, efe5752e56: "VPP-stage recompute") the chunk's forward
+// runs without grad and the whole chunk is recomputed from its input at its backward.
+struct FullGroups {
+  bool uniform;
+  std::int64_t size;
+};
+FullGroups full_groups(const TrainingConfig& t, std::int64_t n) {
+  if (t.ep_overlap) return {true, std::max<std::int64_t>(n, 1)};
+  return {t.recompute_method == RecomputeMethod::uniform, t.recompute_num_layers};
+}
+
+}  // namespace
+
 ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& ch, const TrainingConfig& t) {
   ChunkLayerCounts c;
   const LayerKind mtp_kind = m.is_moe() ? LayerKind::moe : LayerKind::dense;
   const std::int64_t n = ch.num_layers + ch.mtp_depths;
+  const FullGroups groups = full_groups(t, n);
   const auto kind_at = [&](std::int64_t l) {
     return static_cast<std::size_t>(l < ch.num_layers ? m.layer_kinds[idx(ch.first_layer + l)] : mtp_kind);
   };
   for (std::int64_t l = 0; l < n; ++l) {
     if (t.recompute != Recompute::full) ++c.mode[kind_at(l)];
-    else if (t.recompute_method == RecomputeMethod::uniform) {
-      if (l % t.recompute_num_layers == 0) ++c.input[kind_at(l)];  // one input per group of N
+    else if (groups.uniform) {
+      if (l % groups.size == 0) ++c.input[kind_at(l)];  // one input per group of N
     } else {
-      ++(l < t.recompute_num_layers ? c.input : c.whole)[kind_at(l)];  // block: the first N checkpointed
+      ++(l < groups.size ? c.input : c.whole)[kind_at(l)];  // block: the first N checkpointed
     }
   }
   return c;
@@ -90,9 +108,10 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
     }
   } else {
     // Uniform: groups of N from the first layer; block: the first N layers, one at a time.
-    const bool uniform = t.recompute_method == RecomputeMethod::uniform;
-    const std::int64_t groups_end = uniform ? n : std::min(n, t.recompute_num_layers);
-    const std::int64_t size = uniform ? t.recompute_num_layers : 1;
+    const FullGroups groups = full_groups(t, n);
+    const bool uniform = groups.uniform;
+    const std::int64_t groups_end = uniform ? n : std::min(n, groups.size);
+    const std::int64_t size = uniform ? groups.size : 1;
     for (std::int64_t g = 0; g < groups_end; g += size) {
       LayerTransient group;
       for (std::int64_t l = g; l < std::min(groups_end, g + size); ++l) {
@@ -118,6 +137,22 @@ ChunkLayerCounts layer_counts(const EvalContext& c, const Chunk& ch) {
   counts.mode[static_cast<std::size_t>(LayerKind::moe)] = moe + (mtp_moe ? ch.mtp_depths : 0);
   counts.mode[static_cast<std::size_t>(LayerKind::dense)] = ch.num_layers - moe + (mtp_moe ? 0 : ch.mtp_depths);
   return counts;
+}
+
+// Megatron's EP all-to-all overlap (--overlap-moe-expert-parallel-comm; Megatron-LM d98e8a64,
+// pipeline_parallel/combined_1f1b.py and schedules.py get_pp_rank_microbatches): one more warm-up
+// forward, then every steady step runs one micro-batch's forward and another's backward layer by
+// layer (combined_forward_backward_step). The micro-batches held before a step are as many as
+// 1F1B holds after its steady forward, so the schedule's count stands; during the step the
+// forward's current layer, its kept and its unsaved tensors, is held beside the backward. Under PR
+// 6429's full recomputation the forward runs without grad and keeps nothing.
+Bytes combined_forward_layer(const EvalContext& c, const ChunkLayerCounts& counts, const std::array<KindBytes, 2>& kinds) {
+  if (!c.t.ep_overlap || c.t.recompute == Recompute::full) return Bytes{};
+  Bytes largest;
+  for (const std::size_t k : {std::size_t{0}, std::size_t{1}}) {
+    if (counts.mode[k] > 0) largest = std::max(largest, kinds[k].kept + kinds[k].unsaved);
+  }
+  return largest;
 }
 
 Bytes chunk_extras(const EvalContext& c, const Chunk& ch, Acts& acts) {
@@ -146,6 +181,7 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
   }
   out.bytes.assign(c.layout.chunks.size(), Bytes{});
   out.transient.assign(c.layout.chunks.size(), LayerTransient{});
+  out.combined_forward.assign(c.layout.chunks.size(), Bytes{});
   try {
     if (acts == nullptr) {
       local.kinds = kind_bytes(c);
@@ -162,6 +198,7 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
       }
       out.bytes[i] = b + chunk_extras(c, ch, *acts);
       out.transient[i] = chunk_transient(c, ch, counts, acts->kinds);
+      out.combined_forward[i] = combined_forward_layer(c, counts, acts->kinds);
     }
   } catch (const OverflowError&) {
     throw InputError("--micro-batch/--seq-len", fmt::format("{} x {}", c.t.micro_batch, c.t.seq_len),
@@ -192,6 +229,7 @@ void stage_activations(const EvalContext& c, const ChunkActivations& chunks, Byt
       if (chunks.transient[idx(ci)].total() > st.transient.total()) st.transient = chunks.transient[idx(ci)];
     }
   }
+  for (const auto ci : st.chunks) st.combined_forward = std::max(st.combined_forward, chunks.combined_forward[idx(ci)]);
   // The loss's backward comes after the last forward and before any layer's recomputation: the
   // larger of it and the layer transient enters.
   if (c.profile.loss_peak != nullptr && st.has_head) st.loss = c.profile.loss_peak(c.activation_context());
@@ -293,6 +331,12 @@ void record_activations(const EvalContext& c, const StageReport& st, Ledger& led
     });
   } else {
     record_layer_transient(c, st.transient, ledger);
+  }
+  if (st.combined_forward.value() > 0) {
+    ledger.add(Category::activations, st.combined_forward, [] {
+      return ledger_item("pipeline", "next micro-batch's layer in forward",
+                         "EP all-to-all overlap: one layer's kept and unsaved tensors, beside the backward (combined 1F1B)");
+    });
   }
   record_ring_buffers(st, ledger);
 }

@@ -111,7 +111,7 @@ void StageReport::reset(std::int64_t s) {
   chunk_activations.clear();
   chunk_in_flight.clear();
   transient = LayerTransient{};
-  activations_per_microbatch = cp_ring_buffers = fp8_weight_copies = Bytes{};
+  activations_per_microbatch = cp_ring_buffers = combined_forward = fp8_weight_copies = Bytes{};
   fp8_weight_params = Count{};
   in_flight_microbatches = model_chunks = 1;
   loss = LossPeak{};

@@ -92,6 +92,9 @@ void record_weights_by_role(const EvalContext& c, const StageReport& st, Ledger&
 struct ChunkActivations {
   std::vector<Bytes> bytes;
   std::vector<LayerTransient> transient;
+  // With the EP all-to-all overlap: one layer of the next micro-batch's forward, held beside the
+  // backward (its kept and unsaved tensors), the largest in the chunk.
+  std::vector<Bytes> combined_forward;
 };
 void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations& out);
 void stage_activations(const EvalContext& c, const ChunkActivations& chunks, Bytes cp_kv_block, StageReport& st);

@@ -125,6 +125,8 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--moe-imbalance", o.moe.moe_imbalance, "Tokens the hottest expert rank receives, times the average (>= 1)");
   app.add_flag("--moe-shared-expert-overlap", o.moe.shared_expert_overlap,
                "Shared experts overlapped with the dispatch: they keep the all-gathered full-sequence input (megatron)");
+  app.add_flag("--overlap-moe-expert-parallel-comm", o.moe.ep_overlap,
+               "EP all-to-all overlap (combined 1F1B): the next micro-batch's forward runs beside each backward (megatron)");
   app.add_option("--moe-capacity-factor", o.moe.moe_capacity_factor, "Expert capacity, times the average tokens (excess dropped)");
   app.add_option("--moe-token-dispatcher", o.moe.dispatcher, "alltoall|deepep (DeepEP keeps a communication buffer)")
       ->capture_default_str();
@@ -247,6 +249,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
       given<double>(o.moe.moe_capacity_factor, [](const std::string& v) { return parse_double_impl(v, "--moe-capacity-factor"); });
   r.dispatcher = parse_dispatcher(o.moe.dispatcher, "--moe-token-dispatcher");
   r.shared_expert_overlap = o.moe.shared_expert_overlap;
+  r.ep_overlap = o.moe.ep_overlap;
   r.cuda_context = given<Bytes>(o.overheads.cuda_context, [](const std::string& v) { return parse_memory_size(v, "--cuda-context", true); });
   r.nccl_per_group =
       given<Bytes>(o.overheads.nccl_per_group, [](const std::string& v) { return parse_memory_size(v, "--nccl-per-group", true); });

@@ -68,6 +68,7 @@ struct NumericsOptions {
 struct MoeOptions {
   std::string moe_imbalance, moe_capacity_factor, dispatcher = "alltoall";
   bool shared_expert_overlap = false;
+  bool ep_overlap = false;
 };
 struct OverheadOptions {
   std::string overhead = "low";

@@ -428,6 +428,37 @@ std::optional<InputError> megatron_tp_divisibility(const ModelSpec& m, const Par
   return std::nullopt;
 }
 
+// --overlap-moe-expert-parallel-comm where Megatron-Core accepts it (Megatron-LM d98e8a64,
+// transformer_config.py TransformerConfig.__post_init__, the overlap_moe_expert_parallel_comm
+// block): expert parallelism, the all-to-all or flex dispatcher, a virtual pipeline when pp > 1, no
+// "moe" in the recomputed modules, no shared-expert overlap, at most one MTP layer, BF16 or FP16
+// weights. Full recomputation is refused there on main; the branch of Megatron-LM PR 6429
+// (efe5752e56, "Support full recompute for EP A2A overlap (VPP-stage recompute)") recomputes each
+// whole model chunk from its input instead, and needs both dropouts at 0. moemem models that branch.
+std::optional<InputError> ep_overlap_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
+  if (!t.ep_overlap) return std::nullopt;
+  const auto& p = layout.config;
+  const std::string flag = "--overlap-moe-expert-parallel-comm";
+  if (p.ep <= 1) return InputError(flag, "set", "expert parallelism (--ep > 1)");
+  if (p.pp > 1 && p.schedule != Schedule::interleaved) {
+    return InputError(flag, fmt::format("pp {} with schedule {}", p.pp, name_of(p.schedule)),
+                     "a virtual pipeline (--vpp > 1, interleaved schedule) when pp > 1");
+  }
+  if (t.recompute == Recompute::selective && (t.recompute_modules & kRecomputeMoe) != 0) {
+    return InputError("--recompute-modules", "moe", fmt::format("no moe module with {}", flag));
+  }
+  if (t.shared_expert_overlap) return InputError("--moe-shared-expert-overlap", "set", fmt::format("not together with {}", flag));
+  if (m.mtp_layers > 1) return InputError(flag, fmt::format("{} MTP layers", m.mtp_layers), "at most one MTP layer");
+  if (t.precision.weights != DType::bf16 && t.precision.weights != DType::fp16) {
+    return InputError(flag, std::string(name_of(t.precision.weights)), "bf16 or fp16 weights");
+  }
+  if (t.recompute == Recompute::full && (t.hidden_dropout > 0 || t.attention_dropout > 0)) {
+    return InputError("--hidden-dropout/--attention-dropout", fmt::format("{}/{}", t.hidden_dropout, t.attention_dropout),
+                     fmt::format("0 with full recomputation and {} (PR 6429 cannot replay dropout)", flag));
+  }
+  return std::nullopt;
+}
+
 // Megatron-Core models FP8, routing imbalance and the flash kernel; it refuses torchtitan's
 // settings, routing options for a model without routed experts, and MLP sizes tp does not divide.
 std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
@@ -440,6 +471,7 @@ std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layou
   if (t.shared_expert_overlap && m.moe.shared_ffn == 0) {
     return InputError("--moe-shared-expert-overlap", "set", fmt::format("a model with shared experts ({} has none)", m.name));
   }
+  if (auto e = ep_overlap_check(m, layout, t)) return e;
   return megatron_tp_divisibility(m, layout.config);
 }
 

@@ -115,6 +115,14 @@ inline std::optional<InputError> refuse_megatron_version(std::string_view profil
   return std::nullopt;
 }
 
+// Megatron's EP all-to-all overlap (combined 1F1B) under another profile.
+inline std::optional<InputError> refuse_ep_overlap(std::string_view profile, const TrainingConfig& t) {
+  if (t.ep_overlap) {
+    return InputError("--overlap-moe-expert-parallel-comm", "set", fmt::format("the megatron profile (not {})", profile));
+  }
+  return std::nullopt;
+}
+
 // Dropout under a profile whose models have none (torchtitan's Llama, the paper's analysis).
 inline std::optional<InputError> refuse_dropout(std::string_view profile, const TrainingConfig& t) {
   if (t.hidden_dropout > 0 || t.attention_dropout > 0) {
