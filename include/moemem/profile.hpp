@@ -32,7 +32,6 @@ struct OverheadModel {
   Bytes cuda_context{};                      // CUDA context and library handles
   Bytes nccl_world{};                        // the first (world) NCCL communicator
   Bytes nccl_per_group{};                    // each further process-group dimension
-  Bytes deepep_buffer{};                     // DeepEP's communication buffer, when that dispatcher is used
   // NCCL modelled per communicator the run uses (src/analyze/overheads.cpp) instead of the two
   // constants above.
   bool nccl_communicators = false;

@@ -124,13 +124,14 @@ struct RuntimePart {
   bool end_stages_only = false;  // a group of the ranks holding the embedding, head or MTP only
 };
 struct Runtime {
-  std::array<RuntimePart, 12> parts{};
+  std::array<RuntimePart, 16> parts{};
   std::size_t count = 0;
   void add(const char* name, Bytes b, const char* rule, bool end_stages_only = false) {
     parts[count++] = {name, b, rule, end_stages_only};
   }
 };
 Runtime runtime_bytes(const EvalContext& c);
+
 // The profile's buffer allowance at the chosen point, and its fragmentation percentage (in
 // thousandths of a percent, so integral percentages stay exact).
 std::pair<Bytes, std::uint64_t> allowance(const EvalContext& c);

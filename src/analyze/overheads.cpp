@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "analyze/deepep.hpp"
 #include "analyze/internal.hpp"
 
 namespace moemem::detail {
@@ -91,6 +92,11 @@ Runtime runtime_bytes(const EvalContext& c) {
   }
   if (etp > 1 && c.model.is_moe()) comm("nccl.expert_tp", ring, "24 channels x 12 MiB");
   if (c.layout.edp > 1 && c.model.is_moe()) comm("nccl.expert_dp", ring, "24 channels x 12 MiB");
+  if (c.t.deepep) {
+    const DeepEpBuffers d = deepep_buffers(c.model.hidden, p.ep * etp);
+    r.add("deepep.nvlink", d.nvlink, "DeepEP's NVLink buffer for the ep x etp group (20 SMs) and its 32 MiB workspace");
+    if (d.rdma.value() > 0) r.add("deepep.rdma", d.rdma, "DeepEP's RDMA buffer in NVSHMEM's heap (512 MiB steps)");
+  }
   return r;
 }
 
@@ -118,7 +124,6 @@ std::pair<Bytes, std::uint64_t> allowance(const EvalContext& c) {
     case OverheadPoint::high: a = {o.buffers_high, 1000ull * o.fragmentation_pct_high}; break;
   }
   if (c.t.fragmentation_pct) a.second = static_cast<std::uint64_t>(std::llround(*c.t.fragmentation_pct * 1000.0));
-  if (c.t.deepep) a.first += o.deepep_buffer;
   return a;
 }
 
@@ -135,7 +140,7 @@ void record_overheads(const EvalContext& c, const StageReport& st, const Runtime
   const auto [buffers, milli_pct] = c.allowance;
   if (buffers.value() > 0) {
     ledger.add(Category::buffers, buffers, [&] {
-      return ledger_item("communication", "buffers", c.t.deepep ? "profile allowance + DeepEP buffer" : "profile allowance");
+      return ledger_item("communication", "buffers", "profile allowance");
     });
   }
   // The profile's percentage, plus what is known to sit in the allocator's cache (FSDP's

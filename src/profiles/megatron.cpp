@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "analyze/deepep.hpp"
 #include "moemem/activation.hpp"
 #include "moemem/profile.hpp"
 #include "shared.hpp"
@@ -472,6 +473,9 @@ std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layou
     return InputError("--moe-shared-expert-overlap", "set", fmt::format("a model with shared experts ({} has none)", m.name));
   }
   if (auto e = ep_overlap_check(m, layout, t)) return e;
+  if (t.deepep && m.is_moe()) {
+    if (auto e = detail::deepep_group_check(layout.config.ep * layout.config.etp_degree())) return e;
+  }
   return megatron_tp_divisibility(m, layout.config);
 }
 
@@ -501,8 +505,8 @@ const Profile kMegatron{
             "(row- and column-wise); --moe-imbalance/--moe-capacity-factor size the hottest expert rank",
             "device total = allocated + fragmentation (5% of allocated, --fragmentation-pct) + CUDA context 0.52 GiB "
             "+ each NCCL communicator the run uses (24 channels x 12 MiB per collective group, send/recv buffers for "
-            "pipeline and all-to-all peers; H100 node of 8, NCCL >= 2.22); DeepEP buffer 3.1 GB with "
-            "--moe-token-dispatcher deepep",
+            "pipeline and all-to-all peers; H100 node of 8, NCCL >= 2.22); with --moe-token-dispatcher "
+            "deepep, DeepEP's NVLink buffer, workspace and (across nodes) NVSHMEM heap as Megatron sizes them",
             "loss backward: the fp32 gradient of the logits is cast to bf16 for the head (one more b*s/cp x vocab/tp "
             "bf16 tensor on the last stage), before any layer is recomputed; none with --logits-dtype bf16 (the "
             "gradient written in place into the saved logits, as Transformer Engine's fused cross entropy before 2.18)",
@@ -540,14 +544,13 @@ const Profile kMegatron{
     // 5-30% (published Megatron runs: 0.2-8 GiB); outside the allocator: the CUDA context, 0.52 GiB
     // measured on an H100 MoE trainer (mlc-ai/pith-train tools/memory_estimator; PyTorch PR 86509
     // measured 0.27-0.62 GiB with and without lazy module loading), and each NCCL communicator
-    // the run uses, from NCCL's buffer sizes (src/analyze/overheads.cpp); DeepEP's buffer 3.1 GB
-    // (deepseek-ai/DeepEP issue 510). See docs/formulas.md.
+    // the run uses, from NCCL's buffer sizes (src/analyze/overheads.cpp); DeepEP's buffers from its size
+    // hints (src/analyze/deepep.cpp). See docs/formulas.md.
     .overhead = {.buffers_low = Bytes{},
                  .buffers_high = Bytes{},
                  .fragmentation_pct_low = 5,
                  .fragmentation_pct_high = 5,
                  .cuda_context = Bytes::from_gib(0.52),
-                 .deepep_buffer = Bytes::from_gb(3.1),
                  .nccl_communicators = true},
 };
 

@@ -195,8 +195,7 @@ const Profile kTorchtitan{
                  .fragmentation_pct_high = 0,
                  .cuda_context = Bytes::from_gib(0.52),
                  .nccl_world = Bytes::from_gib(0.39),
-                 .nccl_per_group = Bytes::from_gib(0.4),
-                 .deepep_buffer = Bytes::from_gb(3.1)},
+                 .nccl_per_group = Bytes::from_gib(0.4)},
 };
 
 }  // namespace moemem::profiles

@@ -18,6 +18,7 @@
 namespace {
 
 using nlohmann::json;
+using moemem::test::activations_cli::Args;
 using moemem::test::activations_cli::concat;
 using moemem::test::activations_cli::dsv3;
 using moemem::test::activations_cli::analyze_json;
@@ -126,16 +127,28 @@ TEST(OverheadCli, FragmentationPercentOverridesTheDefault) {
   expect_exit_2(concat({"analyze"}, dsv3({"--fragmentation-pct=-5"})), {"--fragmentation-pct"});
 }
 
-TEST(OverheadCli, DeepEpAddsItsBufferToBuffers) {
+// DeepEP's buffers as Megatron's fused_a2a.get_buffer sizes them (DeepEP dd758ca csrc/legacy/config.hpp),
+// by hand for hidden 7168 (hidden_bytes 2 x 7168 = 14336) and 20 SMs (10 channels). Per queued token:
+// 14336 hidden + 8 source meta + 128 x 8 top-k indices + 128 x 4 weights + 128 x 4 scales = 16392.
+// EP 8 (dispatch and combine receive 256 tokens): 10 x 8 x (2 x 1 + 3) x 4 = 1,600 plus
+// 10 x 8 x 256 x 16392 = 335,708,160, rounded up to 128: 335,709,824; plus the barrier signals and
+// pointers (8 x (4 + 8 + 8) = 160) and the 32 MiB workspace (33,554,432): 369,264,416. No RDMA.
+constexpr std::uint64_t kDeepEpEp8 = 369264416;
+// EP 32 (4 nodes of 8, 288 NVLink tokens): 10 x 8 x (2 x 4 + 3) x 4 = 3,520 plus 10 x 8 x 288 x 16392 =
+// 377,671,680, rounded to 377,675,264, + 160 + 33,554,432 = 411,229,856; RDMA (128 tokens, already a
+// multiple of the 8 sent at once): 10 x 4 x 18 x 2 x 4 = 5,760 plus 10 x 4 x 128 x (16392 + 16) x 2 =
+// 168,017,920, i.e. 168,023,680, in NVSHMEM's 512 MiB steps: 536,870,912.
+constexpr std::uint64_t kDeepEpEp32Nvlink = 411229856, kDeepEpEp32Rdma = 536870912;
+
+TEST(OverheadCli, DeepEpBuffersSitOutsideTheAllocator) {
   const json a2a = analyze_json(dsv3());
   const json deepep = analyze_json(dsv3({"--moe-token-dispatcher", "deepep"}));
   ASSERT_FALSE(deepep.is_null());
   EXPECT_EQ(deepep.at("training").at("moe_token_dispatcher"), "deepep");
   for (std::size_t p = 0; p < 16; ++p) {
     SCOPED_TRACE("stage " + std::to_string(p));
-    // DeepEP's buffer: 3.1 GB = 3.1e9 bytes.
-    EXPECT_EQ(stage_bytes(deepep, p, "buffers"), stage_bytes(a2a, p, "buffers") + 3100000000ull);
-    for (const char* f : {"weights", "gradients", "optimizer", "runtime"}) {
+    EXPECT_EQ(stage_bytes(deepep, p, "runtime"), stage_bytes(a2a, p, "runtime") + kDeepEpEp8);
+    for (const char* f : {"weights", "gradients", "optimizer", "buffers"}) {
       EXPECT_EQ(stage_bytes(deepep, p, f), stage_bytes(a2a, p, f)) << f;
     }
     // The dispatch transient: DeepEP's received tokens, min(tokens_sp x ep, R) = min(2048 x 8,
@@ -149,6 +162,21 @@ TEST(OverheadCli, DeepEpAddsItsBufferToBuffers) {
     };
     EXPECT_EQ(saved(deepep, ds), saved(a2a, as));
   }
+}
+
+TEST(OverheadCli, DeepEpAcrossNodesAddsTheNvshmemHeap) {
+  const auto run = [](const std::string& ep, const std::string& dp, const Args& extra) {
+    return concat({"--model", "deepseek-v3", "--tp", "1", "--pp", "16", "--dp", dp, "--ep", ep, "--etp", "1", "--micro-batch",
+                   "1", "--seq-len", "4096", "--global-batch", "1024", "--distributed-optimizer"},
+                  extra);
+  };
+  const json a2a = analyze_json(run("32", "32", {}));
+  const json deepep = analyze_json(run("32", "32", {"--moe-token-dispatcher", "deepep"}));
+  ASSERT_FALSE(a2a.is_null());
+  ASSERT_FALSE(deepep.is_null());
+  EXPECT_EQ(stage_bytes(deepep, 3, "runtime"), stage_bytes(a2a, 3, "runtime") + kDeepEpEp32Nvlink + kDeepEpEp32Rdma);
+  // A group size DeepEP has no config for is refused by name.
+  expect_exit_2(concat({"analyze"}, run("256", "256", {"--moe-token-dispatcher", "deepep"})), {"--ep/--etp", "DeepEP"});
 }
 
 TEST(OverheadCli, PaperProfileHasNoRuntimeTerm) {

@@ -209,9 +209,14 @@ TEST(ProfileCheck, GoodSettingsPass) {
     t.fp8 = Fp8Recipe::blockwise;
     t.moe_imbalance = 2.0;
     t.moe_capacity_factor = 1.5;
-    t.deepep = true;
     t.attention = AttentionKernel::flash;
     EXPECT_FALSE(megatron_profile().check(moe.model, moe.layout, t).has_value());
+    // DeepEP needs an expert group it has a config for (deep_ep Buffer.get_dispatch_config: 2 to
+    // 160 ranks); this layout's ep x etp is 1.
+    t.deepep = true;
+    const auto e = megatron_profile().check(moe.model, moe.layout, t);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->field(), "--ep/--etp");
   }
   {
     TrainingConfig t = base_training(torchtitan_profile());
