@@ -78,6 +78,7 @@ const std::map<std::string, std::string, std::less<>> kValueFlags = {
     {"--hidden-dropout", "--hidden-dropout"},
     {"--attention-dropout", "--attention-dropout"},
     {"--optimizer-offload-fraction", "--optimizer-offload-fraction"},
+    {"--cuda-graph-impl", "--cuda-graph-impl"},
 };
 
 // Switches understood: those that are settings (kSwitchSettings) and those that shape the model
@@ -90,7 +91,7 @@ const std::set<std::string, std::less<>> kSwitches = {
     "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap", "--recompute-activations",
     "--overlap-moe-expert-parallel-comm",
     "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--enable-shared-expert", "--no-position-embedding",
-    "--use-rotary-position-embeddings", "--optimizer-cpu-offload",
+    "--use-rotary-position-embeddings", "--optimizer-cpu-offload", "--enable-cuda-graph", "--external-cuda-graph",
 };
 
 // Flags whose value may depend on the launch environment: the world size (then --dp is needed)
@@ -253,6 +254,11 @@ ScriptFlags scan(const Words& w, const std::string& source) {
       f.switches.try_emplace(flag, Provenance{w.words[i].line, flag});
     } else if (flag == "--recompute-modules") {
       take_modules(w, i, f);
+    } else if (flag == "--cuda-graph-scope" || flag == "--cuda-graph-modules") {
+      const std::size_t at = i;
+      f.cuda_graph_modules_from.try_emplace(flag, Provenance{w.words[at].line, take_unknown(w, i)});
+      refuse_unknown(w, at, i, f);
+      for (std::size_t k = at + 1; k <= i; ++k) f.cuda_graph_modules.push_back(w.at(k));
     } else if (kTolerant.contains(flag) && (!w.is_value(i + 1) || !w.words[i + 1].depends_on.empty())) {
       // A world size or tokenizer the environment decides: not read, and said so.
       f.notes.push_back(w.is_value(i + 1) ? fmt::format("{} {} not read: it depends on {}", flag, w.at(i + 1),
@@ -486,6 +492,7 @@ MegatronSettings parse_megatron_args(std::string_view text, const std::string& s
   const Setting<std::int64_t> vpp = vpp_from_layers(f);
   read_settings(f, s);
   read_mapped(f, s);
+  detail::read_cuda_graphs(f, s);
   s.unmodelled = f.unmodelled;
   for (const auto& n : f.notes) s.notes.push_back(n);
   s.unrecognised = f.unrecognised;

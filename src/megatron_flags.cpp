@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "megatron_internal.hpp"
+#include "moemem/errors.hpp"
 
 namespace moemem::detail {
 
@@ -31,10 +32,8 @@ constexpr std::array kUnmodelled = {
     // Transformer Engine's userbuffers: persistent communication buffers for TP overlap.
     Unmodelled{"--tp-comm-overlap", "Transformer Engine's userbuffers for tensor-parallel overlap"},
     Unmodelled{"--delay-wgrad-compute", "weight gradients computed later (their inputs kept longer)"},
-    // CUDA graphs keep static input, output and workspace buffers per captured graph.
-    Unmodelled{"--enable-cuda-graph", "CUDA graphs' static buffers"},
-    Unmodelled{"--external-cuda-graph", "CUDA graphs' static buffers"},
-    Unmodelled{"--cuda-graph-impl", "CUDA graphs' static buffers"},
+    // backward graphs captured with retain_graph: their saved tensors are never freed into the pool.
+    Unmodelled{"--cuda-graph-retain-backward-graph", "CUDA graphs that keep their saved tensors after backward"},
     // Every expert's input padded to its capacity (dropping MoE), not the routed tokens.
     Unmodelled{"--moe-pad-expert-input-to-capacity", "expert inputs padded to capacity"},
 };
@@ -52,7 +51,7 @@ constexpr std::array<std::string_view, 44> kIgnoredPrefixes = {
     "--logging-level", "--timing-log-", "--profile", "--rotary-", "--mscale", "--norm-epsilon", "--distributed-",
     "--manual-gc", "--mtp-loss-scaling-factor", "--moe-aux-loss-coeff"};
 
-constexpr std::array<std::string_view, 36> kIgnoredNames = {
+constexpr std::array<std::string_view, 37> kIgnoredNames = {
     // torchrun's and srun's own flags (the launcher, not the model)
     "--node_rank", "--node-rank", "--master_addr", "--master-addr", "--master_port", "--master-port", "--mpi",
     "--rdzv-endpoint",
@@ -62,12 +61,16 @@ constexpr std::array<std::string_view, 36> kIgnoredNames = {
     "--use-mcore-models", "--no-check-for-nan-in-loss-and-grad", "--enable-experimental", "--overlap-grad-reduce",
     "--overlap-param-gather", "--no-mmap-bin-files", "--dataloader-type", "--no-masked-softmax-fusion",
     "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--no-rope-fusion", "--use-rope-scaling",
-    "--te-rng-tracker", "--patch-tokenizer-type", "--dataset", "--train-mode", "--rerun-mode"};
+    "--te-rng-tracker", "--patch-tokenizer-type", "--dataset", "--train-mode", "--rerun-mode",
+    // eager steps before capture (TransformerConfig.cuda_graph_warmup_steps): when, not what, is kept
+    "--cuda-graph-warmup-steps"};
 
 }  // namespace
 
 std::optional<std::string> unmodelled(std::string_view flag, std::string_view value) {
-  if (flag == "--cuda-graph-impl" && value == "none") return std::nullopt;
+  if (flag == "--cuda-graph-impl" && value == "full_iteration") {
+    return "a whole-iteration CUDA graph (megatron/core/full_cuda_graph.py: every activation of the step in its pool)";
+  }
   if (flag == "--optimizer" && value != "adam" && value != "adamw") {
     return fmt::format("the {} optimizer (moemem models Adam's two moments)", value);
   }
@@ -75,6 +78,39 @@ std::optional<std::string> unmodelled(std::string_view flag, std::string_view va
     if (u.flag == flag) return std::string(u.what);
   }
   return std::nullopt;
+}
+
+void read_cuda_graphs(const ScriptFlags& f, MegatronSettings& s) {
+  const auto enable = f.switches.find("--enable-cuda-graph");
+  const auto external = f.switches.find("--external-cuda-graph");
+  const RawFlag* impl = f.find("--cuda-graph-impl");
+  // megatron/training/arguments.py validate_args: the deprecated switches set the implementation
+  // (local, transformer_engine), alone and without --cuda-graph-impl.
+  if (enable != f.switches.end() && external != f.switches.end()) {
+    throw InputError(f.field("--external-cuda-graph"), "with --enable-cuda-graph", "one of them (Megatron refuses both)");
+  }
+  const auto deprecated = enable != f.switches.end() ? enable : external;
+  if (deprecated != f.switches.end()) {
+    if (impl != nullptr && impl->value != "none") {
+      throw InputError(f.field(deprecated->first), "with --cuda-graph-impl", "one of them (Megatron refuses both)");
+    }
+    s.cuda_graph_impl = FromScript<CudaGraphImpl>{
+        enable != f.switches.end() ? CudaGraphImpl::local : CudaGraphImpl::transformer_engine, deprecated->second};
+  } else if (impl != nullptr) {
+    s.cuda_graph_impl = FromScript<CudaGraphImpl>{parse_cuda_graph_impl(impl->value, f.field("--cuda-graph-impl")), impl->from};
+  }
+  if (f.cuda_graph_modules_from.empty()) return;
+  if (f.cuda_graph_modules_from.size() > 1) {
+    throw InputError(f.field("--cuda-graph-scope"), "with --cuda-graph-modules", "one of them (Megatron refuses both)");
+  }
+  const auto& [flag, from] = *f.cuda_graph_modules_from.begin();
+  if (!s.cuda_graph_impl || s.cuda_graph_impl->value == CudaGraphImpl::none) {
+    s.notes.push_back(fmt::format("{} not read: no CUDA graphs without --cuda-graph-impl (Megatron ignores it too)", from.text));
+    return;
+  }
+  std::string joined;
+  for (const auto& name : f.cuda_graph_modules) joined += (joined.empty() ? "" : ",") + name;
+  s.cuda_graph_scope = FromScript<std::uint8_t>{parse_cuda_graph_scope(joined, f.field(flag)), from};
 }
 
 bool ignored_flag(std::string_view flag) {

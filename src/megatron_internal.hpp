@@ -27,6 +27,9 @@ struct ScriptFlags {
   std::map<std::string, Provenance, std::less<>> switches;  // switches given: the first
   std::vector<std::string> recompute_modules;    // the names every --recompute-modules gives, in order
   std::optional<Provenance> recompute_modules_from;  // the first --recompute-modules
+  // --cuda-graph-scope (deprecated) or --cuda-graph-modules: the names, and each flag's first use.
+  std::vector<std::string> cuda_graph_modules;
+  std::map<std::string, Provenance, std::less<>> cuda_graph_modules_from;
   std::optional<Provenance> fp16;
   std::map<std::string, std::int64_t> counts;  // moemem flag -> times a value flag gives it
   std::vector<MegatronSettings::Unmodelled> unmodelled;
@@ -51,6 +54,9 @@ struct ScriptFlags {
 [[nodiscard]] std::optional<std::string> unmodelled(std::string_view flag, std::string_view value);
 // Whether Megatron's source shows `flag` changes no GPU memory.
 [[nodiscard]] bool ignored_flag(std::string_view flag);
+// --cuda-graph-impl (or the deprecated --enable-cuda-graph / --external-cuda-graph) and
+// --cuda-graph-scope / --cuda-graph-modules as settings, with Megatron's checks between them.
+void read_cuda_graphs(const ScriptFlags& f, MegatronSettings& s);
 
 // One entry of a ModelZoo YAML recipe's MODEL_ARGS: `--flag: value`; true is a switch (value
 // empty), false leaves the flag out (not listed), as the ModelZoo's launcher does with yq.

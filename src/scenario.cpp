@@ -84,6 +84,7 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   t.deepep = r.dispatcher == Dispatcher::deepep;
   t.shared_expert_overlap = r.shared_expert_overlap;
   t.ep_overlap = r.ep_overlap;
+  t.cuda_graphs = r.cuda_graphs;
   t.overhead = r.overhead;
   t.fragmentation_pct = r.fragmentation_pct;
   t.cuda_context = r.cuda_context;

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "moemem/cuda_graphs.hpp"
 #include "moemem/dtype.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/optimizer.hpp"
@@ -135,6 +136,7 @@ struct Numerics {
   MegatronVersion megatron_version = MegatronVersion::current;  // the megatron profile's release
   std::optional<Recipe> recipe;          // the published recipe the settings come from
   std::uint16_t recipe_techniques = 0;   // its techniques in effect (RecipeTechnique bits)
+  CudaGraphs cuda_graphs;  // Megatron's --cuda-graph-impl and --cuda-graph-scope (megatron profile)
   auto operator<=>(const Numerics&) const = default;
 };
 

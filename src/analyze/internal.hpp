@@ -138,6 +138,9 @@ std::pair<Bytes, std::uint64_t> allowance(const EvalContext& c);
 Bytes cp_kv_block(const EvalContext& c);
 void record_overheads(const EvalContext& c, const StageReport& st, const Runtime& runtime, Ledger& ledger);
 
+// cuda_graphs.cpp: what per-layer CUDA graphs keep beyond the eager layers (category buffers).
+void record_cuda_graphs(const EvalContext& c, const StageReport& st, Ledger& ledger);
+
 }  // namespace moemem::detail
 
 namespace moemem {

@@ -118,6 +118,11 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                  "Megatron-Core release (megatron profile): 0.6 (to 0.7), 0.12 (0.8 to 0.12) or current (0.13+); "
                  "before 0.13 MoE layers keep the unweighted expert output, 0.6 also silu's output")
       ->capture_default_str();
+  app.add_option("--cuda-graph-impl", o.numerics.cuda_graph_impl,
+                 "Megatron's per-layer CUDA graphs: none|local|transformer_engine (static buffers, megatron profile)")
+      ->capture_default_str();
+  app.add_option("--cuda-graph-scope", o.numerics.cuda_graph_scope,
+                 "Parts of each layer graphed: attn,mlp,moe_router,moe_preprocess or full (default: full)");
   app.add_option("--hidden-dropout", o.numerics.hidden_dropout,
                  "Dropout after attention and MLP: keeps a one-byte mask each (profile default: megatron 0.1, others 0)");
   app.add_option("--attention-dropout", o.numerics.attention_dropout,
@@ -250,6 +255,13 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.dispatcher = parse_dispatcher(o.moe.dispatcher, "--moe-token-dispatcher");
   r.shared_expert_overlap = o.moe.shared_expert_overlap;
   r.ep_overlap = o.moe.ep_overlap;
+  r.cuda_graphs.impl = parse_cuda_graph_impl(o.numerics.cuda_graph_impl, "--cuda-graph-impl");
+  if (!o.numerics.cuda_graph_scope.empty()) {
+    if (r.cuda_graphs.impl == CudaGraphImpl::none) {
+      throw InputError("--cuda-graph-scope", o.numerics.cuda_graph_scope, "to be used with --cuda-graph-impl local|transformer_engine");
+    }
+    r.cuda_graphs.scope = parse_cuda_graph_scope(o.numerics.cuda_graph_scope, "--cuda-graph-scope");
+  }
   r.cuda_context = given<Bytes>(o.overheads.cuda_context, [](const std::string& v) { return parse_memory_size(v, "--cuda-context", true); });
   r.nccl_per_group =
       given<Bytes>(o.overheads.nccl_per_group, [](const std::string& v) { return parse_memory_size(v, "--nccl-per-group", true); });

@@ -465,6 +465,7 @@ std::optional<InputError> ep_overlap_check(const ModelSpec& m, const Layout& lay
 std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_fsdp2_options(kMegatron.name, t)) return e;
+  if (auto e = check_cuda_graphs(m, t)) return e;
   if (t.recompute == Recompute::selective && (t.recompute_modules & kRecomputeMoeAct) != 0 &&
       t.megatron_version != MegatronVersion::current) {
     return InputError("--recompute-modules", "moe_act", "Megatron-Core 0.13 or later (--megatron-version current)");

@@ -106,8 +106,12 @@ inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, 
   return std::nullopt;
 }
 
-// A Megatron-Core release under another profile.
+// A Megatron-Core release, or its CUDA graphs, under another profile.
 inline std::optional<InputError> refuse_megatron_version(std::string_view profile, const TrainingConfig& t) {
+  if (t.cuda_graphs.impl != CudaGraphImpl::none) {
+    return InputError("--cuda-graph-impl", std::string(name_of(t.cuda_graphs.impl)),
+                     fmt::format("none with the {} profile (Megatron-Core's CUDA graphs are a megatron-profile setting)", profile));
+  }
   if (t.megatron_version != MegatronVersion::current) {
     return InputError("--megatron-version", std::string(name_of(t.megatron_version)),
                      fmt::format("current with the {} profile (releases are a megatron-profile setting)", profile));

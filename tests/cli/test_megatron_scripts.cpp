@@ -163,7 +163,7 @@ TEST(MegatronScripts, AssumedSequenceLengthIsNamed) {
 TEST(MegatronScripts, MemoryFlagsAreRefusedByName) {
   for (const std::string flags :
        {"--fp8-param-gather", "--tp-comm-overlap",
-        "--delay-wgrad-compute", "--enable-cuda-graph", "--cuda-graph-impl transformer_engine",
+        "--delay-wgrad-compute", "--cuda-graph-impl full_iteration", "--cuda-graph-retain-backward-graph",
         "--moe-pad-expert-input-to-capacity", "--optimizer sgd", "--optimizer muon"}) {
     const std::string path = write("refused.args", kModel + "--vocab-size 32000 --tensor-model-parallel-size 1 " + flags + "\n");
     const auto r = run_cli({"analyze", "--megatron-args", path});
