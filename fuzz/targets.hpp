@@ -21,6 +21,15 @@ void config_json(std::string_view input);
 // Lines of a validation set (measured-public.jsonl's schema): each record's moemem object parsed
 // and evaluated as `moemem validate` does, model files from the compiled-in public set.
 void validation_line(std::string_view input);
+// A Megatron layout string (--pipeline-model-parallel-layout, `Et*3|(tt|)*29,m|L`): the first two
+// bytes choose a model (a preset's layer and MTP counts), pp, vpp, the schedule and whether a
+// global batch is given (fuzz/targets.cpp: layout_choices); the rest is the string, resolved and
+// analyzed under those choices.
+void layout_string(std::string_view input);
+// A launch script's text, written to a private temporary file and read as --megatron-args reads
+// one (the file's path is $0 and the base of `source`); its settings put onto a request and, for
+// models small enough to analyze quickly, analyzed.
+void launch_script(std::string_view input);
 
 struct Target {
   const char* name;  // also the directory of its saved inputs, tests/data/fuzz/<name>/

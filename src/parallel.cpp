@@ -382,6 +382,7 @@ Problem apply_layout_string(ParallelConfig& q) {
   std::vector<LayoutStage> stages;
   if (auto problem = parse_layout_string(q.pipeline_layout, stages)) return problem;
   const auto n = static_cast<std::int64_t>(stages.size());
+  if (q.pp < 1 || q.pp > kMaxDegree) return std::nullopt;  // check_degrees refuses it (n / pp below)
   if (q.schedule == Schedule::dualpipe && n == 2 * q.pp) {
     std::string first;
     for (std::int64_t i = 0; i < q.pp; ++i) {

@@ -66,7 +66,11 @@ class Shell {
   [[nodiscard]] bool is_set(const std::string& name_and_index, std::int64_t line);
   void note(const std::string& text);  // once per text
   [[nodiscard]] std::optional<std::int64_t> arith(const std::string& expr, std::int64_t line, std::string& depends);
-  void charge(std::size_t bytes, std::int64_t line);
+  // Counts `bytes` of text in `words` words (or array slots) against the expansion limits.
+  void charge(std::size_t bytes, std::int64_t line, std::size_t words = 1);
+  // Throws as charge would for a word of `word_bytes` and `pending` bytes more of expansion (a
+  // word still growing; charged once done).
+  void check_limits(std::size_t word_bytes, std::size_t pending, std::int64_t line) const;
   [[nodiscard]] std::string where(std::int64_t line) const;
 
   // Counts one level of nested expansion for its lifetime; throws past kMaxShellNesting.

@@ -10,13 +10,15 @@
 namespace moemem::detail {
 
 void Text::add(char c, std::int64_t line) {
-  if (marks.empty() || marks.back().second != line) marks.emplace_back(s.size(), line);
+  if (marks.empty() || (marks.back().second != line && marks.size() < kMaxTextMarks)) marks.emplace_back(s.size(), line);
   s += c;
 }
 
 void Text::add(const Text& t) {
   for (const auto& [off, line] : t.marks) {
-    if (marks.empty() || marks.back().second != line) marks.emplace_back(s.size() + off, line);
+    if (marks.empty() || (marks.back().second != line && marks.size() < kMaxTextMarks)) {
+      marks.emplace_back(s.size() + off, line);
+    }
   }
   s += t.s;
 }
@@ -99,16 +101,21 @@ Shell::Nesting::Nesting(Shell& sh, std::int64_t line) : sh_(sh) {
 
 std::string Shell::where(std::int64_t line) const { return fmt::format("{}: line {}", source_, line); }
 
-void Shell::charge(std::size_t bytes, std::int64_t line) {
-  if (bytes > kMaxShellValueBytes) {
-    throw InputError(where(line), fmt::format("a word of {} bytes", bytes),
+void Shell::check_limits(std::size_t word_bytes, std::size_t pending, std::int64_t line) const {
+  if (word_bytes > kMaxShellValueBytes) {
+    throw InputError(where(line), fmt::format("a word of {} bytes", word_bytes),
                      fmt::format("words and variables of at most {} bytes (the shell expansion limit)", kMaxShellValueBytes));
   }
-  sh_.expanded += bytes;
-  if (sh_.expanded > kMaxShellExpansionBytes) {
+  if (pending > kMaxShellExpansionBytes - std::min(sh_.expanded, kMaxShellExpansionBytes)) {
     throw InputError(where(line), fmt::format("more than {} bytes of expansion", kMaxShellExpansionBytes),
                      "a script whose variables expand to less (the shell expansion limit)");
   }
+}
+
+void Shell::charge(std::size_t bytes, std::int64_t line, std::size_t words) {
+  const std::size_t cost = bytes + words * kShellWordBytes;
+  check_limits(bytes, cost, line);
+  sh_.expanded += cost;
 }
 
 // Expands one raw word into fields.
@@ -124,6 +131,7 @@ struct Shell::Expander {
   // missing value can be named.
   std::string weak_text, weak_depends;
   bool no_split = false;  // one word: an assignment's value, a test's operand, a case word
+  std::size_t grown = 0;  // bytes put in so far: the limits hold while the word grows ("$a$a$a...")
 
   void lit(char c, bool quoted) {
     cur.text.add(c, line);
@@ -153,6 +161,8 @@ struct Shell::Expander {
       return;
     }
     if (!v.depends_on.empty()) taint(v.depends_on);
+    grown += v.text.s.size();
+    sh.check_limits(cur.text.s.size() + v.text.s.size(), grown + fields.size() * kShellWordBytes, line);
     if (quoted || no_split) {
       cur.text.add(v.text);
       cur.keep = true;
@@ -160,7 +170,10 @@ struct Shell::Expander {
     }
     for (std::size_t k = 0; k < v.text.s.size(); ++k) {
       if (is_ifs(v.text.s[k])) {
-        if (!cur.text.s.empty() || cur.keep) finish();
+        if (!cur.text.s.empty() || cur.keep) {
+          finish();
+          sh.check_limits(0, grown + fields.size() * kShellWordBytes, line);  // each field made counts
+        }
         if (!v.depends_on.empty()) taint(v.depends_on);
       } else {
         cur.text.add(v.text.s[k], v.text.line_at(k));
@@ -180,6 +193,7 @@ struct Shell::Expander {
       Value all;
       for (std::size_t k = 0; k < items.size(); ++k) {
         if (k > 0) all.text.add(' ', line);
+        sh.check_limits(all.text.s.size() + items[k].text.s.size(), 0, line);
         all.text.add(items[k].text);
         if (all.depends_on.empty()) all.depends_on = items[k].depends_on;
       }
@@ -393,7 +407,7 @@ std::vector<Field> Shell::expand(const Token& w) {
     bytes += f.text.s.size();
     if (f.depends_on.empty()) f.depends_on = taint_;
   }
-  charge(bytes, w.line);
+  charge(bytes, w.line, e.fields.size());
   return std::move(e.fields);
 }
 

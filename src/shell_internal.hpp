@@ -21,12 +21,20 @@ namespace moemem::detail {
 // Bounds on what a script may make the evaluator do, each refused by name when passed.
 inline constexpr std::size_t kMaxShellValueBytes = std::size_t{1} << 20;      // one word or variable
 inline constexpr std::size_t kMaxShellExpansionBytes = std::size_t{64} << 20; // all expansion of one script
+// What each word or array element counts against kMaxShellExpansionBytes beside its text (about
+// what the evaluator allocates for one: text, line marks, dependency), so that empty words and
+// array slots are bounded too.
+inline constexpr std::size_t kShellWordBytes = 256;
 inline constexpr std::int64_t kMaxShellCommands = std::int64_t{1} << 16;      // commands run, loops included
 inline constexpr int kMaxShellDepth = 32;  // nesting of source, functions, bash FILE, $(...)
 inline constexpr int kMaxShellNesting = 200;  // nesting of if/case/loops/groups, ${...}, $((...)), test parentheses
 inline constexpr std::size_t kMaxShellArrayIndex = std::size_t{1} << 16;
 
-// Text that remembers the script line of each of its characters.
+// Text that remembers the script line of each of its characters: a mark where the line changes,
+// at most kMaxTextMarks of them (a value pieced together from many lines, "$a $a" doubled, would
+// otherwise keep a mark per character: 16 times its bytes, outside the expansion limits); past
+// that, the rest of the text is taken to be on the last mark's line.
+inline constexpr std::size_t kMaxTextMarks = 4096;
 struct Text {
   std::string s;
   std::vector<std::pair<std::size_t, std::int64_t>> marks;  // (offset, line) from that offset on

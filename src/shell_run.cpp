@@ -171,7 +171,7 @@ void Shell::assign(const Token& w, bool assoc) {
     name = name.substr(0, b);
   }
   Var& v = vars[name];
-  std::size_t bytes = 0;
+  std::size_t bytes = 0, words = 0;
   if (array) {
     if (!append) v = Var{};
     v.is_array = true;
@@ -182,15 +182,17 @@ void Shell::assign(const Token& w, bool assoc) {
         Value val = expand_one(Token{Tk::word, e.text.substr(close + 2), e.line, {}});
         if (val.depends_on.empty()) val.depends_on = taint_;
         bytes += val.text.s.size();
+        ++words;
         v.assoc[key] = std::move(val);
         continue;
       }
       for (auto& f : expand(e)) {
         bytes += f.text.s.size();
+        ++words;
         v.items.push_back(Value{std::move(f.text), f.depends_on});
       }
     }
-    charge(bytes, w.line);
+    charge(bytes, w.line, words);
     return;
   }
   Value val = expand_one(Token{Tk::word, w.text.substr(name_end + 1), w.line, {}});
@@ -205,7 +207,8 @@ void Shell::assign(const Token& w, bool assoc) {
   if (at >= kMaxShellArrayIndex) {
     throw InputError(where(w.line), fmt::format("index {}", at), fmt::format("an array index below {}", kMaxShellArrayIndex));
   }
-  if (v.items.size() <= at) v.items.resize(at + 1);
+  const std::size_t added = v.items.size() <= at ? at + 1 - v.items.size() : 0;  // empty slots made
+  if (added > 0) v.items.resize(at + 1);
   Value& slot = v.items[at];
   if (append) {
     slot.text.add(val.text);
@@ -213,7 +216,7 @@ void Shell::assign(const Token& w, bool assoc) {
   } else {
     slot = std::move(val);
   }
-  charge(slot.text.s.size(), w.line);
+  charge(slot.text.s.size(), w.line, std::max<std::size_t>(added, 1));
 }
 
 void Shell::emit(const std::vector<Field>& words) {

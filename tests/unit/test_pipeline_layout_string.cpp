@@ -246,4 +246,23 @@ TEST(LayoutResolve, MtpComesAfterEveryDecoderLayer) {
   EXPECT_THROW((void)resolve_layout(m, p), InputError);
 }
 
+// A layout string with a degree out of range (fuzz_layout_string: pp 0 divided the string's
+// stage count to infer vpp) is refused by the degree's own rule, not a division by zero.
+TEST(LayoutResolve, LayoutStringWithABadPipelineDegreeNamesTheDegree) {
+  const ModelSpec m = model("deepseek-v3", 1);
+  for (const std::int64_t pp : {std::int64_t{0}, std::int64_t{-4}, std::int64_t{1} << 62}) {
+    SCOPED_TRACE(pp);
+    ParallelConfig p = nvidia_recipe();
+    p.pp = pp;
+    p.pipeline_layout = "Et|(tt|)*30mL";
+    const std::string msg = error_of([&] { (void)resolve_layout(m, p); });
+    EXPECT_NE(msg.find("--pp"), std::string::npos) << msg;
+  }
+  ParallelConfig p = nvidia_recipe();
+  p.pp = 0;
+  p.schedule = Schedule::dualpipe;
+  p.pipeline_layout = "E|L";
+  EXPECT_NE(error_of([&] { (void)resolve_layout(m, p); }).find("--pp"), std::string::npos);
+}
+
 }  // namespace

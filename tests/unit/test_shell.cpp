@@ -141,6 +141,33 @@ TEST(Shell, ExpansionIsBounded) {
 
 namespace {
 
+// Words and array slots count against the expansion limit even when empty, and a word is
+// refused while it grows: each of these once took seconds to minutes and gigabytes
+// (fuzz_launch_script; the inputs are in tests/data/fuzz/launch_script/).
+TEST(Shell, EmptyWordsAndGrowingWordsAreBounded) {
+  const auto expect_limit = [](const std::string& script) {
+    try {
+      (void)run_shell(script, "limit.sh");
+      FAIL() << "expected an InputError";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("shell expansion limit"), std::string::npos) << e.what();
+    }
+  };
+  const std::string sixteen = "w='x x x x x x x x x x x x x x x x'\n";
+  const std::string loops = "for a in $w; do for b in $w; do for c in $w; do for d in $w; do ";
+  // 65,536 empty slots made again on every one of 65,536 commands.
+  expect_limit(sixteen + loops + "unset A; A[65535]=1; done; done; done; done\n");
+  // 65,536 empty elements expanded on every command.
+  expect_limit(sixteen + "A[65535]=1\n" + loops + "B=(\"${A[@]}\"); done; done; done; done\n");
+  // A 1 MiB value of 2^19 words split into an array.
+  const std::string doubled = "A=x\nfor i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19; do A=\"$A $A\"; done\n";
+  expect_limit(doubled + "B=($A)\n");
+  // One word of 3,000 copies of a 1 MiB value: refused before it is built.
+  std::string copies = "A=x\nfor i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do A=$A$A; done\nB=\"";
+  for (int i = 0; i < 3000; ++i) copies += "$A";
+  expect_limit(copies + "\"\n");
+}
+
 // Deep nesting of every kind is a named error, not a stack overflow.
 TEST(Shell, NestingIsBounded) {
   const std::string deep = std::string(5000, '(') + "1" + std::string(5000, ')');
