@@ -51,6 +51,7 @@ struct TrainingRequest {
   std::optional<double> optimizer_offload;  // --optimizer-cpu-offload: the offload fraction (Megatron's default 1.0)
   std::optional<Recipe> recipe;
   std::uint16_t recipe_off = 0;  // techniques of the recipe left out (--recipe-off)
+  FinetuneSettings finetune;     // --finetune, --lora-*, --optimizer
 };
 
 struct Request {
