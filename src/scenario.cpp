@@ -90,6 +90,7 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   t.cuda_context = r.cuda_context;
   t.nccl_per_group = r.nccl_per_group;
   static_cast<FsdpSettings&>(t) = r.fsdp;
+  static_cast<FinetuneSettings&>(t) = r.finetune;
   resolve_recompute(r, t);
   return t;
 }
@@ -144,6 +145,7 @@ Scenario make_scenario(const Request& r) {
   s.training = resolve_training(r.training, *s.profile);
   validate_training(s.training, s.layout);
   if (auto problem = s.profile->check(s.model, s.layout, s.training)) throw *problem;
+  s.inventory = apply_finetune(s.inventory, s.training);  // LoRA: the base frozen, adapters added
   return s;
 }
 

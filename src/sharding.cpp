@@ -42,8 +42,35 @@ Count shard_params(const Tensor& t, TpSplit split, const ParallelConfig& p, Shar
   return t.params();
 }
 
+namespace {
+
+// The split of a tensor's TP shard: its role's, but LoRA's B is always split by rows
+// (Megatron-Bridge peft/utils.py ParallelLinearAdapter: linear_out = ColumnParallelLinear).
+TpSplit split_of(const Tensor& t, const Profile& profile) {
+  const TpSplit s = profile.tp_split(t.role);
+  return t.adapter == Adapter::lora_b && s == TpSplit::row ? TpSplit::column : s;
+}
+
+}  // namespace
+
 Count device_params(const Tensor& t, const Profile& profile, const ParallelConfig& p, std::int64_t vocab_rows) {
-  return shard_params(t, profile.tp_split(t.role), p, ShardCoord{}, vocab_rows);
+  return shard_params(t, split_of(t, profile), p, ShardCoord{}, vocab_rows);
+}
+
+ShardShape device_shape(const Tensor& t, const Profile& profile, const ParallelConfig& p, std::int64_t vocab_rows) {
+  const auto first = [](std::int64_t n, std::int64_t k) { return static_cast<std::int64_t>(share(u(n), k, 0)); };
+  if (t.is_routed_expert) {
+    const bool ffn_in_rows = t.role != Role::expert_down;
+    return {ffn_in_rows ? first(t.rows, p.etp_degree()) : t.rows, ffn_in_rows ? t.cols : first(t.cols, p.etp_degree()),
+            first(t.copies, p.ep)};
+  }
+  switch (split_of(t, profile)) {
+    case TpSplit::replicated: return {t.rows, t.cols, t.copies};
+    case TpSplit::vocab: return {first(vocab_rows > t.rows ? vocab_rows : t.rows, p.tp), t.cols, t.copies};
+    case TpSplit::column: return {first(t.rows, p.tp), t.cols, t.copies};
+    case TpSplit::row: return {t.rows, first(t.cols, p.tp), t.copies};
+  }
+  return {t.rows, t.cols, t.copies};
 }
 
 }  // namespace moemem

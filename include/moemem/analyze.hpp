@@ -18,6 +18,7 @@ struct CompiledModel {
   const ModelSpec* model = nullptr;
   const Profile* profile = nullptr;
   Count total_params;  // every accounted tensor, unsharded
+  Count trainable_params;  // of those, the trainable ones (apply_finetune freezes the base under LoRA)
   std::vector<Tensor> dense_layer, moe_layer, embedding, head, mtp_depth;
   std::vector<std::int64_t> moe_before;  // MoE layers among decoder layers [0, i), for i in [0, L]
   [[nodiscard]] std::int64_t moe_layers_in(std::int64_t first, std::int64_t count) const {

@@ -49,6 +49,9 @@ enum class Module : std::uint8_t {
 };
 inline constexpr std::size_t kModuleCount = static_cast<std::size_t>(Module::mtp) + 1;
 
+// A LoRA adapter matrix (finetune.hpp) of the linear whose role it carries: A is r x in, B out x r.
+enum class Adapter : std::uint8_t { none, lora_a, lora_b };
+
 // Where a tensor sits along the pipeline.
 enum class Placement : std::uint8_t {
   embedding,  // before the first decoder layer
@@ -71,6 +74,8 @@ struct Tensor {
   // The checkpoint stores a copy, but training shares it with the main model (MTP's embedding
   // and output head in DeepSeek-V3).
   bool shared_in_training = false;
+  Adapter adapter = Adapter::none;  // a LoRA matrix (apply_finetune), else none
+  bool trainable = true;            // false: frozen (the base model under LoRA), no gradient, no optimizer state
 
   [[nodiscard]] Count params() const;
   [[nodiscard]] bool is_vector() const { return cols == 1; }

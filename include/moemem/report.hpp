@@ -59,6 +59,7 @@ struct StageReport {
   std::int64_t mtp_depths = 0;
   std::vector<std::int64_t> chunks;                   // model chunks held, as Layout::chunks indices
   ParamSplit params;                                  // on one device of the stage
+  TrainableSplit trainable;                           // what of it trains, as the optimizers count it
   std::array<Count, kModuleCount> params_by_module{};  // on one device of the stage
   std::vector<Bytes> chunk_activations;               // one micro-batch through each held chunk
   std::vector<std::int64_t> chunk_in_flight;          // micro-batches in flight in each held chunk
@@ -83,6 +84,7 @@ struct StageReport {
 struct MemoryReport {
   std::string model_name;
   Count total_params;  // every tensor the profile accounts for, unsharded, as in the checkpoint
+  Count trainable_params;  // of those, the ones that train (all but under LoRA: the adapters)
   std::string profile;
   Layout layout;
   TrainingConfig training;

@@ -53,6 +53,7 @@ struct TrainingRequest {
   std::optional<Recipe> recipe;
   std::uint16_t recipe_off = 0;  // techniques of the recipe left out (--recipe-off)
   CudaGraphs cuda_graphs;        // --cuda-graph-impl, --cuda-graph-scope
+  FinetuneSettings finetune;     // --finetune, --lora-*, --optimizer
 };
 
 struct Request {

@@ -42,4 +42,13 @@ struct ShardCoord {
 [[nodiscard]] Count device_params(const Tensor& t, const Profile& profile, const ParallelConfig& p,
                                   std::int64_t vocab_rows = 0);
 
+// The shape of the most loaded device's shard of `t` (rows, cols and the experts it holds): its
+// elements are device_params(t, ...). LoRA's B of a row-parallel linear is split by rows
+// (Megatron-Bridge's ParallelLinearAdapter: linear_out is a ColumnParallelLinear).
+struct ShardShape {
+  std::int64_t rows = 0, cols = 0, copies = 0;
+};
+[[nodiscard]] ShardShape device_shape(const Tensor& t, const Profile& profile, const ParallelConfig& p,
+                                      std::int64_t vocab_rows = 0);
+
 }  // namespace moemem

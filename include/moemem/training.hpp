@@ -12,6 +12,7 @@
 #include "moemem/cuda_graphs.hpp"
 #include "moemem/dtype.hpp"
 #include "moemem/errors.hpp"
+#include "moemem/finetune.hpp"
 #include "moemem/optimizer.hpp"
 #include "moemem/parallel.hpp"
 #include "moemem/recipes.hpp"
@@ -173,7 +174,8 @@ struct FsdpSettings {
 };
 
 // Every training setting: the parts above (their fields are reached directly, t.micro_batch).
-struct TrainingConfig : Batch, RecomputePolicy, StateSettings, Numerics, MoeRouting, Overheads, FsdpSettings {
+struct TrainingConfig : Batch, RecomputePolicy, StateSettings, Numerics, MoeRouting, Overheads, FsdpSettings,
+                        FinetuneSettings {
   [[nodiscard]] const Batch& batch() const { return *this; }
   [[nodiscard]] const RecomputePolicy& recomputation() const { return *this; }
   [[nodiscard]] const StateSettings& states() const { return *this; }
@@ -181,6 +183,7 @@ struct TrainingConfig : Batch, RecomputePolicy, StateSettings, Numerics, MoeRout
   [[nodiscard]] const MoeRouting& routing() const { return *this; }
   [[nodiscard]] const Overheads& overheads() const { return *this; }
   [[nodiscard]] const FsdpSettings& fsdp() const { return *this; }
+  [[nodiscard]] const FinetuneSettings& finetuning() const { return *this; }
 };
 
 // The loss implementation in effect: --loss, else fused with --compile and upcast without.

@@ -172,7 +172,7 @@ Bytes chunk_extras(const EvalContext& c, const Chunk& ch, Acts& acts) {
 void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations& out) {
   const auto& p = c.layout.config;
   const ActKey key{p.tp, p.cp, p.ep, p.etp_degree(), p.sp, c.vocab, c.attention, c.t.batch(), c.t.recomputation(),
-                   c.t.numerics(), c.t.routing(), c.t.fsdp()};
+                   c.t.numerics(), c.t.routing(), c.t.fsdp(), c.t.finetuning()};
   Acts local;
   Acts* acts = nullptr;
   if (cache != nullptr) {

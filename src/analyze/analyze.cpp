@@ -26,6 +26,7 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
   r.peak_stage = 0;
   r.overhead = c.profile.overhead;
   r.total_params = c.cm.total_params;
+  r.trainable_params = c.cm.trainable_params;
   r.assumptions.assign(c.profile.assumptions.begin(), c.profile.assumptions.end());
   if (c.t.recipe) {
     for (auto& a : recipe_assumptions(*c.t.recipe, c.t)) r.assumptions.push_back(std::move(a));
@@ -108,6 +109,7 @@ void StageReport::reset(std::int64_t s) {
   mtp_depths = 0;
   chunks.clear();
   params = ParamSplit{};
+  trainable = TrainableSplit{};
   params_by_module = {};
   chunk_activations.clear();
   chunk_in_flight.clear();

@@ -22,6 +22,7 @@ struct Share {
   ParamSplit params;
   std::array<Count, kModuleCount> by_module{};
   ParamSplit fp8;  // parameters whose GEMMs run in FP8, by ZeRO group
+  TrainableSplit trainable;  // what trains (all of params but under LoRA), as the optimizers count it
   void add(const Share& o, std::int64_t times, bool modules);
 };
 
@@ -54,6 +55,7 @@ struct ActKey {
   Numerics numerics;
   MoeRouting routing;
   FsdpSettings fsdp;
+  FinetuneSettings finetune;
   auto operator<=>(const ActKey&) const = default;
 };
 struct ChunkKey {

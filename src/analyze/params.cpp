@@ -37,6 +37,7 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
   for (const auto& tensor : inv.tensors) {
     if (!profile.accounts(tensor)) continue;
     cm.total_params += tensor.params();
+    if (tensor.trainable) cm.trainable_params += tensor.params();
     switch (tensor.placement) {
       case Placement::embedding: cm.embedding.push_back(tensor); break;
       case Placement::head: cm.head.push_back(tensor); break;
@@ -79,6 +80,8 @@ void Share::add(const Share& o, std::int64_t n, bool modules) {
   }
   fp8.non_expert += mul(o.fp8.non_expert);
   fp8.expert += mul(o.fp8.expert);
+  trainable.non_expert += o.trainable.non_expert.times(k);
+  trainable.expert += o.trainable.expert.times(k);
 }
 
 namespace {
@@ -92,6 +95,30 @@ Copies copies_of(const Tensor& t) {
   return t.role == Role::mtp_embedding ? Copies::embedding : Copies::head;
 }
 
+// bitsandbytes' Optimizer2State keeps fp32 states for tensors below min_8bit_size (4096 elements)
+// and otherwise one absmax per 256-element block (optim/optimizer.py init_state).
+constexpr std::uint64_t kMin8bitSize = 4096, kBnbBlock = 256;
+
+// How the optimizers count one trainable tensor's shard of `c` elements shaped `sh`.
+OptimizerCounts optimizer_counts(const Tensor& t, const ShardShape& sh, Count c) {
+  OptimizerCounts o;
+  o.params = c;
+  const bool matrix = !t.is_vector();
+  // Megatron's _is_muon_excluded: embedding/output parameters and those that are not 2-D use Adam.
+  const bool embedding_or_output = t.role == Role::embedding || t.role == Role::output_head ||
+                                   t.role == Role::position_embedding || t.role == Role::mtp_embedding ||
+                                   t.role == Role::mtp_output_head;
+  if (matrix && !embedding_or_output) o.matrices = c;
+  const auto per_copy = static_cast<std::uint64_t>(sh.copies > 0 ? sh.copies : 1);
+  const auto rows = static_cast<std::uint64_t>(sh.rows), cols = static_cast<std::uint64_t>(sh.cols);
+  o.factors = matrix ? Count(checked_mul(rows + cols, per_copy, "factored states")) : c;
+  // bitsandbytes sees each expert of a routed entry as its own parameter in HF's modeling code.
+  const std::uint64_t each = c.value() / per_copy;
+  if (each < kMin8bitSize) o.small = c;
+  else o.blocks = Count(checked_mul(ceil_div(each, kBnbBlock), per_copy, "8-bit blocks"));
+  return o;
+}
+
 Share share_of(const std::vector<Tensor>& ts, const Profile& profile, const ParallelConfig& p, std::int64_t vocab,
                bool fp8, Copies which) {
   Share s;
@@ -101,7 +128,10 @@ Share share_of(const std::vector<Tensor>& ts, const Profile& profile, const Para
     const bool expert = profile.zero_group(t.role) == ZeroGroup::expert;
     (expert ? s.params.expert : s.params.non_expert) += c;
     s.by_module[static_cast<std::size_t>(t.module)] += c;
-    if (fp8 && fp8_gemm_weight(t.role)) (expert ? s.fp8.expert : s.fp8.non_expert) += c;
+    if (fp8 && fp8_gemm_weight(t.role) && t.adapter == Adapter::none) (expert ? s.fp8.expert : s.fp8.non_expert) += c;
+    if (t.trainable) {
+      (expert ? s.trainable.expert : s.trainable.non_expert) += optimizer_counts(t, device_shape(t, profile, p, vocab), c);
+    }
   }
   return s;
 }
@@ -152,6 +182,7 @@ void assign_params(const EvalContext& c, const Shares& sh, MemoryReport& r) {
       if (!holds_loss) total.add(sh.mtp_head, ch.mtp_depths, modules);
     }
     st.params = total.params;
+    st.trainable = total.trainable;
     st.params_by_module = total.by_module;
     st.fp8_weight_params = total.fp8.non_expert + total.fp8.expert;
     // ZeRO-3 shards the working weights, and with them their FP8 copies.

@@ -28,7 +28,8 @@ Count offloaded(Count n, double fraction) {
   return Count(static_cast<std::uint64_t>(static_cast<double>(n.value()) * fraction));
 }
 
-// The optimizer states and the pinned gradient copy of the offloaded elements, in host memory.
+// The optimizer states and the pinned gradient copy of the offloaded elements, in host memory
+// (AdamW only: the profiles refuse offload with another optimizer).
 Bytes offload_optimizer_bytes(Count n, const PrecisionRecipe& pr) {
   return bytes_of(n, pr.master) + bytes_of(n, pr.exp_avg) + bytes_of(n, pr.exp_avg_sq);
 }
@@ -44,41 +45,24 @@ void record_offload(const char* group, Count off, const PrecisionRecipe& pr, dou
   });
 }
 
-// ZeRO: stage 1 shards the optimizer states, 2 also the gradients, 3 also the weights; the
-// non-expert part over dp*cp, the expert part over edp (the worst rank holds the ceiling).
-void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
-  const auto& p = c.layout.config;
-  const auto& t = c.t;
-  const auto& pr = t.precision;
-  const std::int64_t groups[2] = {p.dp * p.cp, c.layout.edp};
-  const Count parts[2] = {st.params.non_expert, st.params.expert};
-  const auto shard = [&](int g) { return Count(ceil_div(parts[g].value(), static_cast<std::uint64_t>(groups[g]))); };
-  const auto shard_text = [&](int g) { return fmt::format("ceil({} / {})", parts[g].value(), groups[g]); };
-  const auto opt_count = [&](int g) { return t.zero >= 1 ? shard(g) : parts[g]; };
-  if (!ledger.detail()) {
-    // Totals only (search): the same states as the items below, summed by state_bytes.
-    const StateBytes sb = state_bytes(st.params, groups[0], groups[1], t.zero, pr);
-    const auto none = [] { return LedgerItem{}; };
-    Bytes states, grads;  // offloaded to the host
-    for (int g = 0; g < 2 && t.optimizer_offload > 0; ++g) {
-      const Count off = offloaded(opt_count(g), t.optimizer_offload);
-      states += offload_optimizer_bytes(off, pr);
-      grads += bytes_of(off, pr.gradients);
-    }
-    ledger.add(Category::weights, sb.weights + st.fp8_weight_copies, none);
-    ledger.add(Category::gradients, sb.gradients, none);
-    ledger.add(Category::optimizer, Bytes(sb.optimizer.value() - states.value()), none);  // states <= optimizer
-    if (states.value() > 0) ledger.add(Category::host, states + grads, none);
-    return;
-  }
-  if (t.zero >= 3) {
+// One ZeRO group's trainable counts on this rank: sharded over `group` from ZeRO stage 1.
+OptimizerCounts optimizer_share(const OptimizerCounts& n, int zero, std::int64_t group) {
+  return zero >= 1 ? n.sharded(group) : n;
+}
+
+// The weights: a ZeRO-3 shard of every parameter, else the parameters by role.
+void record_weights(const EvalContext& c, const StageReport& st, const std::int64_t groups[2], Ledger& ledger) {
+  const auto& pr = c.t.precision;
+  if (c.t.zero >= 3) {
     const char* names[2] = {"non-expert", "expert"};
     const char* over[2] = {"dp*cp", "edp"};
+    const Count parts[2] = {st.params.non_expert, st.params.expert};
     for (int g = 0; g < 2; ++g) {
-      ledger.add(Category::weights, bytes_of(shard(g), pr.weights), [&] {
+      const Count shard(ceil_div(parts[g].value(), static_cast<std::uint64_t>(groups[g])));
+      ledger.add(Category::weights, bytes_of(shard, pr.weights), [&] {
         return ledger_item(names[g], "ZeRO-3 shard",
                            fmt::format("ceil({} / {} {}) x {}", parts[g].value(), over[g], groups[g], name_of(pr.weights)),
-                           shard(g), pr.weights);
+                           shard, pr.weights);
       });
     }
   } else {
@@ -88,29 +72,64 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
     ledger.add(Category::weights, st.fp8_weight_copies, [&] {
       return ledger_item("fp8", "FP8 weight copies",
                          fmt::format("2 x {} FP8-GEMM parameters (row- and column-wise) + scales, {}",
-                                     st.fp8_weight_params.value(), name_of(t.fp8)),
+                                     st.fp8_weight_params.value(), name_of(c.t.fp8)),
                          st.fp8_weight_params, DType::fp8, 2);
     });
   }
+}
+
+// ZeRO: stage 1 shards the optimizer states, 2 also the gradients, 3 also the weights; the
+// non-expert part over dp*cp, the expert part over edp (the worst rank holds the ceiling).
+// Gradients and optimizer states cover the trainable parameters only: Megatron's DDP allocates
+// main_grad buffers for parameters with requires_grad only (distributed_data_parallel.py, "if not
+// param.requires_grad: continue"), and the optimizer's groups hold only those.
+void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
+  const auto& p = c.layout.config;
+  const auto& t = c.t;
+  const auto& pr = t.precision;
+  const std::int64_t groups[2] = {p.dp * p.cp, c.layout.edp};
+  const OptimizerCounts* parts[2] = {&st.trainable.non_expert, &st.trainable.expert};
+  if (!ledger.detail()) {
+    // Totals only (search): the same states as the items below, summed by state_bytes.
+    const StateBytes sb = state_bytes(st.params, st.trainable, groups[0], groups[1], t.zero, pr, t.finetuning());
+    const auto none = [] { return LedgerItem{}; };
+    Bytes states, grads;  // offloaded to the host
+    for (int g = 0; g < 2 && t.optimizer_offload > 0; ++g) {
+      const Count off = offloaded(optimizer_share(*parts[g], t.zero, groups[g]).params, t.optimizer_offload);
+      states += offload_optimizer_bytes(off, pr);
+      grads += bytes_of(off, pr.gradients);
+    }
+    ledger.add(Category::weights, sb.weights + st.fp8_weight_copies, none);
+    ledger.add(Category::gradients, sb.gradients, none);
+    ledger.add(Category::optimizer, Bytes(sb.optimizer.value() - states.value()), none);  // states <= optimizer
+    if (states.value() > 0) ledger.add(Category::host, states + grads, none);
+    return;
+  }
+  record_weights(c, st, groups, ledger);
   const char* group_names[2] = {"non-expert (dp*cp)", "expert (edp)"};
   for (int g = 0; g < 2; ++g) {
-    const Count gc = t.zero >= 2 ? shard(g) : parts[g];
-    const Count off = offloaded(opt_count(g), t.optimizer_offload);
-    const Count oc(opt_count(g).value() - off.value());  // what stays on the GPU
-    const auto gtext = [&] { return t.zero >= 2 ? shard_text(g) : std::to_string(parts[g].value()); };
-    const auto otext = [&] {
-      const std::string whole = t.zero >= 1 ? shard_text(g) : std::to_string(parts[g].value());
-      return off.value() == 0 ? whole : fmt::format("{} - {} offloaded", whole, off.value());
-    };
-    const auto state = [&](Category cat, const char* item, Count n, DType d, const auto& count_text) {
-      ledger.add(cat, bytes_of(n, d), [&] {
-        return ledger_item(group_names[g], item, fmt::format("{} x {}", count_text(), name_of(d)), n, d);
+    const Count n = parts[g]->params;
+    const auto shard_text = [&](Count whole) { return fmt::format("ceil({} / {})", whole.value(), groups[g]); };
+    const Count gc = t.zero >= 2 ? Count(ceil_div(n.value(), static_cast<std::uint64_t>(groups[g]))) : n;
+    const std::string gtext = t.zero >= 2 ? shard_text(n) : std::to_string(n.value());
+    ledger.add(Category::gradients, bytes_of(gc, pr.gradients), [&] {
+      return ledger_item(group_names[g], "main gradients", fmt::format("{} x {}", gtext, name_of(pr.gradients)), gc, pr.gradients);
+    });
+    const OptimizerCounts share = optimizer_share(*parts[g], t.zero, groups[g]);
+    const Count off = offloaded(share.params, t.optimizer_offload);
+    const auto whole = optimizer_states(t.finetuning(), pr, *parts[g]);
+    const auto states = optimizer_states(t.finetuning(), pr, share);
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      const auto& state = states[i];
+      // Offload moves whole AdamW states (master and moments) by the same elements.
+      const bool moved = state.elements == share.params;
+      const Count kept = moved ? Count(state.elements.value() - off.value()) : state.elements;
+      ledger.add(Category::optimizer, bytes_of(kept, state.dtype), [&] {
+        std::string count = t.zero >= 1 ? shard_text(whole[i].elements) : std::to_string(whole[i].elements.value());
+        if (moved && off.value() > 0) count = fmt::format("{} - {} offloaded", count, off.value());
+        return ledger_item(group_names[g], std::string(state.name), fmt::format("{} x {}", count, name_of(state.dtype)), kept, state.dtype);
       });
-    };
-    state(Category::gradients, "main gradients", gc, pr.gradients, gtext);
-    state(Category::optimizer, "master weights", oc, pr.master, otext);
-    state(Category::optimizer, "exp_avg", oc, pr.exp_avg, otext);
-    state(Category::optimizer, "exp_avg_sq", oc, pr.exp_avg_sq, otext);
+    }
     record_offload(group_names[g], off, pr, t.optimizer_offload, ledger);
   }
 }

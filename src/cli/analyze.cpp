@@ -12,6 +12,18 @@ namespace moemem::cli {
 
 namespace {
 
+// The model's name and parameters; with LoRA or QLoRA also the trainable ones (adapters), which
+// otherwise equal total_params (left out so that full fine-tuning's reports stay as they were).
+nlohmann::json model_json(const MemoryReport& r) {
+  nlohmann::json m = {{"name", r.model_name}, {"total_params", r.total_params.value()}};
+  if (r.training.finetune != Finetune::full) m["trainable_params"] = r.trainable_params.value();
+  if (r.training.finetune != Finetune::full || r.training.optimizer != OptimizerKind::adamw) {
+    m["finetune"] = name_of(r.training.finetune);
+    m["optimizer"] = name_of(r.training.optimizer);
+  }
+  return m;
+}
+
 nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>& gpu) {
   const auto& p = r.layout.config;
   nlohmann::json stages = nlohmann::json::array();
@@ -72,7 +84,7 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
   const auto& pr = r.training.precision;
   return {
       {"schema", "moemem.report/1"},
-      {"model", {{"name", r.model_name}, {"total_params", r.total_params.value()}}},
+      {"model", model_json(r)},
       {"profile", r.profile},
       {"parallel", {{"world_size", r.layout.world_size}, {"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp},
                     {"ep", p.ep}, {"etp", p.etp_degree()}, {"edp", r.layout.edp}, {"sp", p.sp}, {"vpp", p.vpp},
@@ -287,6 +299,15 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const bool md = f == Format::markdown;
   out << (md ? "## " : "") << fmt::format("moemem analyze: {} ({} parameters), profile {}\n", r.model_name,
                                          group_thousands(r.total_params.value()), r.profile);
+  if (r.training.finetune != Finetune::full || r.training.optimizer != OptimizerKind::adamw) {
+    out << (md ? "\n" : "")
+        << fmt::format("fine-tuning: {}{}, {} trainable parameters, optimizer {}\n", name_of(r.training.finetune),
+                       r.training.finetune == Finetune::full
+                           ? std::string()
+                           : fmt::format(" (r {}, targets {}, dropout {})", r.training.lora_rank, r.training.lora_targets,
+                                         r.training.lora_dropout),
+                       group_thousands(r.trainable_params.value()), name_of(r.training.optimizer));
+  }
   out << (md ? "\n" : "")
       << fmt::format("layout: tp {} pp {} dp {} cp {} ep {} etp {} (edp {}), sp {}, world size {}\n", p.tp, p.pp, p.dp,
                      p.cp, p.ep, p.etp_degree(), r.layout.edp, p.sp ? "on" : "off", r.layout.world_size);

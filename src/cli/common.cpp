@@ -149,6 +149,16 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
       ->capture_default_str();
   app.add_option("--gpu", o.gpu.gpu, "GPU whose memory to check against: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");
   app.add_option("--gpu-memory", o.gpu.gpu_memory, "GPU memory to check against, e.g. 80GiB");
+  app.add_option("--finetune", o.finetune.finetune,
+                 "What trains: full|lora|qlora (LoRA freezes the base and trains adapters A r x in, B out x r)")
+      ->capture_default_str();
+  add_optional_int(app, "--lora-rank", o.finetune.lora_rank, "LoRA rank r (required with --finetune lora)");
+  app.add_option("--lora-targets", o.finetune.lora_targets,
+                 "Linears LoRA adapts: all-linear (default: every decoder linear but the router) or module names, e.g. "
+                 "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (routed experts included, as PEFT matches them)");
+  app.add_option("--lora-dropout", o.finetune.lora_dropout, "LoRA dropout probability (default 0; > 0 keeps a mask and a copy of each adapted input)");
+  app.add_option("--optimizer", o.finetune.optimizer, "Optimizer: adamw|adam8bit|adafactor|sgd|lion|muon")->capture_default_str();
+  app.add_option("--sgd-momentum", o.finetune.sgd_momentum, "SGD momentum (Megatron's default 0.9; 0 keeps no momentum buffer)");
 }
 
 void add_format_option(CLI::App& app, std::string& format) {
@@ -214,6 +224,27 @@ template <class T, class Parse>
 std::optional<T> given(const std::string& text, Parse&& parse) {
   if (text.empty()) return std::nullopt;
   return parse(text);
+}
+
+// --finetune, --lora-*, --optimizer, --sgd-momentum: LoRA flags only with LoRA, a rank required.
+FinetuneSettings to_finetune(const FinetuneOptions& o) {
+  FinetuneSettings f;
+  f.finetune = parse_finetune(o.finetune, "--finetune");
+  f.optimizer = parse_optimizer(o.optimizer, "--optimizer");
+  const bool lora = f.finetune != Finetune::full;
+  if (!lora && (o.lora_rank || !o.lora_targets.empty() || !o.lora_dropout.empty())) {
+    throw InputError("--lora-rank/--lora-targets/--lora-dropout", "given", "--finetune lora or qlora with them");
+  }
+  if (lora && !o.lora_rank) throw InputError("--lora-rank", "not given", "a rank r >= 1 with --finetune lora or qlora");
+  if (o.lora_rank) f.lora_rank = *o.lora_rank;
+  if (!o.lora_targets.empty()) f.lora_targets = o.lora_targets;
+  if (!o.lora_dropout.empty()) f.lora_dropout = parse_double_impl(o.lora_dropout, "--lora-dropout");
+  if (!o.sgd_momentum.empty()) {
+    if (f.optimizer != OptimizerKind::sgd) throw InputError("--sgd-momentum", o.sgd_momentum, "--optimizer sgd with it");
+    f.sgd_momentum = parse_double_impl(o.sgd_momentum, "--sgd-momentum");
+    if (!(f.sgd_momentum >= 0 && f.sgd_momentum < 1)) throw InputError("--sgd-momentum", o.sgd_momentum, "a momentum from 0 up to 1");
+  }
+  return f;
 }
 
 }  // namespace
@@ -284,6 +315,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.main_params_dtype = given<DType>(o.states.main_params_dtype, dtype("--main-params-dtype"));
   r.exp_avg_dtype = given<DType>(o.states.exp_avg_dtype, dtype("--exp-avg-dtype"));
   r.exp_avg_sq_dtype = given<DType>(o.states.exp_avg_sq_dtype, dtype("--exp-avg-sq-dtype"));
+  r.finetune = to_finetune(o.finetune);
   return r;
 }
 

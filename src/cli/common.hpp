@@ -75,6 +75,10 @@ struct OverheadOptions {
   std::string overhead = "low";
   std::string fragmentation_pct, cuda_context, nccl_per_group;
 };
+struct FinetuneOptions {
+  std::string finetune = "full", lora_targets, lora_dropout, optimizer = "adamw", sgd_momentum;
+  std::optional<std::int64_t> lora_rank;
+};
 struct FsdpOptions {  // torchtitan profile
   bool compile = false, fsdp_float8_all_gather = false;
   std::string loss, reshard_after_forward = "default";
@@ -92,6 +96,7 @@ struct TrainingOptions {
   MoeOptions moe;
   OverheadOptions overheads;
   FsdpOptions fsdp;
+  FinetuneOptions finetune;
   GpuOptions gpu;
 };
 

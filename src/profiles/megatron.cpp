@@ -248,6 +248,17 @@ void megatron_moe_dispatch_transient(const ActivationContext& c, Terms& t, std::
 
 // The MoE block after its norm: router, the routed experts of the hottest expert rank, and the
 // shared experts.
+// Balanced routing: the expert-parallel group's tokens, top-k copies each, spread evenly over
+// its ep ranks, every expert-tensor-parallel rank of an expert seeing all of its tokens. The
+// hottest rank receives --moe-imbalance times that, at most --moe-capacity-factor times.
+std::int64_t megatron_routed_tokens(const ActivationContext& c) {
+  const auto d = megatron_dims(c);
+  double factor = c.training.moe_imbalance;  // validated >= 1 in validate_training
+  if (c.training.moe_capacity_factor) factor = std::min(factor, *c.training.moe_capacity_factor);
+  const auto base = static_cast<double>(elems({d.tokens_sp, c.model.moe.top_k, c.layout.config.etp_degree()}).value());
+  return static_cast<std::int64_t>(std::ceil(base * factor));
+}
+
 void megatron_moe_block(const ActivationContext& c, Terms& t) {
   const auto& m = c.model;
   const auto d = megatron_dims(c);
@@ -258,13 +269,7 @@ void megatron_moe_block(const ActivationContext& c, Terms& t) {
         "tokens x experts");
   t.add("router.routing_map", Module::router, elems({d.tokens_sp, e.num_routed_experts}), DType::int8, kRecomputeMoe,
         "tokens x experts (a bool each)");
-  // Balanced routing: the expert-parallel group's tokens, top-k copies each, spread evenly over
-  // its ep ranks, every expert-tensor-parallel rank of an expert seeing all of its tokens. The
-  // hottest rank receives --moe-imbalance times that, at most --moe-capacity-factor times.
-  double factor = c.training.moe_imbalance;  // validated >= 1 in validate_training
-  if (c.training.moe_capacity_factor) factor = std::min(factor, *c.training.moe_capacity_factor);
-  const auto base = static_cast<double>(elems({d.tokens_sp, e.top_k, p.etp_degree()}).value());
-  const auto routed = static_cast<std::int64_t>(std::ceil(base * factor));
+  const std::int64_t routed = megatron_routed_tokens(c);
   const std::uint16_t moe = kRecomputeMoe;
   t.linear_input("experts.fc1_input (dispatched tokens)", "experts.fc1_input.scales", Module::routed_experts,
                  elems({routed, m.hidden}), moe, "R x h, R = tokens x top_k x etp x imbalance");
@@ -347,6 +352,7 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
     megatron_mlp(c, t, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output (fc2 input)",
                  "mlp.act_output.scales", kRecomputeMlp, m.gated_mlp);
     megatron_dropout_mask(c, t, "mlp.dropout_mask (hidden dropout)", Module::dense_mlp);
+    if (c.training.finetune == Finetune::lora) lora_layer_terms(c, kind, t, 0);
     return;
   }
   // The MoE block's norm output feeds the router (bf16) and the dispatch.
@@ -354,6 +360,7 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
         "b*s/cp/(tp if sp) x h");
   megatron_moe_block(c, t);
   megatron_dropout_mask(c, t, "mlp.dropout_mask (hidden dropout)", Module::router);
+  if (c.training.finetune == Finetune::lora) lora_layer_terms(c, kind, t, megatron_routed_tokens(c));
 }
 
 // Embedding: the token ids (int64). Loss: the final norm's input and output and the logits of
@@ -466,6 +473,17 @@ std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layou
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_fsdp2_options(kMegatron.name, t)) return e;
   if (auto e = check_cuda_graphs(m, t)) return e;
+  if (auto e = refuse_finetune(kMegatron.name, t, true,
+                               {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion, OptimizerKind::muon})) {
+    return e;
+  }
+  // LoRA's A of a column-parallel linear is a ColumnParallelLinear(in, r): Megatron divides r by
+  // the tensor-parallel size (Megatron-Bridge peft/utils.py ParallelLinearAdapter; core's divide()).
+  if (t.finetune == Finetune::lora && (t.lora_rank % layout.config.tp != 0 || t.lora_rank % layout.config.etp_degree() != 0)) {
+    return InputError("--lora-rank", std::to_string(t.lora_rank),
+                      fmt::format("a multiple of tp = {} and etp = {} (Megatron splits A's r rows over them)", layout.config.tp,
+                                  layout.config.etp_degree()));
+  }
   if (t.recompute == Recompute::selective && (t.recompute_modules & kRecomputeMoeAct) != 0 &&
       t.megatron_version != MegatronVersion::current) {
     return InputError("--recompute-modules", "moe_act", "Megatron-Core 0.13 or later (--megatron-version current)");

@@ -142,6 +142,7 @@ std::optional<InputError> paper_check(const ModelSpec& m, const Layout&, const T
   if (auto e = refuse_dropout(kPaper.name, t)) return e;
   if (auto e = refuse_megatron_version(kPaper.name, t)) return e;
   if (auto e = refuse_ep_overlap(kPaper.name, t)) return e;
+  if (auto e = refuse_finetune(kPaper.name, t, false, {OptimizerKind::adamw})) return e;
   if (t.optimizer_offload > 0) return InputError("--optimizer-cpu-offload", "set", "the megatron profile (Megatron-Core's offload)");
   if ((t.recompute == Recompute::selective && !kPaper.selective_recompute) || t.recompute_method != RecomputeMethod::uniform ||
       t.recompute_num_layers != 1) {

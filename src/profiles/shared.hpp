@@ -3,10 +3,10 @@
 // activation terms, and the validity checks more than one profile runs.
 #pragma once
 
-#include <optional>
-
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +80,10 @@ struct Terms {
   }
 };
 
+// LoRA adapters' saved tensors in one decoder layer of `kind` (lora_terms.cpp, megatron profile);
+// `routed_tokens`: the rows the hottest expert rank computes.
+void lora_layer_terms(const ActivationContext& c, LayerKind kind, Terms& terms, std::int64_t routed_tokens);
+
 // ---- validity checks shared by more than one profile ----------------------------------------
 
 // Whether any routing option departs from balanced routing with all-to-all dispatch.
@@ -132,6 +136,33 @@ inline std::optional<InputError> refuse_dropout(std::string_view profile, const 
   if (t.hidden_dropout > 0 || t.attention_dropout > 0) {
     return InputError("--hidden-dropout/--attention-dropout", fmt::format("{}/{}", t.hidden_dropout, t.attention_dropout),
                      fmt::format("0 with the {} profile (its models have no dropout)", profile));
+  }
+  return std::nullopt;
+}
+
+// Fine-tuning and optimizers a profile's framework does not offer. Megatron-Core: LoRA through
+// Megatron-Bridge's PEFT (megatron/bridge/peft/lora.py); no 4-bit NF4 base weights (QLoRA is
+// bitsandbytes' Linear4bit in Hugging Face models, which Megatron's parallel linears are not);
+// --optimizer adam, sgd, lion, muon (megatron/training/arguments.py --optimizer choices), no
+// bitsandbytes 8-bit Adam, no Adafactor. torchtitan and the paper's analysis: full AdamW only
+// (torchtitan's LoRA and DistMuon are not modelled under FSDP2).
+inline std::optional<InputError> refuse_finetune(std::string_view profile, const TrainingConfig& t, bool lora,
+                                                 std::initializer_list<OptimizerKind> optimizers) {
+  if (t.finetune == Finetune::qlora || (t.finetune == Finetune::lora && !lora)) {
+    return InputError("--finetune", std::string(name_of(t.finetune)),
+                     fmt::format("{} with the {} profile (QLoRA's NF4 base weights belong to Hugging Face + bitsandbytes, a "
+                                 "future hf profile)",
+                                 lora ? "full or lora" : "full", profile));
+  }
+  if (std::find(optimizers.begin(), optimizers.end(), t.optimizer) == optimizers.end()) {
+    std::string names;
+    for (const auto o : optimizers) names += (names.empty() ? "" : ", ") + std::string(name_of(o));
+    return InputError("--optimizer", std::string(name_of(t.optimizer)),
+                     fmt::format("{} with the {} profile (its framework has no other)", names, profile));
+  }
+  if (t.optimizer_offload > 0 && t.optimizer != OptimizerKind::adamw) {
+    return InputError("--optimizer-cpu-offload", std::string(name_of(t.optimizer)),
+                     "--optimizer adamw (the offload is modelled for AdamW's master weights and moments only)");
   }
   return std::nullopt;
 }

@@ -132,6 +132,7 @@ std::optional<InputError> titan_check(const ModelSpec& m, const Layout&, const T
   if (auto e = refuse_dropout("torchtitan", t)) return e;
   if (auto e = refuse_megatron_version("torchtitan", t)) return e;
   if (auto e = refuse_ep_overlap("torchtitan", t)) return e;
+  if (auto e = refuse_finetune("torchtitan", t, false, {OptimizerKind::adamw})) return e;
   if (t.optimizer_offload > 0) return InputError("--optimizer-cpu-offload", "set", "the megatron profile (Megatron-Core's offload)");
   if (t.zero != 0) {
     return InputError("--zero", std::to_string(t.zero), "0 with the torchtitan profile (FSDP2 shards parameters, gradients and states)");
