@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "config_keys.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
 #include "moemem/json_limits.hpp"
@@ -26,10 +27,11 @@ using nlohmann::json;
 // every product of a few of them far from 64-bit overflow.
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 31;
 
-constexpr const char* kSupportedTypes =
-    "deepseek, deepseek_v2, deepseek_v3 (and kimi_k2), llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe";
-
-// Keys that describe the model but do not change how much memory training needs.
+// Keys that describe the model but do not change how much memory training needs. Keys that add
+// or reshape tensors are never here: config_keys.cpp refuses them where a family does not read
+// them. quantization_config describes the checkpoint's storage (FP8 blocks with scales, MXFP4
+// experts), not the parameters, which train in the training dtype; layer_types is checked to
+// name only full or sliding-window attention (config_keys.cpp), which have the same tensors.
 const std::set<std::string, std::less<>> kNoMemoryEffect = {
     "architectures", "auto_map", "model_type", "torch_dtype", "transformers_version",
     "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act", "initializer_range",
@@ -115,7 +117,7 @@ void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
                         "intermediate_size", "moe_intermediate_size", "n_routed_experts",
                         "n_shared_experts", "num_experts_per_tok", "first_k_dense_replace",
                         "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                        "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers"}) {
+                        "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "topk_method"}) {
     used.insert(k);
   }
   m.attention = AttentionKind::mla;
@@ -308,7 +310,7 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
   const auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string()) {
     throw InputError(source_field(source, "model_type"), mt == j.end() ? "missing" : mt->dump(),
-                     fmt::format("a string naming a supported model type ({})", kSupportedTypes));
+                     fmt::format("a string naming a supported model type ({})", config_keys::supported_types()));
   }
   ModelSpec m;
   m.name = source;
@@ -327,9 +329,10 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
              m.model_type == "qwen3_moe") {
     parse_qwen(j, source, m, used);
   } else {
-    throw InputError(source_field(source, "model_type"), m.model_type, fmt::format("one of: {}", kSupportedTypes));
+    config_keys::refuse_type(source_field(source, "model_type"), m.model_type);
   }
   m.tie_embeddings = get_bool(j, "tie_word_embeddings", source, false);
+  config_keys::refuse_tensor_keys(j, used, source, m.model_type);
   for (const auto& [key, value] : j.items()) {
     if (!used.contains(key) && !kNoMemoryEffect.contains(key)) note_unrecognised(m, key);
   }

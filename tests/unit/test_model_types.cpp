@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "moemem/config.hpp"
 #include "moemem/errors.hpp"
@@ -155,6 +156,52 @@ TEST(ModelTypes, ContradictoryFieldsAreNamed) {
   expect_error(R"({"model_type": "mixtral", "vocab_size": 1000, "num_hidden_layers": 2, "intermediate_size": 128,
                    "hidden_size": 64, "num_attention_heads": 4, "num_local_experts": 4, "num_experts_per_tok": 8})",
                "num_experts_per_tok");
+}
+
+
+std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Issue 14: an unknown model_type is refused with the supported list and the nearest type.
+TEST(ModelTypes, AnUnknownTypeNamesTheNearestSupportedOne) {
+  const std::string rest = R"(, "vocab_size": 1000, "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4})";
+  expect_error(R"({"model_type": "qwen3_mo")" + rest, "nearest: qwen3_moe");
+  expect_error(R"({"model_type": "deepseek_v32")" + rest, "nearest: deepseek_v3");
+  expect_error(R"({"model_type": "Llama")" + rest, "nearest: llama");
+  expect_error(R"({"model_type": "mixtral_x")" + rest, "one of: deepseek, deepseek_v2");
+}
+
+// Issue 14: keys that add tensors the type's reader does not model are refused by name, never
+// noted and dropped. DeepSeek-V3.2's indexer keys (index_n_heads 64, index_head_dim 128,
+// index_topk 2048: DeepSeek-V3.2-Exp config.json) on a config labelled deepseek_v3 would lose
+// the indexer's ~0.85 B parameters.
+TEST(ModelTypes, KeysThatAddTensorsAreRefusedByName) {
+  nlohmann::json v32 = nlohmann::json::parse(text_of(std::string(MOEMEM_SHARED_MODELS_DIR) + "/deepseek-v3.json"));
+  v32["index_n_heads"] = 64;
+  v32["index_head_dim"] = 128;
+  v32["index_topk"] = 2048;
+  expect_error(v32.dump(), "index_n_heads");
+  nlohmann::json qwen = nlohmann::json::parse(text_of(config_path("qwen3-8b")));
+  qwen["num_nextn_predict_layers"] = 1;  // MTP layers the qwen3 reader does not build
+  expect_error(qwen.dump(), "num_nextn_predict_layers");
+  qwen["num_nextn_predict_layers"] = 0;  // off: nothing added, accepted
+  EXPECT_EQ(build_inventory(parse_hf_config(qwen.dump(), "q.json")).total().value(), 8190735360u);
+  nlohmann::json llama = nlohmann::json::parse(text_of(config_path("llama-3.1-8b")));
+  llama["use_qk_norm"] = true;
+  expect_error(llama.dump(), "use_qk_norm");
+  llama.erase("use_qk_norm");
+  llama["layer_types"] = nlohmann::json::array({"full_attention", "linear_attention"});
+  expect_error(llama.dump(), "layer_types");
+  nlohmann::json mixtral = nlohmann::json::parse(text_of(config_path("mixtral-8x22b")));
+  mixtral["topk_method"] = "noaux_tc";  // a per-expert correction bias mixtral's reader does not add
+  expect_error(mixtral.dump(), "topk_method");
+  mixtral.erase("topk_method");
+  mixtral["n_shared_experts"] = 1;
+  expect_error(mixtral.dump(), "n_shared_experts");
 }
 
 }  // namespace
