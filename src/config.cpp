@@ -241,6 +241,27 @@ void parse_deepseek_v1(const json& j, const std::string& source, ModelSpec& m,
   parse_deepseek_moe(j, source, m);
 }
 
+// GLM-4.5 / 4.6 (transformers models/glm4_moe/modeling_glm4_moe.py): grouped-query attention
+// with biases on q, k and v only (Glm4MoeAttention: o_proj has none), per-head q/k RMSNorm when
+// use_qk_norm, DeepSeek-V3's MoE layout (first_k_dense_replace dense layers, one fused shared
+// MLP of n_shared_experts x moe_intermediate_size, Glm4MoeTopkRouter's sigmoid scores with an
+// e_score_correction_bias per expert, always present) and num_nextn_predict_layers MTP layers
+// stored as DeepSeek-V3's (layers.<L>.{embed_tokens, enorm, hnorm, eh_proj, shared_head}).
+// partial_rotary_factor rotates part of each head and changes no tensor.
+void parse_glm4_moe(const json& j, const std::string& source, ModelSpec& m, std::set<std::string, std::less<>>& used) {
+  parse_gqa_common(j, source, m, used);
+  for (const char* k : {"attention_bias", "use_qk_norm", "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+                        "moe_intermediate_size", "first_k_dense_replace", "moe_layer_freq", "num_nextn_predict_layers"}) {
+    used.insert(k);
+  }
+  m.naming = NamingStyle::deepseek;
+  m.qkv_bias = get_bool(j, "attention_bias", source, false);
+  m.qk_norm = get_bool(j, "use_qk_norm", source, false);
+  parse_deepseek_moe(j, source, m);
+  m.moe.router_bias = m.is_moe();
+  m.mtp_layers = get_int(j, "num_nextn_predict_layers", source, 0, 0, 16);
+}
+
 std::string read_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
@@ -321,6 +342,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_deepseek(j, source, m, used);
   } else if (m.model_type == "deepseek") {
     parse_deepseek_v1(j, source, m, used);
+  } else if (m.model_type == "glm4_moe") {
+    parse_glm4_moe(j, source, m, used);
   } else if (m.model_type == "llama" || m.model_type == "mistral") {
     parse_llama(j, source, m, used);
   } else if (m.model_type == "mixtral") {
@@ -396,7 +419,8 @@ ModelSpec load_model(const std::string& name_or_path) {
 void set_mtp_layers(ModelSpec& m, std::optional<std::int64_t> mtp) {
   if (!mtp) return;
   if (*mtp < 0 || *mtp > 16) throw InputError("--mtp", std::to_string(*mtp), "an integer from 0 to 16");
-  if (*mtp > 0 && m.attention != AttentionKind::mla) {
+  // DeepSeek-V3's MTP module; GLM-4.5 stores the same module (parse_glm4_moe).
+  if (*mtp > 0 && m.attention != AttentionKind::mla && m.model_type != "glm4_moe") {
     throw InputError("--mtp", std::to_string(*mtp), "0 for models without DeepSeek-style MTP modules");
   }
   m.mtp_layers = *mtp;
