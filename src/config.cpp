@@ -262,6 +262,32 @@ void parse_glm4_moe(const json& j, const std::string& source, ModelSpec& m, std:
   m.mtp_layers = get_int(j, "num_nextn_predict_layers", source, 0, 0, 16);
 }
 
+// gpt-oss (transformers models/gpt_oss/modeling_gpt_oss.py): grouped-query attention with biases
+// on q, k, v and o (attention_bias) and a learned sink per head; every layer MoE, with a router
+// bias and biases on every expert's projections (expert size intermediate_size); layer_types
+// alternates sliding-window and full attention (same tensors). experts_per_token repeats
+// num_experts_per_tok; swiglu_limit clamps the activation; quantization_config (MXFP4 experts)
+// describes the checkpoint's storage, not the parameters.
+void parse_gpt_oss(const json& j, const std::string& source, ModelSpec& m, std::set<std::string, std::less<>>& used) {
+  parse_gqa_common(j, source, m, used);
+  for (const char* k : {"attention_bias", "num_local_experts", "num_experts_per_tok", "experts_per_token", "swiglu_limit",
+                        "initial_context_length"}) {
+    used.insert(k);
+  }
+  m.naming = NamingStyle::gpt_oss;
+  m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, true);  // GptOssConfig's default
+  m.attention_sinks = true;
+  m.moe.num_routed_experts = get_int(j, "num_local_experts", source, std::nullopt, 1, kMaxCount);
+  m.moe.top_k = get_int(j, "num_experts_per_tok", source);
+  if (get_int(j, "experts_per_token", source, m.moe.top_k) != m.moe.top_k) {
+    throw InputError(source_field(source, "experts_per_token"), j.at("experts_per_token").dump(),
+                     fmt::format("num_experts_per_tok ({}), which it repeats", m.moe.top_k));
+  }
+  m.moe.expert_ffn = m.dense_ffn;
+  m.moe.router_bias = m.moe.expert_bias = true;
+  m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::moe);
+}
+
 std::string read_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
@@ -344,6 +370,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_deepseek_v1(j, source, m, used);
   } else if (m.model_type == "glm4_moe") {
     parse_glm4_moe(j, source, m, used);
+  } else if (m.model_type == "gpt_oss") {
+    parse_gpt_oss(j, source, m, used);
   } else if (m.model_type == "llama" || m.model_type == "mistral") {
     parse_llama(j, source, m, used);
   } else if (m.model_type == "mixtral") {

@@ -26,6 +26,8 @@ const std::vector<PresetSource>& preset_sources() {
       {"deepseek-v3", "deepseek-ai/DeepSeek-V3"},
       {"glm-4.5", "zai-org/GLM-4.5"},
       {"glm-4.5-air", "zai-org/GLM-4.5-Air"},
+      {"gpt-oss-120b", "openai/gpt-oss-120b"},
+      {"gpt-oss-20b", "openai/gpt-oss-20b"},
       {"llama-3.1-405b", "meta-llama/Llama-3.1-405B"},
       {"llama-3.1-70b", "meta-llama/Llama-3.1-70B"},
       {"llama-3.1-8b", "meta-llama/Llama-3.1-8B"},

@@ -78,4 +78,15 @@ TEST(ModelsCli, Glm45AnalysesUnderMegatronAndIsRefusedByTorchtitan) {
   EXPECT_NE(titan.err.find("torchtitan"), std::string::npos) << titan.err;
 }
 
+// gpt-oss: analyses under megatron with ep and etp splitting the biased experts; torchtitan
+// refuses it (MoE).
+TEST(ModelsCli, GptOssAnalysesUnderMegatron) {
+  const auto r = run_cli({"analyze", "--model", "openai/gpt-oss-120b", "--profile", "megatron", "--tp", "2", "--ep", "8",
+                          "--etp", "2", "--pp", "2", "--dp", "8", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto explain = run_cli({"explain", "--model", "gpt-oss-20b", "--profile", "megatron", "--stage", "0"});
+  EXPECT_EQ(explain.code, 0) << explain.err;
+  EXPECT_EQ(run_cli({"analyze", "--model", "gpt-oss-20b", "--profile", "torchtitan"}).code, 2);
+}
+
 }  // namespace

@@ -219,6 +219,42 @@ TEST(ModelTypes, Glm45HasQkNormsAndThreeDenseLayers) {
   EXPECT_EQ(inv.total().value(), 358337791296u);
 }
 
+// gpt-oss (openai/gpt-oss-20b and -120b config.json, tests/data/configs): by hand. h 2880, 64
+// heads and 8 KV heads of 64, biases on q, k, v, o, a sink per head; every layer MoE with a
+// biased router and experts of 2880 with biases; vocab 201088 untied. Per layer attention
+// (4096 x 2880 + 4096) + 2 (512 x 2880 + 512) + (2880 x 4096 + 2880) + 64 = 26,550,144; norms
+// 5,760; router E x 2880 + E; experts E x (2880 x 5760 + 5760 + 2880 x 2880 + 2880)
+// = E x 24,891,840.
+std::uint64_t gpt_oss_total(std::uint64_t layers, std::uint64_t experts) {
+  const std::uint64_t h = 2880, q = 4096, kv = 512, v = 201088;
+  const std::uint64_t attn = (q * h + q) + 2 * (kv * h + kv) + (h * q + h) + 64;
+  const std::uint64_t moe = experts * h + experts + experts * (h * 2 * h + 2 * h + h * h + h);
+  return 2 * v * h + layers * (attn + 2 * h + moe) + h;
+}
+
+TEST(ModelTypes, GptOss) {
+  const ModelSpec m = load_model(config_path("gpt-oss-20b"));
+  EXPECT_EQ(m.model_type, "gpt_oss");
+  EXPECT_EQ(m.num_moe_layers(), 24);
+  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.sinks").rows, 64);
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.o_proj.bias").rows, 2880);
+  EXPECT_EQ(tensor(inv, "layers.0.mlp.router.bias").rows, 32);
+  EXPECT_EQ(tensor(inv, "layers.0.mlp.experts.gate_up_proj_bias").rows, 5760);
+  EXPECT_EQ(tensor(inv, "layers.0.mlp.experts.down_proj_bias").copies, 32);
+  // The gpt-oss model card (arXiv 2508.10925, Table 1): 20.91 B total; by hand 24 x
+  // 823,186,976 + 2 x 201088 x 2880 + 2880 = 20,914,757,184.
+  EXPECT_EQ(inv.total().value(), gpt_oss_total(24, 32));
+  EXPECT_EQ(inv.total().value(), 20914757184u);
+  // gpt-oss-120b: 116.83 B in the same table; 36 x 3,213,080,192 + 1,158,269,760.
+  EXPECT_EQ(build_inventory(load_model(config_path("gpt-oss-120b"))).total().value(), gpt_oss_total(36, 128));
+  EXPECT_EQ(gpt_oss_total(36, 128), 116829156672u);
+  // experts_per_token repeats num_experts_per_tok; a contradiction is named.
+  nlohmann::json c = nlohmann::json::parse(text_of(config_path("gpt-oss-20b")));
+  c["experts_per_token"] = 2;
+  expect_error(c.dump(), "experts_per_token");
+}
+
 // Issue 14: an unknown model_type is refused with the supported list and the nearest type.
 TEST(ModelTypes, AnUnknownTypeNamesTheNearestSupportedOne) {
   const std::string rest = R"(, "vocab_size": 1000, "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4})";
