@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "config_keys.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
 #include "moemem/json_limits.hpp"
@@ -26,10 +27,11 @@ using nlohmann::json;
 // every product of a few of them far from 64-bit overflow.
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 31;
 
-constexpr const char* kSupportedTypes =
-    "deepseek, deepseek_v2, deepseek_v3 (and kimi_k2), llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe";
-
-// Keys that describe the model but do not change how much memory training needs.
+// Keys that describe the model but do not change how much memory training needs. Keys that add
+// or reshape tensors are never here: config_keys.cpp refuses them where a family does not read
+// them. quantization_config describes the checkpoint's storage (FP8 blocks with scales, MXFP4
+// experts), not the parameters, which train in the training dtype; layer_types is checked to
+// name only full or sliding-window attention (config_keys.cpp), which have the same tensors.
 const std::set<std::string, std::less<>> kNoMemoryEffect = {
     "architectures", "auto_map", "model_type", "torch_dtype", "transformers_version",
     "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act", "initializer_range",
@@ -115,7 +117,7 @@ void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
                         "intermediate_size", "moe_intermediate_size", "n_routed_experts",
                         "n_shared_experts", "num_experts_per_tok", "first_k_dense_replace",
                         "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                        "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers"}) {
+                        "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "topk_method"}) {
     used.insert(k);
   }
   m.attention = AttentionKind::mla;
@@ -239,6 +241,53 @@ void parse_deepseek_v1(const json& j, const std::string& source, ModelSpec& m,
   parse_deepseek_moe(j, source, m);
 }
 
+// GLM-4.5 / 4.6 (transformers models/glm4_moe/modeling_glm4_moe.py): grouped-query attention
+// with biases on q, k and v only (Glm4MoeAttention: o_proj has none), per-head q/k RMSNorm when
+// use_qk_norm, DeepSeek-V3's MoE layout (first_k_dense_replace dense layers, one fused shared
+// MLP of n_shared_experts x moe_intermediate_size, Glm4MoeTopkRouter's sigmoid scores with an
+// e_score_correction_bias per expert, always present) and num_nextn_predict_layers MTP layers
+// stored as DeepSeek-V3's (layers.<L>.{embed_tokens, enorm, hnorm, eh_proj, shared_head}).
+// partial_rotary_factor rotates part of each head and changes no tensor.
+void parse_glm4_moe(const json& j, const std::string& source, ModelSpec& m, std::set<std::string, std::less<>>& used) {
+  parse_gqa_common(j, source, m, used);
+  for (const char* k : {"attention_bias", "use_qk_norm", "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+                        "moe_intermediate_size", "first_k_dense_replace", "moe_layer_freq", "num_nextn_predict_layers"}) {
+    used.insert(k);
+  }
+  m.naming = NamingStyle::deepseek;
+  m.qkv_bias = get_bool(j, "attention_bias", source, false);
+  m.qk_norm = get_bool(j, "use_qk_norm", source, false);
+  parse_deepseek_moe(j, source, m);
+  m.moe.router_bias = m.is_moe();
+  m.mtp_layers = get_int(j, "num_nextn_predict_layers", source, 0, 0, 16);
+}
+
+// gpt-oss (transformers models/gpt_oss/modeling_gpt_oss.py): grouped-query attention with biases
+// on q, k, v and o (attention_bias) and a learned sink per head; every layer MoE, with a router
+// bias and biases on every expert's projections (expert size intermediate_size); layer_types
+// alternates sliding-window and full attention (same tensors). experts_per_token repeats
+// num_experts_per_tok; swiglu_limit clamps the activation; quantization_config (MXFP4 experts)
+// describes the checkpoint's storage, not the parameters.
+void parse_gpt_oss(const json& j, const std::string& source, ModelSpec& m, std::set<std::string, std::less<>>& used) {
+  parse_gqa_common(j, source, m, used);
+  for (const char* k : {"attention_bias", "num_local_experts", "num_experts_per_tok", "experts_per_token", "swiglu_limit",
+                        "initial_context_length"}) {
+    used.insert(k);
+  }
+  m.naming = NamingStyle::gpt_oss;
+  m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, true);  // GptOssConfig's default
+  m.attention_sinks = true;
+  m.moe.num_routed_experts = get_int(j, "num_local_experts", source, std::nullopt, 1, kMaxCount);
+  m.moe.top_k = get_int(j, "num_experts_per_tok", source);
+  if (get_int(j, "experts_per_token", source, m.moe.top_k) != m.moe.top_k) {
+    throw InputError(source_field(source, "experts_per_token"), j.at("experts_per_token").dump(),
+                     fmt::format("num_experts_per_tok ({}), which it repeats", m.moe.top_k));
+  }
+  m.moe.expert_ffn = m.dense_ffn;
+  m.moe.router_bias = m.moe.expert_bias = true;
+  m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::moe);
+}
+
 std::string read_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
@@ -308,7 +357,7 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
   const auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string()) {
     throw InputError(source_field(source, "model_type"), mt == j.end() ? "missing" : mt->dump(),
-                     fmt::format("a string naming a supported model type ({})", kSupportedTypes));
+                     fmt::format("a string naming a supported model type ({})", config_keys::supported_types()));
   }
   ModelSpec m;
   m.name = source;
@@ -319,6 +368,10 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_deepseek(j, source, m, used);
   } else if (m.model_type == "deepseek") {
     parse_deepseek_v1(j, source, m, used);
+  } else if (m.model_type == "glm4_moe") {
+    parse_glm4_moe(j, source, m, used);
+  } else if (m.model_type == "gpt_oss") {
+    parse_gpt_oss(j, source, m, used);
   } else if (m.model_type == "llama" || m.model_type == "mistral") {
     parse_llama(j, source, m, used);
   } else if (m.model_type == "mixtral") {
@@ -327,9 +380,10 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
              m.model_type == "qwen3_moe") {
     parse_qwen(j, source, m, used);
   } else {
-    throw InputError(source_field(source, "model_type"), m.model_type, fmt::format("one of: {}", kSupportedTypes));
+    config_keys::refuse_type(source_field(source, "model_type"), m.model_type);
   }
   m.tie_embeddings = get_bool(j, "tie_word_embeddings", source, false);
+  config_keys::refuse_tensor_keys(j, used, source, m.model_type);
   for (const auto& [key, value] : j.items()) {
     if (!used.contains(key) && !kNoMemoryEffect.contains(key)) note_unrecognised(m, key);
   }
@@ -393,7 +447,8 @@ ModelSpec load_model(const std::string& name_or_path) {
 void set_mtp_layers(ModelSpec& m, std::optional<std::int64_t> mtp) {
   if (!mtp) return;
   if (*mtp < 0 || *mtp > 16) throw InputError("--mtp", std::to_string(*mtp), "an integer from 0 to 16");
-  if (*mtp > 0 && m.attention != AttentionKind::mla) {
+  // DeepSeek-V3's MTP module; GLM-4.5 stores the same module (parse_glm4_moe).
+  if (*mtp > 0 && m.attention != AttentionKind::mla && m.model_type != "glm4_moe") {
     throw InputError("--mtp", std::to_string(*mtp), "0 for models without DeepSeek-style MTP modules");
   }
   m.mtp_layers = *mtp;

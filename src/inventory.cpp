@@ -32,7 +32,8 @@ struct Builder {
     t.rows = rows;
     t.cols = cols;
     t.copies = copies;
-    t.is_routed_expert = role == Role::expert_gate || role == Role::expert_up || role == Role::expert_down;
+    t.is_routed_expert = role == Role::expert_gate || role == Role::expert_up || role == Role::expert_down ||
+                         role == Role::expert_gate_up_bias || role == Role::expert_down_bias;
     t.shared_in_training = shared;
     (void)t.params();  // overflow check at build time
     inv.tensors.push_back(std::move(t));
@@ -71,6 +72,8 @@ struct Builder {
         add(p + "self_attn.q_norm.weight", "", Role::q_norm, pl, layer, hd, 1);
         add(p + "self_attn.k_norm.weight", "", Role::k_norm, pl, layer, hd, 1);
       }
+      // gpt-oss (transformers GptOssAttention.sinks): one logit per head added to the softmax.
+      if (m.attention_sinks) add(p + "self_attn.sinks", "", Role::attn_sink, pl, layer, nh, 1);
     }
   }
 
@@ -95,6 +98,10 @@ struct Builder {
       if (m.mlp_bias) add(p + "mlp.down_proj.bias", "", Role::mlp_down_bias, pl, layer, h, 1);
       return;
     }
+    if (m.naming == NamingStyle::gpt_oss) {
+      gpt_oss_moe(p, pl, layer);
+      return;
+    }
     const auto& e = m.moe;
     const bool mixtral = m.naming == NamingStyle::mixtral;
     const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
@@ -114,6 +121,22 @@ struct Builder {
       add(sh + "down_proj.weight", "", Role::shared_down, pl, layer, h, sf);
       if (e.shared_expert_gate) add(moe + "shared_expert_gate.weight", "", Role::shared_expert_gate, pl, layer, 1, h);
     }
+  }
+
+  // gpt-oss (transformers GptOssTopKRouter, GptOssExperts): a router with a bias, and all experts
+  // in fused tensors with biases: gate_up_proj [E, h, 2f] (gate and up columns interleaved),
+  // gate_up_proj_bias [E, 2f], down_proj [E, f, h], down_proj_bias [E, h]. The published
+  // checkpoint stores the two projections as MXFP4 (gate_up_proj_blocks/_scales, ...); the
+  // parameters, and the training weights, are these.
+  void gpt_oss_moe(const std::string& p, Placement pl, std::int64_t layer) {
+    const std::int64_t h = m.hidden, n = m.moe.num_routed_experts, f = m.moe.expert_ffn;
+    add(p + "mlp.router.weight", "", Role::router, pl, layer, n, h);
+    add(p + "mlp.router.bias", "", Role::router_bias, pl, layer, n, 1);
+    add(p + "mlp.experts.gate_up_proj", "gate", Role::expert_gate, pl, layer, f, h, n);
+    add(p + "mlp.experts.gate_up_proj", "up", Role::expert_up, pl, layer, f, h, n);
+    add(p + "mlp.experts.gate_up_proj_bias", "", Role::expert_gate_up_bias, pl, layer, dim(2, f, "2 x expert ffn"), 1, n);
+    add(p + "mlp.experts.down_proj", "", Role::expert_down, pl, layer, h, f, n);
+    add(p + "mlp.experts.down_proj_bias", "", Role::expert_down_bias, pl, layer, h, 1, n);
   }
 
   void norm(const std::string& name, Role role, Placement pl, std::int64_t layer) {
@@ -182,7 +205,8 @@ Module module_of(Role r) {
     case Role::q_bias:
     case Role::k_bias:
     case Role::v_bias:
-    case Role::o_bias: return Module::attention;
+    case Role::o_bias:
+    case Role::attn_sink: return Module::attention;
     case Role::mlp_gate:
     case Role::mlp_up:
     case Role::mlp_down:
@@ -193,7 +217,9 @@ Module module_of(Role r) {
     case Role::router_bias: return Module::router;
     case Role::expert_gate:
     case Role::expert_up:
-    case Role::expert_down: return Module::routed_experts;
+    case Role::expert_down:
+    case Role::expert_gate_up_bias:
+    case Role::expert_down_bias: return Module::routed_experts;
     case Role::shared_gate:
     case Role::shared_up:
     case Role::shared_down:
@@ -251,6 +277,9 @@ std::string_view name_of(Role r) {
     case Role::shared_up: return "shared_up";
     case Role::shared_down: return "shared_down";
     case Role::shared_expert_gate: return "shared_expert_gate";
+    case Role::attn_sink: return "attn_sink";
+    case Role::expert_gate_up_bias: return "expert_gate_up_bias";
+    case Role::expert_down_bias: return "expert_down_bias";
     case Role::mtp_enorm: return "mtp_enorm";
     case Role::mtp_hnorm: return "mtp_hnorm";
     case Role::mtp_eh_proj: return "mtp_eh_proj";

@@ -18,11 +18,13 @@ std::uint64_t share(std::uint64_t n, std::int64_t k, std::int64_t r) {
 
 Count shard_params(const Tensor& t, TpSplit split, const ParallelConfig& p, ShardCoord at, std::int64_t vocab_rows) {
   if (t.is_routed_expert) {
-    // Whole experts over ep; each expert's FFN dimension over etp.
+    // Whole experts over ep; each expert's FFN dimension over etp. The down-projection's bias
+    // (gpt-oss) has h values, whole on every etp rank as a row-parallel layer's bias.
     const std::uint64_t experts = share(u(t.copies), p.ep, at.ep_rank);
-    const bool ffn_in_rows = t.role != Role::expert_down;
+    const bool ffn_in_cols = t.role == Role::expert_down;
+    const bool ffn_in_rows = !ffn_in_cols && t.role != Role::expert_down_bias;
     const std::uint64_t rows = ffn_in_rows ? share(u(t.rows), p.etp_degree(), at.etp_rank) : u(t.rows);
-    const std::uint64_t cols = ffn_in_rows ? u(t.cols) : share(u(t.cols), p.etp_degree(), at.etp_rank);
+    const std::uint64_t cols = ffn_in_cols ? share(u(t.cols), p.etp_degree(), at.etp_rank) : u(t.cols);
     return Count(checked_mul(checked_mul(rows, cols, "shard size"), experts, "shard size"));
   }
   const std::uint64_t copies = u(t.copies);

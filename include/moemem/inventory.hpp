@@ -39,6 +39,8 @@ enum class Role : std::uint8_t {
   expert_gate, expert_up, expert_down,  // routed experts (one entry holds all experts)
   shared_gate, shared_up, shared_down,  // shared experts
   shared_expert_gate,                   // Qwen2-MoE's sigmoid gate on the shared expert
+  attn_sink,                            // gpt-oss: a learned sink logit per attention head
+  expert_gate_up_bias, expert_down_bias,  // gpt-oss: per-expert projection biases (routed experts)
   mtp_enorm, mtp_hnorm, mtp_eh_proj, mtp_head_norm, mtp_embedding, mtp_output_head,
 };
 inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::mtp_output_head) + 1;

@@ -31,11 +31,12 @@ struct MoeDims {
   std::int64_t expert_ffn = 0;          // per-expert intermediate size
   std::int64_t shared_ffn = 0;          // intermediate size of the (fused) shared-expert MLP, 0: none
   bool shared_expert_gate = false;      // Qwen2-MoE: a 1 x h sigmoid gate on the shared expert
-  bool router_bias = false;             // DeepSeek-V3's e_score_correction_bias (N values)
+  bool router_bias = false;             // DeepSeek-V3's e_score_correction_bias (N values); gpt-oss's router bias
+  bool expert_bias = false;             // gpt-oss: biases on every expert's gate/up and down projections
 };
 
 // How checkpoint tensor names are spelled (they differ between model families).
-enum class NamingStyle : std::uint8_t { deepseek, llama, mixtral, qwen_moe };
+enum class NamingStyle : std::uint8_t { deepseek, llama, mixtral, qwen_moe, gpt_oss };
 
 struct ModelSpec {
   std::string name;        // preset name or the path it was read from
@@ -56,6 +57,7 @@ struct ModelSpec {
   bool o_bias = false;    // bias on the output projection (attention_bias in Llama, Qwen3)
   bool mlp_bias = false;  // biases on the dense MLP projections (Llama's mlp_bias)
   bool qk_norm = false;   // per-head RMSNorm on queries and keys (Qwen3)
+  bool attention_sinks = false;  // gpt-oss: one learned sink logit per attention head
   bool gated_mlp = true;  // SwiGLU (gate, up, down); false: GPT's fc1 -> GeLU -> fc2
   bool norm_bias = false;  // LayerNorm (weight and bias) rather than RMSNorm (weight only)
   std::int64_t learned_positions = 0;  // rows of a learned absolute position table, 0: none (RoPE)

@@ -30,6 +30,7 @@ TpSplit megatron_tp_split(Role r) {
     case Role::q_bias:
     case Role::k_bias:
     case Role::v_bias:
+    case Role::attn_sink:  // per head: each rank holds its heads' sinks
     case Role::mlp_gate:
     case Role::mlp_up:
     case Role::mlp_gate_bias:
@@ -95,6 +96,11 @@ QkvShape megatron_projections(const ActivationContext& c, Terms& t) {
     return {l.qk_nope_head_dim + l.qk_rope_head_dim, l.v_head_dim, d.heads};
   }
   const std::int64_t kv_heads = m.num_kv_heads / d.tp;
+  // Variants that save nothing more (issue 14): partial rotary (GLM-4.5's partial_rotary_factor,
+  // Megatron's --rotary-percent) rotates a slice of q and k in the fused RoPE kernel, whose
+  // backward needs only the frequencies (megatron/core/models/common/embeddings/rope_utils.py);
+  // sliding-window layers (gpt-oss layer_types) run the same fused kernel with a window, saving
+  // the same q, k, v, output and log-sum-exp; q/k biases are added in the linear layer's output.
   if (m.qk_norm) {
     t.add("attn.qk_norm_inputs", Module::attention, elems({d.tokens, d.heads + kv_heads, m.head_dim}), t.a, 0,
           "b*s/cp x (heads + kv heads)/tp x head_dim");

@@ -63,4 +63,30 @@ TEST(ModelsCli, ACheckpointDirectoryIsReadThroughItsConfigJson) {
   std::filesystem::remove_all(dir);
 }
 
+// Issue 14: GLM-4.5 (glm4_moe) analyses under the megatron profile with its MTP layer on the
+// last stage; torchtitan, which does not train it, refuses it by name.
+TEST(ModelsCli, Glm45AnalysesUnderMegatronAndIsRefusedByTorchtitan) {
+  const auto r = run_cli({"analyze", "--model", "zai-org/GLM-4.5-Air", "--profile", "megatron", "--tp", "2", "--etp", "1",
+                          "--ep", "8", "--pp", "4", "--dp", "8", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(json::parse(r.out).contains("stages"));
+  const auto explain = run_cli({"explain", "--model", "glm-4.5", "--profile", "megatron", "--tp", "8", "--etp", "1", "--ep", "8",
+                                "--pp", "4", "--stage", "3"});
+  EXPECT_EQ(explain.code, 0) << explain.err;
+  const auto titan = run_cli({"analyze", "--model", "glm-4.5-air", "--profile", "torchtitan"});
+  EXPECT_EQ(titan.code, 2);
+  EXPECT_NE(titan.err.find("torchtitan"), std::string::npos) << titan.err;
+}
+
+// gpt-oss: analyses under megatron with ep and etp splitting the biased experts; torchtitan
+// refuses it (MoE).
+TEST(ModelsCli, GptOssAnalysesUnderMegatron) {
+  const auto r = run_cli({"analyze", "--model", "openai/gpt-oss-120b", "--profile", "megatron", "--tp", "2", "--ep", "8",
+                          "--etp", "2", "--pp", "2", "--dp", "8", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto explain = run_cli({"explain", "--model", "gpt-oss-20b", "--profile", "megatron", "--stage", "0"});
+  EXPECT_EQ(explain.code, 0) << explain.err;
+  EXPECT_EQ(run_cli({"analyze", "--model", "gpt-oss-20b", "--profile", "torchtitan"}).code, 2);
+}
+
 }  // namespace

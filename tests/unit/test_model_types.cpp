@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "moemem/config.hpp"
 #include "moemem/errors.hpp"
@@ -155,6 +156,142 @@ TEST(ModelTypes, ContradictoryFieldsAreNamed) {
   expect_error(R"({"model_type": "mixtral", "vocab_size": 1000, "num_hidden_layers": 2, "intermediate_size": 128,
                    "hidden_size": 64, "num_attention_heads": 4, "num_local_experts": 4, "num_experts_per_tok": 8})",
                "num_experts_per_tok");
+}
+
+
+std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// GLM-4.5-Air (zai-org/GLM-4.5-Air config.json, tests/data/configs; data/models/SOURCES.md): by
+// hand from the config. h 4096, 96 heads and 8 KV heads of 128, q/k/v biases (no o bias, no
+// q/k norm), 46 layers of which layer 0 dense (ffn 10944), 45 MoE (128 experts of 1408, one
+// shared of 1408, router 128 x h with a 128-value correction bias), vocab 151552 untied, one
+// MTP layer (an MoE decoder layer, enorm, hnorm, eh_proj h x 2h, shared_head.norm, and copies
+// of the embedding and head).
+std::uint64_t glm_total(std::uint64_t h, std::uint64_t ffn, std::uint64_t eff, std::uint64_t experts, std::uint64_t dense,
+                        std::uint64_t layers, bool qk_norm, bool with_mtp) {
+  const std::uint64_t q = 96 * 128, kv = 8 * 128, v = 151552;
+  const std::uint64_t attn = (q * h + q) + 2 * (kv * h + kv) + h * q + (qk_norm ? 2 * 128 : 0);
+  const std::uint64_t norms = 2 * h;
+  const std::uint64_t moe = experts * h + experts + experts * 3 * h * eff + 3 * h * eff;
+  const std::uint64_t dense_layer = attn + norms + 3 * h * ffn, moe_layer = attn + norms + moe;
+  const std::uint64_t main = 2 * v * h + dense * dense_layer + (layers - dense) * moe_layer + h;
+  const std::uint64_t mtp = moe_layer + h * 2 * h + 3 * h + 2 * v * h;
+  return main + (with_mtp ? mtp : 0);
+}
+
+TEST(ModelTypes, Glm45Air) {
+  const ModelSpec m = load_model(config_path("glm-4.5-air"));
+  EXPECT_EQ(m.model_type, "glm4_moe");
+  EXPECT_EQ(m.layer_kinds[0], LayerKind::dense);
+  EXPECT_EQ(m.num_moe_layers(), 45);
+  EXPECT_EQ(m.mtp_layers, 1);
+  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.q_proj.bias").rows, 12288);
+  EXPECT_FALSE(has_tensor(inv, "layers.0.self_attn.o_proj.bias"));
+  EXPECT_FALSE(has_tensor(inv, "layers.0.self_attn.q_norm.weight"));
+  EXPECT_EQ(tensor(inv, "layers.1.mlp.gate.e_score_correction_bias").rows, 128);
+  EXPECT_EQ(tensor(inv, "layers.1.mlp.shared_experts.gate_proj.weight").rows, 1408);
+  EXPECT_EQ(tensor(inv, "layers.46.eh_proj.weight").cols, 8192);
+  // Per layer: attention 12288 x 4096 + 12288 + 2 (1024 x 4096 + 1024) + 4096 x 12288
+  // = 109,066,240; norms 8,192; dense MLP 3 x 4096 x 10944 = 134,479,872; MoE 128 x 4096 + 128
+  // + 128 x 3 x 4096 x 1408 + 3 x 4096 x 1408 = 2,232,418,432. Main model: 2 x 151552 x 4096
+  // + 243,554,304 + 45 x 2,341,492,864 + 4096 = 106,852,251,264 (the model card's "106B total").
+  // MTP: 2,341,492,864 + 4096 x 8192 + 3 x 4096 + 2 x 151552 x 4096 = 3,616,573,568.
+  EXPECT_EQ(glm_total(4096, 10944, 1408, 128, 1, 46, false, false), 106852251264u);
+  EXPECT_EQ(inv.total().value(), glm_total(4096, 10944, 1408, 128, 1, 46, false, true));
+  EXPECT_EQ(inv.total().value(), 110468824832u);
+}
+
+TEST(ModelTypes, Glm45HasQkNormsAndThreeDenseLayers) {
+  const ModelSpec m = load_model(config_path("glm-4.5"));
+  EXPECT_EQ(m.num_moe_layers(), 89);
+  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.k_norm.weight").rows, 128);
+  // Hugging Face lists zai-org/GLM-4.5's safetensors at 358.34 B parameters (667.5 GiB of
+  // bf16): main model 352,797,829,024 (3 dense layers of 325,083,392, 89 MoE of 3,935,625,632,
+  // embedding and head 1,551,892,480, final norm 5,120) + MTP 5,539,962,272.
+  EXPECT_EQ(inv.total().value(), glm_total(5120, 12288, 1536, 160, 3, 92, true, true));
+  EXPECT_EQ(inv.total().value(), 358337791296u);
+}
+
+// gpt-oss (openai/gpt-oss-20b and -120b config.json, tests/data/configs): by hand. h 2880, 64
+// heads and 8 KV heads of 64, biases on q, k, v, o, a sink per head; every layer MoE with a
+// biased router and experts of 2880 with biases; vocab 201088 untied. Per layer attention
+// (4096 x 2880 + 4096) + 2 (512 x 2880 + 512) + (2880 x 4096 + 2880) + 64 = 26,550,144; norms
+// 5,760; router E x 2880 + E; experts E x (2880 x 5760 + 5760 + 2880 x 2880 + 2880)
+// = E x 24,891,840.
+std::uint64_t gpt_oss_total(std::uint64_t layers, std::uint64_t experts) {
+  const std::uint64_t h = 2880, q = 4096, kv = 512, v = 201088;
+  const std::uint64_t attn = (q * h + q) + 2 * (kv * h + kv) + (h * q + h) + 64;
+  const std::uint64_t moe = experts * h + experts + experts * (h * 2 * h + 2 * h + h * h + h);
+  return 2 * v * h + layers * (attn + 2 * h + moe) + h;
+}
+
+TEST(ModelTypes, GptOss) {
+  const ModelSpec m = load_model(config_path("gpt-oss-20b"));
+  EXPECT_EQ(m.model_type, "gpt_oss");
+  EXPECT_EQ(m.num_moe_layers(), 24);
+  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.sinks").rows, 64);
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.o_proj.bias").rows, 2880);
+  EXPECT_EQ(tensor(inv, "layers.0.mlp.router.bias").rows, 32);
+  EXPECT_EQ(tensor(inv, "layers.0.mlp.experts.gate_up_proj_bias").rows, 5760);
+  EXPECT_EQ(tensor(inv, "layers.0.mlp.experts.down_proj_bias").copies, 32);
+  // The gpt-oss model card (arXiv 2508.10925, Table 1): 20.91 B total; by hand 24 x
+  // 823,186,976 + 2 x 201088 x 2880 + 2880 = 20,914,757,184.
+  EXPECT_EQ(inv.total().value(), gpt_oss_total(24, 32));
+  EXPECT_EQ(inv.total().value(), 20914757184u);
+  // gpt-oss-120b: 116.83 B in the same table; 36 x 3,213,080,192 + 1,158,269,760.
+  EXPECT_EQ(build_inventory(load_model(config_path("gpt-oss-120b"))).total().value(), gpt_oss_total(36, 128));
+  EXPECT_EQ(gpt_oss_total(36, 128), 116829156672u);
+  // experts_per_token repeats num_experts_per_tok; a contradiction is named.
+  nlohmann::json c = nlohmann::json::parse(text_of(config_path("gpt-oss-20b")));
+  c["experts_per_token"] = 2;
+  expect_error(c.dump(), "experts_per_token");
+}
+
+// Issue 14: an unknown model_type is refused with the supported list and the nearest type.
+TEST(ModelTypes, AnUnknownTypeNamesTheNearestSupportedOne) {
+  const std::string rest = R"(, "vocab_size": 1000, "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4})";
+  expect_error(R"({"model_type": "qwen3_mo")" + rest, "nearest: qwen3_moe");
+  expect_error(R"({"model_type": "deepseek_v32")" + rest, "nearest: deepseek_v3");
+  expect_error(R"({"model_type": "Llama")" + rest, "nearest: llama");
+  expect_error(R"({"model_type": "mixtral_x")" + rest, "one of: deepseek, deepseek_v2");
+  expect_error(R"({"model_type": "glm4_moe_lite")" + rest, "nearest: glm4_moe");
+}
+
+// Issue 14: keys that add tensors the type's reader does not model are refused by name, never
+// noted and dropped. DeepSeek-V3.2's indexer keys (index_n_heads 64, index_head_dim 128,
+// index_topk 2048: DeepSeek-V3.2-Exp config.json) on a config labelled deepseek_v3 would lose
+// the indexer's ~0.85 B parameters.
+TEST(ModelTypes, KeysThatAddTensorsAreRefusedByName) {
+  nlohmann::json v32 = nlohmann::json::parse(text_of(std::string(MOEMEM_SHARED_MODELS_DIR) + "/deepseek-v3.json"));
+  v32["index_n_heads"] = 64;
+  v32["index_head_dim"] = 128;
+  v32["index_topk"] = 2048;
+  expect_error(v32.dump(), "index_n_heads");
+  nlohmann::json qwen = nlohmann::json::parse(text_of(config_path("qwen3-8b")));
+  qwen["num_nextn_predict_layers"] = 1;  // MTP layers the qwen3 reader does not build
+  expect_error(qwen.dump(), "num_nextn_predict_layers");
+  qwen["num_nextn_predict_layers"] = 0;  // off: nothing added, accepted
+  EXPECT_EQ(build_inventory(parse_hf_config(qwen.dump(), "q.json")).total().value(), 8190735360u);
+  nlohmann::json llama = nlohmann::json::parse(text_of(config_path("llama-3.1-8b")));
+  llama["use_qk_norm"] = true;
+  expect_error(llama.dump(), "use_qk_norm");
+  llama.erase("use_qk_norm");
+  llama["layer_types"] = nlohmann::json::array({"full_attention", "linear_attention"});
+  expect_error(llama.dump(), "layer_types");
+  nlohmann::json mixtral = nlohmann::json::parse(text_of(config_path("mixtral-8x22b")));
+  mixtral["topk_method"] = "noaux_tc";  // a per-expert correction bias mixtral's reader does not add
+  expect_error(mixtral.dump(), "topk_method");
+  mixtral.erase("topk_method");
+  mixtral["n_shared_experts"] = 1;
+  expect_error(mixtral.dump(), "n_shared_experts");
 }
 
 }  // namespace
