@@ -26,10 +26,11 @@ namespace {
 Count twice(Count c) { return Count(checked_mul(c.value(), 2, "optimizer states")); }
 }  // namespace
 
-std::vector<OptimizerState> optimizer_states(const FinetuneSettings& s, const PrecisionRecipe& r, const OptimizerCounts& n) {
+OptimizerStates optimizer_states(const FinetuneSettings& s, const PrecisionRecipe& r, const OptimizerCounts& n) {
   // Master weights: Megatron's distributed optimizer keeps an fp32 copy of each trainable
   // parameter (distrib_optimizer.py, shard_fp32_from_float16_groups), whichever the optimizer.
-  std::vector<OptimizerState> out{{"master weights", n.params, r.master, "distrib_optimizer.py fp32 main params"}};
+  OptimizerStates out;
+  out.push_back({"master weights", n.params, r.master, "distrib_optimizer.py fp32 main params"});
   const Count rest(n.params.value() - n.matrices.value());
   switch (s.optimizer) {
     case OptimizerKind::adamw:

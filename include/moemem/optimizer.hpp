@@ -4,7 +4,9 @@
 // (the worst rank of a group holds the ceiling).
 #pragma once
 
+#include <array>
 #include <compare>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -62,8 +64,20 @@ struct OptimizerState {
 // one momentum; muon: a momentum for `matrices`, AdamW's moments for the rest; adam8bit: two
 // 8-bit states, an fp32 absmax per 256-element block for each (fp32 states for small tensors);
 // adafactor: the factored second moment, no first moment (beta1 None).
-[[nodiscard]] std::vector<OptimizerState> optimizer_states(const FinetuneSettings& s, const PrecisionRecipe& r,
-                                                           const OptimizerCounts& n);
+// At most five states; held inline so that the totals path (search) allocates nothing.
+class OptimizerStates {
+ public:
+  void push_back(const OptimizerState& s) { items_[count_++] = s; }
+  [[nodiscard]] std::size_t size() const { return count_; }
+  [[nodiscard]] const OptimizerState& operator[](std::size_t i) const { return items_[i]; }
+  [[nodiscard]] const OptimizerState* begin() const { return items_.data(); }
+  [[nodiscard]] const OptimizerState* end() const { return items_.data() + count_; }
+
+ private:
+  std::array<OptimizerState, 5> items_{};
+  std::size_t count_ = 0;
+};
+[[nodiscard]] OptimizerStates optimizer_states(const FinetuneSettings& s, const PrecisionRecipe& r, const OptimizerCounts& n);
 [[nodiscard]] Bytes optimizer_bytes(const FinetuneSettings& s, const PrecisionRecipe& r, const OptimizerCounts& n);
 
 // Elements one rank keeps of a ZeRO-sharded state: ceil(non_expert/dense_group) +
