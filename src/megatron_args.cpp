@@ -89,7 +89,7 @@ const std::set<std::string, std::less<>> kSwitches = {
     "--disable-bias-linear", "--multi-latent-attention", "--group-query-attention",
     "--untie-embeddings-and-output-weights", "--moe-router-enable-expert-bias", "--qk-layernorm", "--add-qkv-bias",
     "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap", "--recompute-activations",
-    "--overlap-moe-expert-parallel-comm",
+    "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--tp-comm-overlap",
     "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--enable-shared-expert", "--no-position-embedding",
     "--use-rotary-position-embeddings", "--optimizer-cpu-offload", "--enable-cuda-graph", "--external-cuda-graph",
 };
@@ -404,6 +404,8 @@ const std::pair<const char*, Setting<bool> M::*> kSwitchSettings[] = {
     {"--account-for-loss-in-pipeline-split", &M::account_for_loss},
     {"--moe-shared-expert-overlap", &M::shared_expert_overlap},
     {"--overlap-moe-expert-parallel-comm", &M::ep_overlap},
+    {"--delay-wgrad-compute", &M::delay_wgrad},
+    {"--tp-comm-overlap", &M::tp_comm_overlap},
 };
 
 // FP8: --fp8-format (e4m3 or hybrid) turns it on, --fp8-recipe picks the scaling (Megatron's

@@ -29,9 +29,10 @@ constexpr std::array kUnmodelled = {
     // FP8 weights held as the model's parameters instead of BF16 ones (fp8_model_init).
     Unmodelled{"--fp8-param-gather", "FP8 parameters in place of the BF16 weights"},
     Unmodelled{"--reuse-grad-buf-for-mxfp8-param-ag", "MXFP8 parameter all-gather into the gradient buffer"},
-    // Transformer Engine's userbuffers: persistent communication buffers for TP overlap.
-    Unmodelled{"--tp-comm-overlap", "Transformer Engine's userbuffers for tensor-parallel overlap"},
-    Unmodelled{"--delay-wgrad-compute", "weight gradients computed later (their inputs kept longer)"},
+    // A YAML of Transformer Engine userbuffer methods per GEMM (initialize_ub's ub_cfgs): it can
+    // move a GEMM to ring_exchange reduce-scatter ((2 tp - 1) / tp of a buffer) or FP8 buffers.
+    // --tp-comm-overlap alone is modelled with TE's defaults (src/analyze/userbuffers.cpp).
+    Unmodelled{"--tp-comm-overlap-cfg", "userbuffer methods from a YAML file (moemem models Transformer Engine's defaults)"},
     // backward graphs captured with retain_graph: their saved tensors are never freed into the pool.
     Unmodelled{"--cuda-graph-retain-backward-graph", "CUDA graphs that keep their saved tensors after backward"},
     // Every expert's input padded to its capacity (dropping MoE), not the routed tokens.

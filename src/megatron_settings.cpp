@@ -51,6 +51,8 @@ void apply_training(const MegatronSettings& s, TrainingRequest& t, const Given& 
   put(s.optimizer_offload, "--optimizer-cpu-offload", given, t.optimizer_offload);
   put(s.shared_expert_overlap, "--moe-shared-expert-overlap", given, t.shared_expert_overlap);
   put(s.ep_overlap, "--overlap-moe-expert-parallel-comm", given, t.ep_overlap);
+  put(s.delay_wgrad, "--delay-wgrad-compute", given, t.delay_wgrad);
+  put(s.tp_comm_overlap, "--tp-comm-overlap", given, t.tp_comm_overlap);
   put(s.cuda_graph_impl, "--cuda-graph-impl", given, t.cuda_graphs.impl);
   put(s.cuda_graph_scope, "--cuda-graph-scope", given, t.cuda_graphs.scope);
   put(s.vocab_multiple, "--make-vocab-size-divisible-by", given, t.vocab_multiple);

@@ -84,6 +84,8 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   t.deepep = r.dispatcher == Dispatcher::deepep;
   t.shared_expert_overlap = r.shared_expert_overlap;
   t.ep_overlap = r.ep_overlap;
+  t.delay_wgrad = r.delay_wgrad;
+  t.tp_comm_overlap = r.tp_comm_overlap;
   t.cuda_graphs = r.cuda_graphs;
   t.overhead = r.overhead;
   t.fragmentation_pct = r.fragmentation_pct;

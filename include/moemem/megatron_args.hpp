@@ -73,6 +73,8 @@ struct MegatronSettings {
   Setting<double> optimizer_offload;      // --optimizer-cpu-offload: --optimizer-offload-fraction (default 1.0)
   Setting<bool> shared_expert_overlap;    // --moe-shared-expert-overlap
   Setting<bool> ep_overlap;               // --overlap-moe-expert-parallel-comm
+  Setting<bool> delay_wgrad;              // --delay-wgrad-compute
+  Setting<bool> tp_comm_overlap;          // --tp-comm-overlap
   Setting<CudaGraphImpl> cuda_graph_impl;  // --cuda-graph-impl (also from --enable/--external-cuda-graph)
   Setting<std::uint8_t> cuda_graph_scope;  // --cuda-graph-scope (also from --cuda-graph-modules)
   // Vocabulary, attention, MoE, MTP.

@@ -46,6 +46,8 @@ struct TrainingRequest {
   Dispatcher dispatcher = Dispatcher::alltoall;
   bool shared_expert_overlap = false;
   bool ep_overlap = false;  // --overlap-moe-expert-parallel-comm
+  bool delay_wgrad = false;      // --delay-wgrad-compute
+  bool tp_comm_overlap = false;  // --tp-comm-overlap
   std::optional<double> fragmentation_pct;
   std::optional<Bytes> cuda_context, nccl_per_group;
   FsdpSettings fsdp;

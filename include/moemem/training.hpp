@@ -151,6 +151,9 @@ struct MoeRouting {
   // forward and another's backward layer by layer, so one layer of the next micro-batch's
   // forward is held beside the backward (megatron/core/pipeline_parallel/combined_1f1b.py).
   bool ep_overlap = false;
+  // Megatron's --delay-wgrad-compute (with ep_overlap): the experts' weight gradients run after the
+  // next micro-batch's dispatch is launched; their GEMM inputs and output gradients are held until then.
+  bool delay_wgrad = false;
   auto operator<=>(const MoeRouting&) const = default;
 };
 
@@ -160,6 +163,7 @@ struct Overheads {
   std::optional<double> fragmentation_pct;    // reserved - allocated, % of allocated (profile default)
   std::optional<Bytes> cuda_context;           // overrides the profile's CUDA context size
   std::optional<Bytes> nccl_per_group;         // overrides the profile's per-process-group NCCL size
+  bool tp_comm_overlap = false;  // Megatron's --tp-comm-overlap: Transformer Engine's userbuffers (src/analyze/userbuffers.cpp)
   auto operator<=>(const Overheads&) const = default;
 };
 

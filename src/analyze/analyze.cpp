@@ -83,6 +83,7 @@ void cost_stage(const detail::EvalContext& c, const detail::ChunkActivations& ch
   c.profile.states->record(c, st, ledger);
   std::rotate(st.ledger.begin(), st.ledger.begin() + activation_items, st.ledger.end());
   detail::record_cuda_graphs(c, st, ledger);
+  detail::record_userbuffers_and_wgrad(c, st, ledger);
   detail::record_overheads(c, st, runtime, ledger);
   if (c.t.ema_on_host) {
     // DeepSeek-V3 §3.2.3: the EMA of the parameters lives in CPU memory; an fp32 copy of every

@@ -142,6 +142,8 @@ void record_overheads(const EvalContext& c, const StageReport& st, const Runtime
 
 // cuda_graphs.cpp: what per-layer CUDA graphs keep beyond the eager layers (category buffers).
 void record_cuda_graphs(const EvalContext& c, const StageReport& st, Ledger& ledger);
+// userbuffers.cpp: --tp-comm-overlap's userbuffers (runtime) and --delay-wgrad-compute's held tensors.
+void record_userbuffers_and_wgrad(const EvalContext& c, const StageReport& st, Ledger& ledger);
 
 }  // namespace moemem::detail
 

@@ -132,6 +132,10 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                "Shared experts overlapped with the dispatch: they keep the all-gathered full-sequence input (megatron)");
   app.add_flag("--overlap-moe-expert-parallel-comm", o.moe.ep_overlap,
                "EP all-to-all overlap (combined 1F1B): the next micro-batch's forward runs beside each backward (megatron)");
+  app.add_flag("--delay-wgrad-compute", o.moe.delay_wgrad,
+               "Expert weight gradients delayed past the next dispatch (needs --overlap-moe-expert-parallel-comm; megatron)");
+  app.add_flag("--tp-comm-overlap", o.moe.tp_comm_overlap,
+               "Transformer Engine's userbuffers for TP communication overlap (needs tp > 1 and --sp; megatron)");
   app.add_option("--moe-capacity-factor", o.moe.moe_capacity_factor, "Expert capacity, times the average tokens (excess dropped)");
   app.add_option("--moe-token-dispatcher", o.moe.dispatcher, "alltoall|deepep (DeepEP keeps a communication buffer)")
       ->capture_default_str();
@@ -286,6 +290,8 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.dispatcher = parse_dispatcher(o.moe.dispatcher, "--moe-token-dispatcher");
   r.shared_expert_overlap = o.moe.shared_expert_overlap;
   r.ep_overlap = o.moe.ep_overlap;
+  r.delay_wgrad = o.moe.delay_wgrad;
+  r.tp_comm_overlap = o.moe.tp_comm_overlap;
   r.cuda_graphs.impl = parse_cuda_graph_impl(o.numerics.cuda_graph_impl, "--cuda-graph-impl");
   if (!o.numerics.cuda_graph_scope.empty()) {
     if (r.cuda_graphs.impl == CudaGraphImpl::none) {

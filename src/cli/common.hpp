@@ -70,6 +70,7 @@ struct MoeOptions {
   std::string moe_imbalance, moe_capacity_factor, dispatcher = "alltoall";
   bool shared_expert_overlap = false;
   bool ep_overlap = false;
+  bool delay_wgrad = false, tp_comm_overlap = false;
 };
 struct OverheadOptions {
   std::string overhead = "low";

@@ -473,6 +473,20 @@ std::optional<InputError> ep_overlap_check(const ModelSpec& m, const Layout& lay
   return std::nullopt;
 }
 
+// --tp-comm-overlap: megatron/training/arguments.py validate_args turns sequence parallelism off at
+// tp 1 and then asserts it is on. --delay-wgrad-compute: transformer_config.py __post_init__
+// asserts overlap_moe_expert_parallel_comm.
+std::optional<InputError> userbuffers_check(const Layout& layout, const TrainingConfig& t) {
+  if (t.tp_comm_overlap && (layout.config.tp <= 1 || !layout.config.sp)) {
+    return InputError("--tp-comm-overlap", fmt::format("tp {}, sp {}", layout.config.tp, layout.config.sp ? "on" : "off"),
+                      "tp > 1 with sequence parallelism (--sp), as Megatron asserts");
+  }
+  if (t.delay_wgrad && !t.ep_overlap) {
+    return InputError("--delay-wgrad-compute", "set", "--overlap-moe-expert-parallel-comm too (Megatron asserts it)");
+  }
+  return std::nullopt;
+}
+
 // Megatron-Core models FP8, routing imbalance and the flash kernel; it refuses torchtitan's
 // settings, routing options for a model without routed experts, and MLP sizes tp does not divide.
 std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
@@ -498,6 +512,7 @@ std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layou
     return InputError("--moe-shared-expert-overlap", "set", fmt::format("a model with shared experts ({} has none)", m.name));
   }
   if (auto e = ep_overlap_check(m, layout, t)) return e;
+  if (auto e = userbuffers_check(layout, t)) return e;
   if (t.deepep && m.is_moe()) {
     if (auto e = detail::deepep_group_check(layout.config.ep * layout.config.etp_degree())) return e;
   }

@@ -128,6 +128,8 @@ inline std::optional<InputError> refuse_ep_overlap(std::string_view profile, con
   if (t.ep_overlap) {
     return InputError("--overlap-moe-expert-parallel-comm", "set", fmt::format("the megatron profile (not {})", profile));
   }
+  if (t.delay_wgrad) return InputError("--delay-wgrad-compute", "set", fmt::format("the megatron profile (not {})", profile));
+  if (t.tp_comm_overlap) return InputError("--tp-comm-overlap", "set", fmt::format("the megatron profile (not {})", profile));
   return std::nullopt;
 }
 

@@ -149,11 +149,19 @@ TEST(MegatronFixtures, ModelZooQwen3H100) {
   EXPECT_EQ(value_of(s.vpp), 4);  // (94 + E + L) / 8 / 3
   EXPECT_EQ(value_of(s.ep), 32);
   EXPECT_EQ(value_of(s.world_size), 256);
-  // CUDA graphs are read (tests/cli/test_cuda_graphs_cli.cpp); the A2A overlap and
-  // --tp-comm-overlap the launcher adds are still refused by name.
+  // CUDA graphs are read (tests/cli/test_cuda_graphs_cli.cpp); so are the A2A overlap,
+  // --delay-wgrad-compute and --tp-comm-overlap that sbatch_benchmarking.sh adds
+  // (tests/cli/test_tp_comm_overlap_cli.cpp): nothing is refused and the recipe analyses.
   EXPECT_EQ(value_of(s.cuda_graph_impl), CudaGraphImpl::transformer_engine);
-  ASSERT_FALSE(s.unmodelled.empty());
-  for (const auto& u : s.unmodelled) EXPECT_EQ(u.flag.find("cuda-graph"), std::string::npos) << u.flag;
+  EXPECT_TRUE(value_of(s.ep_overlap));
+  EXPECT_TRUE(value_of(s.delay_wgrad));
+  EXPECT_TRUE(value_of(s.tp_comm_overlap));
+  EXPECT_TRUE(s.unmodelled.empty());
+  const auto r = run_cli({"analyze", "--megatron-args", kDir + "modelzoo/run_qwen3_235b_h100.sh", "--gpu", "h100-80g",
+                          "--no-margin", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // NVIDIA published the recipe as running on 80 GB H100s: every stage fits.
+  for (const auto& st : nlohmann::json::parse(r.out).at("stages")) EXPECT_TRUE(st.at("fits").get<bool>());
 }
 
 }  // namespace

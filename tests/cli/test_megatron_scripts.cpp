@@ -162,8 +162,8 @@ TEST(MegatronScripts, AssumedSequenceLengthIsNamed) {
 // Issue 13's list of flags that change memory: each refused by name, or modelled.
 TEST(MegatronScripts, MemoryFlagsAreRefusedByName) {
   for (const std::string flags :
-       {"--fp8-param-gather", "--tp-comm-overlap",
-        "--delay-wgrad-compute", "--cuda-graph-impl full_iteration", "--cuda-graph-retain-backward-graph",
+       {"--fp8-param-gather", "--tp-comm-overlap-cfg ub.yaml",
+        "--reuse-grad-buf-for-mxfp8-param-ag", "--cuda-graph-impl full_iteration", "--cuda-graph-retain-backward-graph",
         "--moe-pad-expert-input-to-capacity", "--optimizer sgd", "--optimizer muon"}) {
     const std::string path = write("refused.args", kModel + "--vocab-size 32000 --tensor-model-parallel-size 1 " + flags + "\n");
     const auto r = run_cli({"analyze", "--megatron-args", path});
