@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/activations_cli_helpers.hpp"
+#include "cli/megatron_cli_helpers.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/megatron_args.hpp"
 
@@ -25,14 +26,8 @@ using moemem::test::activations_cli::items_of;
 using moemem::test::activations_cli::u64;
 using namespace moemem;
 
-const std::string kDir = std::string(MOEMEM_TEST_DATA_DIR) + "/megatron/";
-
-MegatronSettings read_script(const std::string& name) {
-  std::ifstream in(kDir + name, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_megatron_args(ss.str(), kDir + name);
-}
+const std::string kDir = moemem::test::megatron_dir();
+using moemem::test::read_script;
 
 // Qwen3-235B-A22B (94 MoE layers, h 4096, top-8) on one pipeline stage: one micro-batch in
 // flight, so every graphed layer counts once. tokens = b x s / tp (sequence parallel) = 4096 / 2.

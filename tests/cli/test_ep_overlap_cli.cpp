@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/activations_cli_helpers.hpp"
+#include "cli/megatron_cli_helpers.hpp"
 #include "cli/run_cli.hpp"
 
 namespace {
@@ -24,14 +25,7 @@ using moemem::test::activations_cli::analyze_json;
 using moemem::test::activations_cli::expect_exit_2;
 using moemem::test::activations_cli::u64;
 
-// The DeepSeek-V3-shaped 14-layer run of Megatron-LM PR 6429's table: PP4 VPP2 EP16, 2 layers a chunk.
-Args dsv3_14l(const Args& extra = {}) {
-  return concat({"--model", MOEMEM_TEST_DATA_DIR "/validation/models/deepseek-v3-14l.json", "--pp", "4", "--vpp", "2",
-                 "--schedule", "interleaved", "--pipeline-model-parallel-layout", "Ett|(tt|)*6mL", "--ep", "16", "--etp",
-                 "1", "--dp", "16", "--micro-batch", "1", "--seq-len", "2048", "--global-batch", "256",
-                 "--distributed-optimizer", "--hidden-dropout", "0", "--attention-dropout", "0"},
-                extra);
-}
+Args dsv3_14l(const Args& extra = {}) { return moemem::test::pr6429_run(extra); }
 
 const Args kOverlap = {"--overlap-moe-expert-parallel-comm"};
 

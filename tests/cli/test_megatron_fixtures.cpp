@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/megatron_cli_helpers.hpp"
 #include "cli/run_cli.hpp"
 #include "moemem/config.hpp"
 #include "moemem/errors.hpp"
@@ -18,14 +19,8 @@ namespace {
 using moemem::test::run_cli;
 using namespace moemem;
 
-const std::string kDir = std::string(MOEMEM_TEST_DATA_DIR) + "/megatron/";
-
-MegatronSettings read_script(const std::string& name) {
-  std::ifstream in(kDir + name, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_megatron_args(ss.str(), kDir + name);
-}
+const std::string kDir = moemem::test::megatron_dir();
+using moemem::test::read_script;
 
 template <class T>
 T value_of(const Setting<T>& s) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/activations_cli_helpers.hpp"
+#include "cli/megatron_cli_helpers.hpp"
 #include "cli/run_cli.hpp"
 
 namespace {
@@ -21,14 +22,8 @@ using moemem::test::run_cli;
 using moemem::test::activations_cli::analyze_json;
 using moemem::test::activations_cli::expect_exit_2;
 
-// DeepSeek-V3-shaped 14 layers (h 7168, top_k 8, expert ffn 2048), TP2 with sp, PP4 VPP2 EP16.
-Args dsv3_14l(const Args& extra = {}, const char* tp = "2") {
-  return concat({"--model", MOEMEM_TEST_DATA_DIR "/validation/models/deepseek-v3-14l.json", "--tp", tp, "--sp", "--pp", "4",
-                 "--vpp", "2", "--schedule", "interleaved", "--pipeline-model-parallel-layout", "Ett|(tt|)*6mL", "--ep", "16",
-                 "--etp", "1", "--dp", "16", "--micro-batch", "1", "--seq-len", "2048", "--global-batch", "256",
-                 "--distributed-optimizer", "--hidden-dropout", "0", "--attention-dropout", "0", "--recompute", "none"},
-                extra);
-}
+// The PR 6429 run at TP2 with sp (tests/cli/megatron_cli_helpers.hpp), no recomputation.
+Args dsv3_14l(const Args& extra = {}, const char* tp = "2") { return moemem::test::pr6429_run(extra, tp); }
 
 json explain_items(const Args& args, const std::string& stage) {
   const auto r = run_cli(concat(concat({"explain"}, args), {"--stage", stage, "--format", "json"}));
