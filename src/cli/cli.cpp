@@ -200,6 +200,8 @@ std::optional<int> parse(CLI::App& app, Commands& c, int argc, const char* const
     return app.exit(e, out, err);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e, out, err);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e, out, err);
   } catch (const CLI::ParseError& e) {
     err << "moemem: error: " << e.what() << "\n";
     err << "Run 'moemem --help' for the commands and flags.\n";
@@ -214,6 +216,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   CLI::App app{"moemem: per-GPU memory of LLM training steps (MoE, MLA, every parallel layout)", "moemem"};
   app.require_subcommand(1, 1);
   app.set_help_all_flag("--help-all", "Help for every subcommand");
+  app.set_version_flag("--version", std::string("moemem ") + MOEMEM_VERSION, "The moemem version (CMake's project version)");
   Commands commands;
   commands.setup(app);
   if (misspelt_command(argc, argv, err)) return kExitBadInput;

@@ -310,6 +310,14 @@ TEST(Help, ExitsZeroAndListsCommands) {
   EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
 }
 
+// issue 17: `moemem --version` prints the project version (CMakeLists.txt project(... VERSION 0.1.0))
+// and exits 0, without a subcommand.
+TEST(Help, VersionPrintsTheProjectVersion) {
+  const auto r = run({"--version"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "moemem 0.1.0\n");
+}
+
 TEST(Help, SubcommandHelpListsFlags) {
   const auto r = run({"analyze", "--help"});
   EXPECT_EQ(r.code, 0) << r.err;
