@@ -156,7 +156,8 @@ TEST(MegatronFixtures, ModelZooQwen3H100) {
                           "--no-margin", "--format", "json"});
   ASSERT_EQ(r.code, 0) << r.err;
   // NVIDIA published the recipe as running on 80 GB H100s: every stage fits.
-  for (const auto& st : nlohmann::json::parse(r.out).at("stages")) EXPECT_TRUE(st.at("fits").get<bool>());
+  const auto report = nlohmann::json::parse(r.out);  // named: a range-for over a temporary's member dangles
+  for (const auto& st : report.at("stages")) EXPECT_TRUE(st.at("fits").get<bool>());
 }
 
 }  // namespace
