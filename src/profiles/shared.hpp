@@ -110,8 +110,9 @@ inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, 
   return std::nullopt;
 }
 
-// A Megatron-Core release, or its CUDA graphs, under another profile.
-inline std::optional<InputError> refuse_megatron_version(std::string_view profile, const TrainingConfig& t) {
+// Megatron-Core's own settings under another profile: its CUDA graphs, a release, the EP all-to-all
+// overlap (combined 1F1B), delayed weight gradients and TE's userbuffers.
+inline std::optional<InputError> refuse_megatron_options(std::string_view profile, const TrainingConfig& t) {
   if (t.cuda_graphs.impl != CudaGraphImpl::none) {
     return InputError("--cuda-graph-impl", std::string(name_of(t.cuda_graphs.impl)),
                      fmt::format("none with the {} profile (Megatron-Core's CUDA graphs are a megatron-profile setting)", profile));
@@ -120,16 +121,10 @@ inline std::optional<InputError> refuse_megatron_version(std::string_view profil
     return InputError("--megatron-version", std::string(name_of(t.megatron_version)),
                      fmt::format("current with the {} profile (releases are a megatron-profile setting)", profile));
   }
-  return std::nullopt;
-}
-
-// Megatron's EP all-to-all overlap (combined 1F1B) under another profile.
-inline std::optional<InputError> refuse_ep_overlap(std::string_view profile, const TrainingConfig& t) {
-  if (t.ep_overlap) {
-    return InputError("--overlap-moe-expert-parallel-comm", "set", fmt::format("the megatron profile (not {})", profile));
-  }
-  if (t.delay_wgrad) return InputError("--delay-wgrad-compute", "set", fmt::format("the megatron profile (not {})", profile));
-  if (t.tp_comm_overlap) return InputError("--tp-comm-overlap", "set", fmt::format("the megatron profile (not {})", profile));
+  const std::string only = fmt::format("the megatron profile (not {})", profile);
+  if (t.ep_overlap) return InputError("--overlap-moe-expert-parallel-comm", "set", only);
+  if (t.delay_wgrad) return InputError("--delay-wgrad-compute", "set", only);
+  if (t.tp_comm_overlap) return InputError("--tp-comm-overlap", "set", only);
   return std::nullopt;
 }
 

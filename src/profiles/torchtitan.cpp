@@ -130,8 +130,7 @@ LossPeak titan_loss_peak(const ActivationContext& c) {
 std::optional<InputError> titan_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_dropout("torchtitan", t)) return e;
-  if (auto e = refuse_megatron_version("torchtitan", t)) return e;
-  if (auto e = refuse_ep_overlap("torchtitan", t)) return e;
+  if (auto e = refuse_megatron_options("torchtitan", t)) return e;
   if (auto e = refuse_finetune("torchtitan", t, false, {OptimizerKind::adamw})) return e;
   if (t.optimizer_offload > 0) return InputError("--optimizer-cpu-offload", "set", "the megatron profile (Megatron-Core's offload)");
   if (t.zero != 0) {
