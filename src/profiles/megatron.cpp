@@ -154,7 +154,8 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
           "b x heads/tp x s/cp");
   }
   // The attention output: kept by the kernel, and as the input of the row-parallel o_proj (the
-  // same tensor, unless FP8 makes o_proj keep a quantized copy of its own).
+  // same tensor). Under FP8 o_proj keeps an FP8 copy only with delayed scaling or up to 0.12: since
+  // 781e765818 Attention.__init__ calls set_save_original_input(linear_proj) (TE >= 2.6).
   if (c.training.attn_out_e5m6) {
     // DeepSeek-V3 §3.3.3 (1): the input of the Linear after attention, which attention's backward
     // also reads, is cached once in a customized E5M6 format with power-of-two scales per 1x128
@@ -166,7 +167,8 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
     return;
   }
   t.add("attn.context", Module::attention, elems({d.tokens, d.heads, v_dim}), t.a, 0, "b*s/cp x heads/tp x v_dim");
-  if (c.training.fp8 != Fp8Recipe::none) {
+  const bool own_fp8_copy = c.training.fp8 == Fp8Recipe::delayed || c.training.megatron_version != MegatronVersion::current;
+  if (c.training.fp8 != Fp8Recipe::none && own_fp8_copy) {
     t.linear_input("attn.context (o_proj input)", "attn.context.scales", Module::attention,
                    elems({d.tokens, d.heads, v_dim}), 0, "b*s/cp x heads/tp x v_dim");
   }

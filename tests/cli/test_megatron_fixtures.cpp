@@ -160,4 +160,17 @@ TEST(MegatronFixtures, ModelZooQwen3H100) {
   for (const auto& st : report.at("stages")) EXPECT_TRUE(st.at("fits").get<bool>());
 }
 
+// NVIDIA's ModelZoo DeepSeek-V3 on 256 H100 (TP1 PP8 VPP4 EP32, blockwise FP8, optimizer on the
+// host), published as running on 80 GB H100s: every stage fits. It fits because o_proj saves the
+// attention's BF16 output rather than an FP8 copy (Megatron's set_save_original_input under
+// blockwise FP8), which saves 4096 x 128 x 128 bytes plus tile scales per layer and micro-batch in
+// flight (about 5 GiB on stage 0); moemem still keeps MLA's v under mla_up_proj (docs/formulas.md).
+TEST(MegatronFixtures, ModelZooDeepSeekV3H100FitsItsGpus) {
+  const auto r = run_cli({"analyze", "--megatron-args", kDir + "modelzoo/run_deepseek_v3_h100_256.sh", "--gpu",
+                          "h100-80g", "--no-margin", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto report = nlohmann::json::parse(r.out);
+  for (const auto& st : report.at("stages")) EXPECT_TRUE(st.at("fits").get<bool>());
+}
+
 }  // namespace

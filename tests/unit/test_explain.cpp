@@ -342,11 +342,11 @@ TEST(Fp8Scales, LinearInputsBecomeFp8WithScalesOtherTermsKeepTheirDtype) {
   t.fp8 = Fp8Recipe::blockwise;
   const auto terms = layer_activation_terms(megatron_profile(), s.model, s.layout, t, LayerKind::moe);
   // The inputs of FP8 GEMMs (docs/formulas.md): norm output (q/kv down), q/kv norm outputs
-  // (up-projections), o_proj's own copy, dispatched tokens, fc2 inputs.
+  // (up-projections), dispatched tokens, fc2 inputs. o_proj saves the attention kernel's BF16
+  // output itself (set_save_original_input, every recipe but delayed scaling).
   const Names fp8 = {"attn.norm_output (q/kv input)", "attn.q_compressed_norm (q_up input)",
-                     "attn.kv_compressed_norm (kv_up input)", "attn.context (o_proj input)",
-                     "experts.fc1_input (dispatched tokens)", "experts.act_output (fc2 input)",
-                     "shared.act_output (fc2 input)"};
+                     "attn.kv_compressed_norm (kv_up input)", "experts.fc1_input (dispatched tokens)",
+                     "experts.act_output (fc2 input)", "shared.act_output (fc2 input)"};
   Names got;
   for (const auto& term : terms) {
     if (term.dtype == DType::fp8) got.emplace(term.name);
@@ -367,6 +367,26 @@ TEST(Fp8Scales, LinearInputsBecomeFp8WithScalesOtherTermsKeepTheirDtype) {
   EXPECT_EQ(find(terms, "mlp.norm_output (router input)")->dtype, DType::bf16);
   EXPECT_EQ(find(terms, "attn.context")->dtype, DType::bf16);
   EXPECT_EQ(find(terms, "router.scores")->dtype, DType::fp32);
+}
+
+// Megatron's Attention.__init__ (781e765818) makes o_proj save its BF16 input under every FP8
+// recipe but delayed scaling; delayed scaling, and Megatron 0.12, keep o_proj's own FP8 copy.
+TEST(Fp8Scales, OprojKeepsAnFp8CopyOnlyUnderDelayedScalingOrMegatron012) {
+  const World s = world("deepseek-v3", base_parallel());
+  const auto o_proj_copy = [&](Fp8Recipe f, MegatronVersion v) {
+    TrainingConfig t = base_training();
+    t.fp8 = f;
+    t.megatron_version = v;
+    const auto terms = layer_activation_terms(megatron_profile(), s.model, s.layout, t, LayerKind::moe);
+    EXPECT_NE(find(terms, "attn.context"), nullptr);
+    return find(terms, "attn.context (o_proj input)") != nullptr;
+  };
+  for (const auto f : {Fp8Recipe::tensorwise, Fp8Recipe::blockwise, Fp8Recipe::mxfp8}) {
+    EXPECT_FALSE(o_proj_copy(f, MegatronVersion::current)) << name_of(f);
+    EXPECT_TRUE(o_proj_copy(f, MegatronVersion::v0_12)) << name_of(f);
+  }
+  EXPECT_TRUE(o_proj_copy(Fp8Recipe::delayed, MegatronVersion::current));
+  EXPECT_FALSE(o_proj_copy(Fp8Recipe::none, MegatronVersion::current));
 }
 
 // ---------------------------------------------------------------------------------------------
