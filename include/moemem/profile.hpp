@@ -35,6 +35,9 @@ struct OverheadModel {
   // NCCL modelled per communicator the run uses (src/analyze/overheads.cpp) instead of the two
   // constants above.
   bool nccl_communicators = false;
+  // The GEMM libraries' workspaces (Transformer Engine's and PyTorch's cuBLAS workspaces, allocated
+  // through the caching allocator at the first GEMM and kept): src/analyze/overheads.cpp.
+  bool gemm_workspaces = false;
 };
 
 // What the loss adds to a stage for one micro-batch at the start of backward, beyond the chunk's

@@ -129,6 +129,35 @@ std::pair<Bytes, std::uint64_t> allowance(const EvalContext& c) {
 
 namespace {
 
+// GEMM workspaces, allocated through PyTorch's caching allocator at the first GEMM and kept for the
+// life of the process (so in allocated and reserved). Sizes for Hopper and later; older GPUs use
+// less (4 MiB and 8.125 MiB), so this errs high there:
+// - Transformer Engine (d0067d0d transformer_engine/pytorch/cpp_extensions/gemm.py
+//   get_cublas_workspace_size_bytes: 32 MiB + 1 KiB on sm90+): one for its GEMMs; one per compute
+//   stream for grouped GEMMs (get_cublas_workspace(grouped_gemm=True): common/util/
+//   multi_stream.cpp get_num_compute_streams = 4), counted on MoE models, whose experts Megatron's
+//   MoE recipes run as TEGroupedMLP (--moe-grouped-gemm); and _NUM_MAX_UB_STREAMS = 3 with
+//   --tp-comm-overlap (get_cublas_workspace(ub=True)).
+// - PyTorch's own cuBLAS handle (for the output layer's and the router's torch matmuls;
+//   aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize: ":4096:8" = 32 MiB on sm90 and
+//   sm100 when CUBLAS_WORKSPACE_CONFIG is unset) and cuBLASLt's (CUBLASLT_WORKSPACE_SIZE, 1 MiB).
+constexpr std::uint64_t kTeWorkspace = (32ull << 20) + 1024;
+constexpr std::uint64_t kTorchWorkspaces = (32ull << 20) + (1ull << 20);
+
+void record_gemm_workspaces(const EvalContext& c, Ledger& ledger) {
+  const auto add = [&](const char* item, std::uint64_t bytes, const char* rule) {
+    ledger.add(Category::buffers, Bytes(bytes), [&] { return ledger_item("gemm", item, rule); });
+  };
+  add("Transformer Engine cuBLAS workspace", kTeWorkspace, "32 MiB + 1 KiB (Hopper and later)");
+  if (c.model.is_moe()) {
+    add("Transformer Engine grouped-GEMM workspaces", 4 * kTeWorkspace, "4 compute streams x (32 MiB + 1 KiB)");
+  }
+  if (c.t.tp_comm_overlap) {
+    add("Transformer Engine userbuffers GEMM workspaces", 3 * kTeWorkspace, "3 streams x (32 MiB + 1 KiB)");
+  }
+  add("PyTorch cuBLAS and cuBLASLt workspaces", kTorchWorkspaces, "32 MiB (:4096:8 on Hopper) + 1 MiB");
+}
+
 Bytes allocated(const Ledger& l) {
   return l.total(Category::weights) + l.total(Category::gradients) + l.total(Category::optimizer) +
          l.total(Category::activations) + l.total(Category::buffers);
@@ -138,6 +167,7 @@ Bytes allocated(const Ledger& l) {
 
 void record_overheads(const EvalContext& c, const StageReport& st, const Runtime& runtime, Ledger& ledger) {
   const auto [buffers, milli_pct] = c.allowance;
+  if (c.profile.overhead.gemm_workspaces && !st.chunks.empty()) record_gemm_workspaces(c, ledger);
   if (buffers.value() > 0) {
     ledger.add(Category::buffers, buffers, [&] {
       return ledger_item("communication", "buffers", "profile allowance");

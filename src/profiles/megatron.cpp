@@ -593,7 +593,8 @@ const Profile kMegatron{
                  .fragmentation_pct_low = 5,
                  .fragmentation_pct_high = 5,
                  .cuda_context = Bytes::from_gib(0.52),
-                 .nccl_communicators = true},
+                 .nccl_communicators = true,
+                 .gemm_workspaces = true},
 };
 
 }  // namespace moemem::profiles

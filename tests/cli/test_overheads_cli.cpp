@@ -61,7 +61,9 @@ TEST(OverheadCli, RuntimeIsCudaContextAndTheCommunicatorsTheLayoutUses) {
     const std::uint64_t allocated = u64(b.at("weights")) + u64(b.at("gradients")) + u64(b.at("optimizer")) +
                                     u64(b.at("activations")) + u64(b.at("buffers"));
     EXPECT_EQ(u64(b.at("allocated")), allocated);
-    EXPECT_EQ(u64(b.at("buffers")), 0u);  // the megatron profile's allowance is 0 without DeepEP
+    // No allowance; the GEMM workspaces (docs/formulas.md): TE's 32 MiB + 1 KiB, 4 more for its
+    // grouped GEMM's streams on this MoE model, PyTorch's cuBLAS 32 MiB + cuBLASLt 1 MiB.
+    EXPECT_EQ(u64(b.at("buffers")), 5 * (32 * kMiB + 1024) + 33 * kMiB);
     EXPECT_EQ(u64(b.at("fragmentation")), ceil_div(allocated * 5, 100));
     EXPECT_EQ(u64(b.at("reserved")), allocated + u64(b.at("fragmentation")));
     EXPECT_EQ(u64(b.at("total")), u64(b.at("reserved")) + runtime);
@@ -191,6 +193,19 @@ TEST(OverheadCli, PaperProfileHasNoRuntimeTerm) {
   }
   const json e = explain_json(dsv3({"--profile", "paper"}), 0);
   EXPECT_TRUE(items_of(e, "runtime").empty());
+}
+
+// A dense model has no grouped GEMM: TE's one workspace (32 MiB + 1 KiB) and PyTorch's cuBLAS and
+// cuBLASLt ones (32 + 1 MiB), itemised under "gemm".
+TEST(OverheadCli, DenseModelsKeepTwoGemmWorkspaces) {
+  const json r = analyze_json({"--model", "llama-3.1-8b", "--tp", "2", "--micro-batch", "1", "--seq-len", "1024"});
+  ASSERT_FALSE(r.is_null());
+  for (const auto& s : r.at("stages")) EXPECT_EQ(u64(s.at("bytes").at("buffers")), 32 * kMiB + 1024 + 33 * kMiB);
+  const auto items = items_of(explain_json({"--model", "llama-3.1-8b", "--tp", "2", "--micro-batch", "1", "--seq-len", "1024"}, 0),
+                              "buffers");
+  EXPECT_EQ(items.at("Transformer Engine cuBLAS workspace"), 32 * kMiB + 1024);
+  EXPECT_EQ(items.at("PyTorch cuBLAS and cuBLASLt workspaces"), 33 * kMiB);
+  EXPECT_EQ(items.count("Transformer Engine grouped-GEMM workspaces"), 0u);
 }
 
 }  // namespace
