@@ -65,6 +65,7 @@ const std::map<std::string, std::string, std::less<>> kValueFlags = {
     {"--recompute-granularity", "--recompute"},
     {"--recompute-method", "--recompute-method"},
     {"--recompute-num-layers", "--recompute-num-layers"},
+    {"--cpu-offloading-num-layers", "--cpu-offloading-num-layers"},
     {"--pipeline-model-parallel-layout", "--pipeline-model-parallel-layout"},
     {"--decoder-first-pipeline-num-layers", "--decoder-first-pipeline-num-layers"},
     {"--decoder-last-pipeline-num-layers", "--decoder-last-pipeline-num-layers"},
@@ -386,6 +387,7 @@ const std::pair<const char*, Setting<std::int64_t> M::*> kIntSettings[] = {
     {"--micro-batch-size", &M::micro_batch},
     {"--seq-length", &M::seq_len},
     {"--recompute-num-layers", &M::recompute_num_layers},
+    {"--cpu-offloading-num-layers", &M::cpu_offload_layers},
     {"--global-batch-size", &M::global_batch},
     {"--make-vocab-size-divisible-by", &M::vocab_multiple},
 };

@@ -41,6 +41,7 @@ void apply_training(const MegatronSettings& s, TrainingRequest& t, const Given& 
   put(s.recompute_modules, "--recompute-modules", given, t.recompute_modules);
   put(s.recompute_method, "--recompute-method", given, t.recompute_method);
   put(s.recompute_num_layers, "--recompute-num-layers", given, t.recompute_num_layers);
+  put(s.cpu_offload_layers, "--cpu-offloading-num-layers", given, t.cpu_offload_layers);
   put(s.params_dtype, "--params-dtype", given, t.params_dtype);
   put(s.main_grads_dtype, "--main-grads-dtype", given, t.main_grads_dtype);
   put(s.main_params_dtype, "--main-params-dtype", given, t.main_params_dtype);

@@ -45,6 +45,10 @@ void resolve_recompute(const TrainingRequest& r, TrainingConfig& t) {
   }
   t.recompute_method = r.recompute_method;
   t.recompute_num_layers = r.recompute_num_layers;
+  if (r.cpu_offload_layers < 0) {
+    throw InputError("--cpu-offloading-num-layers", std::to_string(r.cpu_offload_layers), "0 or more decoder layers");
+  }
+  t.cpu_offload_layers = r.cpu_offload_layers;
 }
 
 }  // namespace

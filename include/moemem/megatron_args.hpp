@@ -65,6 +65,7 @@ struct MegatronSettings {
   Setting<std::uint16_t> recompute_modules;    // --recompute-modules (a RecomputeModule mask)
   Setting<RecomputeMethod> recompute_method;   // --recompute-method
   Setting<std::int64_t> recompute_num_layers;  // --recompute-num-layers
+  Setting<std::int64_t> cpu_offload_layers;    // --cpu-offloading-num-layers
   // Precision and optimizer.
   Setting<DType> params_dtype;  // --params-dtype (fp16 from --fp16)
   Setting<DType> main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;  // --main-grads-dtype ...

@@ -34,6 +34,7 @@ struct TrainingRequest {
   std::optional<std::uint16_t> recompute_modules;  // selective modules (given: selective recomputation)
   RecomputeMethod recompute_method = RecomputeMethod::uniform;
   std::int64_t recompute_num_layers = 1;
+  std::int64_t cpu_offload_layers = 0;  // --cpu-offloading-num-layers
   OverheadPoint overhead = OverheadPoint::low;
   std::optional<DType> params_dtype, main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
   std::optional<AttentionKernel> attention;  // unset: the profile's kernel

@@ -101,6 +101,9 @@ struct RecomputePolicy {
   std::uint16_t recompute_modules = kRecomputeCoreAttn;  // selective: Megatron's default
   RecomputeMethod recompute_method = RecomputeMethod::uniform;
   std::int64_t recompute_num_layers = 1;
+  // Megatron's --cpu-offloading-num-layers: Transformer Engine's CPU offload moves the saved
+  // activations of the first N decoder layers to the host (transformer_engine/pytorch/cpu_offload.py).
+  std::int64_t cpu_offload_layers = 0;
   auto operator<=>(const RecomputePolicy&) const = default;
 };
 

@@ -155,6 +155,46 @@ Bytes combined_forward_layer(const EvalContext& c, const ChunkLayerCounts& count
   return largest;
 }
 
+// Transformer Engine's CPU offload of activations (Megatron's --cpu-offloading-num-layers N, pp 1;
+// TransformerBlock wraps each decoder layer in get_cpu_offload_context). TE d0067d0d
+// transformer_engine/pytorch/cpu_offload.py DefaultOffloadSynchronizer._init_offload_synchronization_dicts
+// offloads layers 0..N-1; layer i's offload finishes before layer L-N+i's forward and its reload
+// starts after layer L-1-N+i's backward, so at most L-N consecutive decoder layers' saved tensors
+// are on the GPU at once ("(num_layers - num_offloaded_layers) * T"). With dense and MoE layers the
+// largest such window counts; the N offloaded layers' tensors are in host memory. MTP depths sit
+// outside the block and stay on the GPU.
+struct Offload {
+  std::array<std::int64_t, 2> gpu{}, host{}, all{};  // decoder layers of each kind
+};
+
+Offload cpu_offload(const EvalContext& c, const Chunk& ch, const std::array<KindBytes, 2>& kinds) {
+  Offload o;
+  const std::int64_t n = c.t.cpu_offload_layers, l = ch.num_layers;
+  const auto split = [&](std::int64_t first, std::int64_t count) {
+    const std::int64_t moe = c.cm.moe_layers_in(first, count);
+    return std::array<std::int64_t, 2>{count - moe, moe};
+  };
+  o.all = split(ch.first_layer, l);
+  o.host = split(ch.first_layer, n);
+  std::uint64_t best = 0;
+  for (std::int64_t i = 0; i <= n; ++i) {
+    const auto w = split(ch.first_layer + i, l - n);
+    const std::uint64_t bytes = times(kinds[0].kept, w[0], "offload").value() + times(kinds[1].kept, w[1], "offload").value();
+    if (i == 0 || bytes > best) {
+      best = bytes;
+      o.gpu = w;
+    }
+  }
+  return o;
+}
+
+// The chunk's layer counts with the offloaded layers taken off the GPU.
+void apply_offload(const EvalContext& c, const Chunk& ch, const std::array<KindBytes, 2>& kinds, ChunkLayerCounts& counts) {
+  if (c.t.cpu_offload_layers == 0 || ch.num_layers == 0) return;
+  const Offload o = cpu_offload(c, ch, kinds);
+  for (std::size_t k = 0; k < 2; ++k) counts.mode[k] -= o.all[k] - o.gpu[k];
+}
+
 Bytes chunk_extras(const EvalContext& c, const Chunk& ch, Acts& acts) {
   const ChunkKey key{ch.embedding, ch.loss, ch.mtp_depths};
   auto found = acts.extras.find(key);
@@ -189,7 +229,8 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
     }
     for (std::size_t i = 0; i < c.layout.chunks.size(); ++i) {
       const auto& ch = c.layout.chunks[i];
-      const ChunkLayerCounts counts = layer_counts(c, ch);
+      ChunkLayerCounts counts = layer_counts(c, ch);
+      apply_offload(c, ch, acts->kinds, counts);
       Bytes b;
       for (const std::size_t k : {std::size_t{0}, std::size_t{1}}) {
         const auto& kb = acts->kinds[k];
@@ -247,7 +288,8 @@ std::string layers_text(std::int64_t n) { return n == 1 ? "1 layer" : fmt::forma
 // Every saved tensor of one held chunk, times its layers and the chunk's micro-batches in flight.
 void record_chunk_terms(const EvalContext& c, std::int64_t chunk, std::int64_t mb, Ledger& ledger) {
   const auto& ch = c.layout.chunks[idx(chunk)];
-  const ChunkLayerCounts counts = chunk_layer_counts(c.model, ch, c.t);
+  ChunkLayerCounts counts = chunk_layer_counts(c.model, ch, c.t);
+  apply_offload(c, ch, kind_bytes(c), counts);
   const std::string where = fmt::format("chunk {}", chunk);
   for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
     const auto ki = static_cast<std::size_t>(kind);
@@ -315,6 +357,23 @@ void record_ring_buffers(const StageReport& st, Ledger& ledger) {
   }
 }
 
+// The offloaded layers' saved tensors, in host memory (pinned buffers, one micro-batch: pp 1).
+void record_offloaded(const EvalContext& c, const StageReport& st, Ledger& ledger) {
+  if (c.t.cpu_offload_layers == 0) return;
+  const auto kinds = kind_bytes(c);
+  for (const auto ci : st.chunks) {
+    const auto& ch = c.layout.chunks[idx(ci)];
+    if (ch.num_layers == 0) continue;
+    const Offload o = cpu_offload(c, ch, kinds);
+    const Bytes host = times(kinds[0].kept, o.host[0], "offload") + times(kinds[1].kept, o.host[1], "offload");
+    ledger.add(Category::host, host, [&] {
+      return ledger_item("offload", "offloaded activations (CPU memory)",
+                         fmt::format("the first {} decoder layers' saved tensors ({} dense, {} moe), one micro-batch",
+                                     c.t.cpu_offload_layers, o.host[0], o.host[1]));
+    });
+  }
+}
+
 }  // namespace
 
 void record_activations(const EvalContext& c, const StageReport& st, Ledger& ledger) {
@@ -339,6 +398,7 @@ void record_activations(const EvalContext& c, const StageReport& st, Ledger& led
     });
   }
   record_ring_buffers(st, ledger);
+  record_offloaded(c, st, ledger);
 }
 
 }  // namespace detail

@@ -84,6 +84,8 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                  "(default core_attn)");
   app.add_option("--recompute-method", o.recompute.recompute_method, "Full recomputation: uniform|block")->capture_default_str();
   add_int(app, "--recompute-num-layers", o.recompute.recompute_num_layers, "Layers per checkpointed group (uniform) or per chunk (block)");
+  add_int(app, "--cpu-offloading-num-layers", o.recompute.cpu_offload_layers,
+          "Megatron (pp 1, no recomputation): offload the saved activations of the first N decoder layers to the host");
   app.add_option("--overhead", o.overheads.overhead,
                  "Which end of the profile's buffer/fragmentation range enters totals: none|low|high")
       ->capture_default_str();
@@ -314,6 +316,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
       o.recompute.recompute_modules, [](const std::string& v) { return parse_recompute_modules(v, "--recompute-modules"); });
   r.recompute_method = parse_recompute_method(o.recompute.recompute_method, "--recompute-method");
   r.recompute_num_layers = o.recompute.recompute_num_layers;
+  r.cpu_offload_layers = o.recompute.cpu_offload_layers;
   r.overhead = parse_overhead_point(o.overheads.overhead, "--overhead");
   const auto dtype = [](const char* flag) { return [flag](const std::string& v) { return parse_dtype(v, flag); }; };
   r.params_dtype = given<DType>(o.states.params_dtype, dtype("--params-dtype"));

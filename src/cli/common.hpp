@@ -49,6 +49,7 @@ struct RecomputeOptions {
   std::string recompute;  // empty: none (or the recipe's)
   std::string recompute_modules, recompute_method = "uniform";
   std::int64_t recompute_num_layers = 1;
+  std::int64_t cpu_offload_layers = 0;
 };
 struct StateOptions {
   std::optional<std::int64_t> zero;  // unset: 0 (or the recipe's)

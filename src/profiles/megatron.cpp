@@ -499,8 +499,7 @@ std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layou
                                {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion, OptimizerKind::muon})) {
     return e;
   }
-  // LoRA's A of a column-parallel linear is a ColumnParallelLinear(in, r): Megatron divides r by
-  // the tensor-parallel size (Megatron-Bridge peft/utils.py ParallelLinearAdapter; core's divide()).
+  // LoRA's A of a column-parallel linear is a ColumnParallelLinear(in, r): Megatron divides r by tp (Bridge peft/utils.py).
   if (t.finetune == Finetune::lora && (t.lora_rank % layout.config.tp != 0 || t.lora_rank % layout.config.etp_degree() != 0)) {
     return InputError("--lora-rank", std::to_string(t.lora_rank),
                       fmt::format("a multiple of tp = {} and etp = {} (Megatron splits A's r rows over them)", layout.config.tp,
@@ -515,6 +514,7 @@ std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layou
   }
   if (auto e = ep_overlap_check(m, layout, t)) return e;
   if (auto e = userbuffers_check(layout, t)) return e;
+  if (auto e = cpu_offload_check(m, layout, t)) return e;
   if (t.deepep && m.is_moe()) {
     if (auto e = detail::deepep_group_check(layout.config.ep * layout.config.etp_degree())) return e;
   }

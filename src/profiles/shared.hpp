@@ -84,6 +84,10 @@ struct Terms {
 // `routed_tokens`: the rows the hottest expert rank computes.
 void lora_layer_terms(const ActivationContext& c, LayerKind kind, Terms& terms, std::int64_t routed_tokens);
 
+// Megatron's --cpu-offloading-num-layers under the megatron profile: what Megatron refuses with it
+// (src/profiles/megatron_offload.cpp).
+std::optional<InputError> cpu_offload_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t);
+
 // ---- validity checks shared by more than one profile ----------------------------------------
 
 // Whether any routing option departs from balanced routing with all-to-all dispatch.
@@ -125,6 +129,7 @@ inline std::optional<InputError> refuse_megatron_options(std::string_view profil
   if (t.ep_overlap) return InputError("--overlap-moe-expert-parallel-comm", "set", only);
   if (t.delay_wgrad) return InputError("--delay-wgrad-compute", "set", only);
   if (t.tp_comm_overlap) return InputError("--tp-comm-overlap", "set", only);
+  if (t.cpu_offload_layers > 0) return InputError("--cpu-offloading-num-layers", std::to_string(t.cpu_offload_layers), only);
   return std::nullopt;
 }
 
