@@ -73,7 +73,7 @@ void add_layout_options(CLI::App& app, LayoutOptions& o) {
 }
 
 void add_training_options(CLI::App& app, TrainingOptions& o) {
-  app.add_option("--profile", o.profile, "Accounting profile: megatron|paper|torchtitan")->capture_default_str();
+  app.add_option("--profile", o.profile, "Accounting profile: megatron|paper|torchtitan|hf")->capture_default_str();
   add_int(app, "--micro-batch", o.batch.micro_batch, "Micro-batch size b");
   add_int(app, "--seq-len", o.batch.seq_len, "Sequence length s");
   add_optional_int(app, "--zero", o.states.zero, "ZeRO stage 0-3 (default 0)");
