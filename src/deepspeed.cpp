@@ -89,7 +89,7 @@ void read_zero(const json& z, const std::string& source, DeepSpeedConfig& ds) {
     const std::string name = "zero_optimization." + key;
     if (key == "stage") {
       const auto s = size_value(v, source, name, false);
-      if (*s > 3) throw InputError(field(source, name), v.dump(), "0, 1, 2 or 3");
+      if (*s > 3) throw InputError(field(source, name), v.dump(), "1, 2 or 3");
       ds.stage = static_cast<int>(*s);
     } else if (key == "reduce_bucket_size") {
       ds.reduce_bucket_size = size_value(v, source, name, true);
@@ -119,9 +119,6 @@ void read_zero(const json& z, const std::string& source, DeepSpeedConfig& ds) {
                        "stage3_param_persistence_threshold, offload_optimizer, offload_param; ZeRO++, MiCS and "
                        "quantized weights or gradients are not modelled)");
     }
-  }
-  if (ds.offload_optimizer && ds.stage == 0) {
-    throw InputError(field(source, "zero_optimization.offload_optimizer"), "cpu", "a ZeRO stage of 1 to 3 (stage is 0)");
   }
 }
 
@@ -160,6 +157,13 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::st
                        "data_types, amp, communication_data_type and the like are not modelled)");
     }
   }
+  if (ds.stage == 0) {
+    // Stage 0 (also DeepSpeed's default when zero_optimization.stage is absent) with bf16 is the
+    // DDP_BFLOAT16 path (engine.py _do_optimizer_sanity_check): the optimizer steps the bf16
+    // weights themselves, with no fp32 master.
+    throw InputError(field(source, "zero_optimization.stage"), "0 (given or by default)",
+                     "1, 2 or 3 (stage 0's optimizer on bf16 weights without master copies is not modelled)");
+  }
   if (bf16 && fp16) throw InputError(field(source, "bf16.enabled/fp16.enabled"), "both", "one of the two");
   if (!bf16 && !fp16) {
     throw InputError(field(source, "bf16.enabled/fp16.enabled"), "neither", "bf16 or fp16 (fp32 training is not modelled)");
@@ -186,6 +190,13 @@ void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
   // grads_in_partition of self.dtype); fp32 master partitions (single_partition_of_fp32_groups,
   // stage3.py fp32_partitioned_groups_flat) and optimizer states on them.
   if (!r.params_dtype) r.params_dtype = ds.dtype;
+  // Gradients accumulate in data_types.grad_accum_dtype, which defaults to the model's dtype
+  // (engine.py get_data_types), so ZeRO's reduce buckets and partitioned gradients
+  // (stage_1_and_2.py grads_in_partition of self.dtype, stage3.py grad_partitions_flat_buffer of
+  // gradient_accumulation_dtype) are bf16/fp16. With offload_optimizer the gradient partition lives
+  // in the host's fp32 buffer (async_inplace_copy_grad_to_fp32_buffer_from_gpu), kept here as fp32
+  // (the device's own copy is then an over-count of 4 bytes a parameter over dp).
+  if (!r.main_grads_dtype) r.main_grads_dtype = ds.offload_optimizer ? DType::fp32 : ds.dtype;
   if (ds.optimizer) r.finetune.optimizer = *ds.optimizer;
   // ZeRO-Offload: the fp32 master partition, its optimizer states and its fp32 gradient (pinned,
   // stage_1_and_2.py initialize_optimizer_states: pin_memory(single_grad_partition)) in host memory.

@@ -16,7 +16,7 @@
 namespace moemem {
 
 struct DeepSpeedConfig {
-  int stage = 0;  // zero_optimization.stage
+  int stage = 0;  // zero_optimization.stage (1 to 3: DeepSpeed's default 0 is refused)
   // Bucket and threshold sizes in elements (DeepSpeedZeroConfig defaults); nullopt: "auto", which
   // the Hugging Face Trainer fills from the model (transformers/integrations/deepspeed.py
   // HfTrainerDeepSpeedConfig.trainer_config_finalize: hidden^2, 0.9 hidden^2, 10 hidden). Read and
@@ -43,7 +43,7 @@ struct DeepSpeedConfig {
 // Reads and parses the file at `path`.
 [[nodiscard]] DeepSpeedConfig read_deepspeed_config(const std::string& path);
 
-// Sets the ZeRO stage, weight dtype, optimizer and optimizer offload of `r` from the config;
+// Sets the ZeRO stage, weight and gradient dtypes, optimizer and optimizer offload of `r` from the config;
 // a --zero given as well must agree with the config's stage.
 void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r);
 

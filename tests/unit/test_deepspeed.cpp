@@ -49,14 +49,14 @@ TEST(DeepSpeed, RefusesByKey) {
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":3,"zero_hpz_partition_size":8}})",
        "zero_optimization.zero_hpz_partition_size"},
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":5}})", "zero_optimization.stage"},
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0}})", "zero_optimization.stage"},
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1,"reduce_bucket_size":-1}})",
        "zero_optimization.reduce_bucket_size"},
-      {R"({"bf16":{"enabled":true},"zero_optimization":{"offload_optimizer":{"device":"cpu"}}})",
-       "zero_optimization.offload_optimizer"},
-      {R"({"bf16":{"enabled":true},"activation_checkpointing":{"partition_activations":true}})", "activation_checkpointing"},
-      {R"({"bf16":{"enabled":true},"fp16":{"enabled":true}})", "bf16.enabled/fp16.enabled"},
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1},"activation_checkpointing":{}})", "activation_checkpointing"},
+      {R"({"bf16":{"enabled":true}})", "zero_optimization.stage"},
+      {R"({"bf16":{"enabled":true},"fp16":{"enabled":true},"zero_optimization":{"stage":1}})", "bf16.enabled/fp16.enabled"},
       {R"({"zero_optimization":{"stage":2}})", "bf16.enabled/fp16.enabled"},
-      {R"({"bf16":{"enabled":true},"optimizer":{"type":"OneBitAdam"}})", "optimizer.type"},
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1},"optimizer":{"type":"OneBitAdam"}})", "optimizer.type"},
       {R"([1, 2])", "x"},
   };
   for (const auto& [text, key] : cases) {
@@ -85,6 +85,12 @@ TEST(DeepSpeed, OffloadGoesToTheHostColumn) {
   const auto none = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--zero", "2", "--seq-len", "16", "--format", "json"});
   ASSERT_EQ(none.code, 0) << none.err;
   EXPECT_EQ(host_bytes(nlohmann::json::parse(none.out)), 0u);
+  // ZeRO-3 without offload: gradients in the model's bf16 (grad_accum_dtype defaults to it),
+  // the partition over dp = 1: 106816 x 2 = 213632 bytes.
+  const auto z3 = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--deepspeed", kDir + "zero3.json",
+                           "--seq-len", "16", "--format", "json"});
+  ASSERT_EQ(z3.code, 0) << z3.err;
+  EXPECT_EQ(nlohmann::json::parse(z3.out).at("stages")[0].at("bytes").at("gradients").get<std::uint64_t>(), 213'632u);
 }
 
 TEST(DeepSpeed, CliErrorsExit2) {
