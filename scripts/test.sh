@@ -32,3 +32,6 @@ ctest --preset sanitize -j "$jobs"
 
 echo "== fuzzing (libFuzzer under ASan + UBSan, clang): each target ${MOEMEM_FUZZ_SECONDS:-30} s, seeded from tests/data"
 ./scripts/fuzz.sh
+
+echo "== hf profile against PyTorch autograd (CPU, eager attention; tests/groundtruth/check_hf.py)"
+timeout 120 /usr/bin/python3 tests/groundtruth/check_hf.py build/release/tests/moemem_layer_terms

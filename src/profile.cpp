@@ -1,11 +1,12 @@
 // The registry of accounting profiles, and the rules every profile shares. Each profile is one
-// file under src/profiles/ (paper.cpp, megatron.cpp, torchtitan.cpp).
+// file under src/profiles/ (paper.cpp, megatron.cpp, torchtitan.cpp, hf.cpp).
 #include "moemem/profile.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "moemem/errors.hpp"
+#include "profiles/hf.hpp"
 #include "profiles/shared.hpp"
 
 namespace moemem {
@@ -14,7 +15,7 @@ const Profile& paper_profile() { return profiles::kPaper; }
 const Profile& megatron_profile() { return profiles::kMegatron; }
 const Profile& torchtitan_profile() { return profiles::kTorchtitan; }
 
-std::vector<std::string_view> profile_names() { return {"megatron", "paper", "torchtitan"}; }
+std::vector<std::string_view> profile_names() { return {"megatron", "paper", "torchtitan", "hf"}; }
 
 bool fp8_gemm_weight(Role r) {
   switch (r) {
@@ -53,6 +54,7 @@ const Profile& get_profile(std::string_view name) {
   if (name == "paper") return profiles::kPaper;
   if (name == "megatron") return profiles::kMegatron;
   if (name == "torchtitan") return profiles::kTorchtitan;
+  if (name == "hf") return profiles::kHf;
   throw InputError("--profile", std::string(name), fmt::format("one of: {}", fmt::join(profile_names(), ", ")));
 }
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "moemem/deepspeed.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/gpu.hpp"
 
@@ -73,7 +74,7 @@ void add_layout_options(CLI::App& app, LayoutOptions& o) {
 }
 
 void add_training_options(CLI::App& app, TrainingOptions& o) {
-  app.add_option("--profile", o.profile, "Accounting profile: megatron|paper|torchtitan")->capture_default_str();
+  app.add_option("--profile", o.profile, "Accounting profile: megatron|paper|torchtitan|hf")->capture_default_str();
   add_int(app, "--micro-batch", o.batch.micro_batch, "Micro-batch size b");
   add_int(app, "--seq-len", o.batch.seq_len, "Sequence length s");
   add_optional_int(app, "--zero", o.states.zero, "ZeRO stage 0-3 (default 0)");
@@ -165,6 +166,9 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--lora-dropout", o.finetune.lora_dropout, "LoRA dropout probability (default 0; > 0 keeps a mask and a copy of each adapted input)");
   app.add_option("--optimizer", o.finetune.optimizer, "Optimizer: adamw|adam8bit|adafactor|sgd|lion|muon")->capture_default_str();
   app.add_option("--sgd-momentum", o.finetune.sgd_momentum, "SGD momentum (Megatron's default 0.9; 0 keeps no momentum buffer)");
+  app.add_option("--deepspeed", o.deepspeed,
+                 "DeepSpeed JSON configuration (--profile hf): zero_optimization.stage, offload_optimizer (host column), "
+                 "bf16/fp16 and optimizer.type; keys that change memory and are not modelled are refused by name");
 }
 
 void add_format_option(CLI::App& app, std::string& format) {
@@ -325,6 +329,13 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.exp_avg_dtype = given<DType>(o.states.exp_avg_dtype, dtype("--exp-avg-dtype"));
   r.exp_avg_sq_dtype = given<DType>(o.states.exp_avg_sq_dtype, dtype("--exp-avg-sq-dtype"));
   r.finetune = to_finetune(o.finetune);
+  if (!o.deepspeed.empty()) {
+    if (o.profile != "hf") throw InputError("--deepspeed", o.deepspeed, "--profile hf with a DeepSpeed configuration");
+    if (o.states.optimizer_cpu_offload) {
+      throw InputError("--optimizer-cpu-offload", "set", "zero_optimization.offload_optimizer in the --deepspeed config");
+    }
+    apply_deepspeed(read_deepspeed_config(o.deepspeed), r);
+  }
   return r;
 }
 

@@ -100,6 +100,7 @@ struct TrainingOptions {
   FsdpOptions fsdp;
   FinetuneOptions finetune;
   GpuOptions gpu;
+  std::string deepspeed;  // --deepspeed ds_config.json (hf profile)
 };
 
 // --megatron-args (analyze, explain): the script's path and, once read after parsing (cli.cpp),

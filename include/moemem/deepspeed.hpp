@@ -1,0 +1,50 @@
+// DeepSpeed's JSON configuration (--deepspeed ds_config.json, hf profile): the keys that decide
+// memory, read with their defaults from deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig) and
+// the training settings they set. Keys that change memory and are not modelled are refused by
+// name; keys that do not change device memory (logging, schedules) are accepted.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "moemem/dtype.hpp"
+#include "moemem/finetune.hpp"
+#include "moemem/scenario.hpp"
+
+namespace moemem {
+
+struct DeepSpeedConfig {
+  int stage = 0;  // zero_optimization.stage (1 to 3: DeepSpeed's default 0 is refused)
+  // Bucket and threshold sizes in elements (DeepSpeedZeroConfig defaults); nullopt: "auto", which
+  // the Hugging Face Trainer fills from the model (transformers/integrations/deepspeed.py
+  // HfTrainerDeepSpeedConfig.trainer_config_finalize: hidden^2, 0.9 hidden^2, 10 hidden). Read and
+  // checked; the buffers they size (stage_1_and_2.py setup_buckets: reduce_bucket_size elements in
+  // the weights' dtype, two with overlap_comm; stage 3's gathered parameters up to
+  // max_live_parameters) are not in the totals yet (docs/formulas.md).
+  std::optional<std::int64_t> reduce_bucket_size = 500'000'000;
+  std::int64_t allgather_bucket_size = 500'000'000;
+  std::optional<std::int64_t> prefetch_bucket_size = 50'000'000;      // stage3_prefetch_bucket_size
+  std::int64_t max_live_parameters = 1'000'000'000;                   // stage3_max_live_parameters
+  std::optional<std::int64_t> param_persistence_threshold = 100'000;  // stage3_param_persistence_threshold
+  std::optional<bool> overlap_comm;  // unset: true under stage 3 only (config.py overlap_comm_valid)
+  bool contiguous_gradients = true;
+  bool offload_optimizer = false;  // offload_optimizer.device "cpu"
+  DType dtype = DType::bf16;       // bf16.enabled (or "auto"), else fp16.enabled
+  std::optional<OptimizerKind> optimizer;  // optimizer.type, when given
+
+  [[nodiscard]] bool overlap() const { return overlap_comm.value_or(stage == 3); }
+};
+
+// Parses a DeepSpeed config's text; `source` names the file in errors (InputError naming the key,
+// e.g. "ds_config.json: zero_optimization.offload_param").
+[[nodiscard]] DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::string& source);
+// Reads and parses the file at `path`.
+[[nodiscard]] DeepSpeedConfig read_deepspeed_config(const std::string& path);
+
+// Sets the ZeRO stage, weight and gradient dtypes, optimizer and optimizer offload of `r` from the config;
+// a --zero given as well must agree with the config's stage.
+void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r);
+
+}  // namespace moemem

@@ -1,0 +1,206 @@
+// DeepSpeed's JSON configuration (include/moemem/deepspeed.hpp). Facts from deepspeedai/DeepSpeed
+// edaa7221: deepspeed/runtime/zero/config.py (keys, defaults), stage_1_and_2.py and stage3.py
+// (the buffers each key sizes).
+#include "moemem/deepspeed.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "moemem/errors.hpp"
+#include "moemem/json_limits.hpp"
+
+namespace moemem {
+
+namespace {
+
+using nlohmann::json;
+
+std::string field(const std::string& source, std::string_view key) { return fmt::format("{}: {}", source, key); }
+
+// A size in elements: a non-negative integer (5e8 is written as a float in many configs), or
+// "auto" where the Hugging Face Trainer fills it in (nullopt).
+std::optional<std::int64_t> size_value(const json& v, const std::string& source, std::string_view key, bool auto_ok) {
+  if (auto_ok && v.is_string() && v.get<std::string>() == "auto") return std::nullopt;
+  if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return v.get<std::int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d >= 0 && d <= 9.0e15 && std::floor(d) == d) return static_cast<std::int64_t>(d);
+  }
+  throw InputError(field(source, key), v.dump(), auto_ok ? "a non-negative integer or \"auto\"" : "a non-negative integer");
+}
+
+bool bool_value(const json& v, const std::string& source, std::string_view key) {
+  if (!v.is_boolean()) throw InputError(field(source, key), v.dump(), "true or false");
+  return v.get<bool>();
+}
+
+// A section's "enabled" (bf16, fp16): true, false or "auto" (the Trainer's --bf16/--fp16 decide;
+// read as on for bf16, off for fp16).
+bool enabled(const json& section, const std::string& source, std::string_view key, bool auto_means) {
+  if (!section.is_object()) throw InputError(field(source, key), section.dump(), "an object");
+  const auto it = section.find("enabled");
+  if (it == section.end()) return false;
+  if (it->is_string() && it->get<std::string>() == "auto") return auto_means;
+  return bool_value(*it, source, fmt::format("{}.enabled", key));
+}
+
+// Keys of zero_optimization that change no device memory (communication choices, checkpoint
+// loading and saving, checks), or change it only in ways the reduce and live-parameter bounds
+// already cover (stage3_max_reuse_distance releases gathered parameters early).
+const std::set<std::string, std::less<>> kZeroQuietKeys = {
+    "allgather_partitions",   "reduce_scatter",     "round_robin_gradients",
+    "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters",
+    "stage3_gather_16bit_weights_on_model_save",    "stage3_gather_fp16_weights_on_model_save",
+    "stage3_max_reuse_distance", "use_multi_rank_bucket_allreduce", "memory_efficient_linear",
+    "sub_group_size",         "log_trace_cache_warnings", "enable_sanity_checks"};
+
+// Top-level keys that change no device memory; bf16, fp16, optimizer and zero_optimization are read.
+const std::set<std::string, std::less<>> kQuietKeys = {
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+    "steps_per_print", "wall_clock_breakdown", "scheduler", "zero_allow_untested_optimizer", "prescale_gradients",
+    "gradient_predivide_factor", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger",
+    "zero_force_ds_cpu_optimizer", "dump_state", "memory_breakdown", "checkpoint"};
+
+// offload_optimizer / offload_param: {"device": "none" | "cpu" | "nvme", ...}. Returns whether
+// the device is cpu; nvme (and ratio < 1, offload_param) are refused.
+bool offload_to_cpu(const json& v, const std::string& source, std::string_view key) {
+  if (v.is_null()) return false;
+  if (!v.is_object()) throw InputError(field(source, key), v.dump(), "an object with \"device\"");
+  const auto d = v.find("device");
+  const std::string device = d == v.end() ? "none" : (d->is_string() ? d->get<std::string>() : d->dump());
+  if (device == "none") return false;
+  if (device != "cpu") throw InputError(field(source, fmt::format("{}.device", key)), device, "none or cpu (NVMe is not modelled)");
+  if (const auto r = v.find("ratio"); r != v.end() && !(r->is_number() && r->get<double>() == 1.0)) {
+    throw InputError(field(source, fmt::format("{}.ratio", key)), r->dump(), "1 (a partial offload is not modelled)");
+  }
+  return true;
+}
+
+void read_zero(const json& z, const std::string& source, DeepSpeedConfig& ds) {
+  if (!z.is_object()) throw InputError(field(source, "zero_optimization"), z.dump(), "an object");
+  for (const auto& [key, v] : z.items()) {
+    const std::string name = "zero_optimization." + key;
+    if (key == "stage") {
+      const auto s = size_value(v, source, name, false);
+      if (*s > 3) throw InputError(field(source, name), v.dump(), "1, 2 or 3");
+      ds.stage = static_cast<int>(*s);
+    } else if (key == "reduce_bucket_size") {
+      ds.reduce_bucket_size = size_value(v, source, name, true);
+    } else if (key == "allgather_bucket_size") {
+      ds.allgather_bucket_size = size_value(v, source, name, false).value_or(0);
+    } else if (key == "stage3_prefetch_bucket_size" || key == "prefetch_bucket_size") {
+      ds.prefetch_bucket_size = size_value(v, source, name, true);
+    } else if (key == "stage3_max_live_parameters" || key == "max_live_parameters") {
+      ds.max_live_parameters = size_value(v, source, name, false).value_or(0);
+    } else if (key == "stage3_param_persistence_threshold" || key == "param_persistence_threshold") {
+      ds.param_persistence_threshold = size_value(v, source, name, true);
+    } else if (key == "overlap_comm") {
+      ds.overlap_comm = bool_value(v, source, name);
+    } else if (key == "contiguous_gradients") {
+      ds.contiguous_gradients = bool_value(v, source, name);
+    } else if (key == "offload_optimizer") {
+      ds.offload_optimizer = offload_to_cpu(v, source, name);
+    } else if (key == "offload_param") {
+      if (offload_to_cpu(v, source, name)) {
+        throw InputError(field(source, "zero_optimization.offload_param.device"), "cpu",
+                         "none (ZeRO-3's parameter offload is not modelled yet)");
+      }
+    } else if (!kZeroQuietKeys.contains(key)) {
+      throw InputError(field(source, name), v.dump(),
+                       "a zero_optimization key moemem models (stage, reduce_bucket_size, allgather_bucket_size, "
+                       "overlap_comm, contiguous_gradients, stage3_prefetch_bucket_size, stage3_max_live_parameters, "
+                       "stage3_param_persistence_threshold, offload_optimizer, offload_param; ZeRO++, MiCS and "
+                       "quantized weights or gradients are not modelled)");
+    }
+  }
+}
+
+OptimizerKind read_optimizer(const json& o, const std::string& source) {
+  const auto t = o.is_object() ? o.find("type") : o.end();
+  if (t == o.end() || !t->is_string()) throw InputError(field(source, "optimizer.type"), o.dump(), "a string");
+  std::string type = t->get<std::string>();
+  std::transform(type.begin(), type.end(), type.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  // deepspeed/runtime/config.py optimizer names: Adam and AdamW are FusedAdam (adam_w_mode), Lion FusedLion.
+  if (type == "adam" || type == "adamw") return OptimizerKind::adamw;
+  if (type == "lion") return OptimizerKind::lion;
+  throw InputError(field(source, "optimizer.type"), t->get<std::string>(), "Adam, AdamW or Lion");
+}
+
+}  // namespace
+
+DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::string& source) {
+  check_json_limits(json_text, kConfigJsonLimits, source);
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception&) {
+    throw InputError(source, "malformed JSON", "a DeepSpeed configuration (a JSON object)");
+  }
+  if (!j.is_object()) throw InputError(source, j.type_name(), "a DeepSpeed configuration (a JSON object)");
+  DeepSpeedConfig ds;
+  bool bf16 = false, fp16 = false;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "zero_optimization") read_zero(v, source, ds);
+    else if (key == "bf16") bf16 = enabled(v, source, key, true);
+    else if (key == "fp16") fp16 = enabled(v, source, key, false);
+    else if (key == "optimizer") ds.optimizer = read_optimizer(v, source);
+    else if (!kQuietKeys.contains(key)) {
+      throw InputError(field(source, key), "present",
+                       "a key moemem models or knows to change no device memory (activation_checkpointing, "
+                       "data_types, amp, communication_data_type and the like are not modelled)");
+    }
+  }
+  if (ds.stage == 0) {
+    // Stage 0 (also DeepSpeed's default when zero_optimization.stage is absent) with bf16 is the
+    // DDP_BFLOAT16 path (engine.py _do_optimizer_sanity_check): the optimizer steps the bf16
+    // weights themselves, with no fp32 master.
+    throw InputError(field(source, "zero_optimization.stage"), "0 (given or by default)",
+                     "1, 2 or 3 (stage 0's optimizer on bf16 weights without master copies is not modelled)");
+  }
+  if (bf16 && fp16) throw InputError(field(source, "bf16.enabled/fp16.enabled"), "both", "one of the two");
+  if (!bf16 && !fp16) {
+    throw InputError(field(source, "bf16.enabled/fp16.enabled"), "neither", "bf16 or fp16 (fp32 training is not modelled)");
+  }
+  ds.dtype = bf16 ? DType::bf16 : DType::fp16;
+  return ds;
+}
+
+DeepSpeedConfig read_deepspeed_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("--deepspeed", path, "a readable DeepSpeed JSON configuration file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_deepspeed_config(text.str(), path);
+}
+
+void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
+  if (r.zero && *r.zero != ds.stage) {
+    throw InputError("--zero", std::to_string(*r.zero),
+                     fmt::format("no --zero, or the DeepSpeed config's zero_optimization.stage ({})", ds.stage));
+  }
+  r.zero = ds.stage;
+  // bf16/fp16: the module's weights (and so its gradients, stage_1_and_2.py ipg buffers and
+  // grads_in_partition of self.dtype); fp32 master partitions (single_partition_of_fp32_groups,
+  // stage3.py fp32_partitioned_groups_flat) and optimizer states on them.
+  if (!r.params_dtype) r.params_dtype = ds.dtype;
+  // Gradients accumulate in data_types.grad_accum_dtype, which defaults to the model's dtype
+  // (engine.py get_data_types), so ZeRO's reduce buckets and partitioned gradients
+  // (stage_1_and_2.py grads_in_partition of self.dtype, stage3.py grad_partitions_flat_buffer of
+  // gradient_accumulation_dtype) are bf16/fp16. With offload_optimizer the gradient partition lives
+  // in the host's fp32 buffer (async_inplace_copy_grad_to_fp32_buffer_from_gpu), kept here as fp32
+  // (the device's own copy is then an over-count of 4 bytes a parameter over dp).
+  if (!r.main_grads_dtype) r.main_grads_dtype = ds.offload_optimizer ? DType::fp32 : ds.dtype;
+  if (ds.optimizer) r.finetune.optimizer = *ds.optimizer;
+  // ZeRO-Offload: the fp32 master partition, its optimizer states and its fp32 gradient (pinned,
+  // stage_1_and_2.py initialize_optimizer_states: pin_memory(single_grad_partition)) in host memory.
+  if (ds.offload_optimizer) r.optimizer_offload = 1.0;
+}
+
+}  // namespace moemem

@@ -1,0 +1,190 @@
+// hf: Hugging Face transformers' modeling code trained data-parallel under DeepSpeed ZeRO 0-3
+// (--zero, or --deepspeed ds_config.json), as the Trainer, TRL, LLaMA-Factory and axolotl run it:
+// no tensor, pipeline, context or expert parallelism (each rank runs the whole model on its own
+// micro-batch; every expert is local). The decoder layers' saved tensors are in hf_layers.cpp; the
+// embedding, final norm, head and loss (ForCausalLMLoss) here.
+#include "profiles/hf.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "moemem/errors.hpp"
+#include "moemem/finetune.hpp"
+#include "moemem/profile.hpp"
+
+namespace moemem::profiles {
+
+bool HfLayerContext::saves_input(Role r) const {
+  switch (r) {
+    case Role::q_up:
+    case Role::q_rope: return trains(Role::q_up) || trains(Role::q_rope);      // q_b_proj (or q_proj)
+    case Role::kv_down:
+    case Role::k_rope: return trains(Role::kv_down) || trains(Role::k_rope);   // kv_a_proj_with_mqa
+    case Role::k_up:
+    case Role::v_up: return trains(Role::k_up) || trains(Role::v_up);          // kv_b_proj
+    default: return trains(r);
+  }
+}
+
+HfLayerContext hf_layer_context(const ActivationContext& c, LayerKind kind) {
+  HfLayerContext h{c, {}, {}};
+  if (c.training.finetune == Finetune::full) {
+    h.trains_.fill(true);
+    return h;
+  }
+  // LoRA: one layer of `kind` (a model's layers of one kind have the same tensors), its trainable
+  // tensors (the adapters, which carry their base linear's role) and its A matrices.
+  const auto& m = c.model;
+  std::int64_t layer = -1;
+  for (std::int64_t l = 0; l < m.num_layers && layer < 0; ++l) {
+    if (m.layer_kinds[static_cast<std::size_t>(l)] == kind) layer = l;
+  }
+  const Inventory inv = apply_finetune(build_inventory(m), c.training.finetuning());
+  for (const auto& t : inv.tensors) {
+    if (t.layer != layer) continue;
+    if (t.trainable) h.trains_[static_cast<std::size_t>(t.role)] = true;
+    if (t.adapter == Adapter::lora_a) h.adapters.push_back(t);
+  }
+  return h;
+}
+
+namespace {
+
+bool head_trains(const ActivationContext& c) { return c.training.finetune == Finetune::full; }
+
+// Embedding: nn.Embedding saves its int64 indices for the weight's gradient (none when frozen:
+// PEFT's enable_input_require_grads only makes the output require grad). Loss chunk: the final
+// RMSNorm (fp32 copy of its input, rsqrt, the cast-back tensor when its weight trains), lm_head's
+// input when the head trains, and ForCausalLMLoss (transformers/loss/loss_utils.py:
+// logits.float(), then fixed_cross_entropy -> F.cross_entropy = log_softmax, which saves its fp32
+// output, and nll_loss, which saves the int64 targets).
+void hf_chunk_activations(const ActivationContext& c, const Chunk& chunk, std::vector<ActivationTerm>& out) {
+  const auto& m = c.model;
+  Terms t{c, out};
+  const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;
+  const bool full = head_trains(c);
+  if (chunk.embedding && full) t.add("embedding.token_ids", Module::embedding, elems({tokens}), DType::int64, 0, "b*s");
+  if (!chunk.loss) return;
+  t.add("norm.fp32_copy", Module::output_head, elems({tokens, m.hidden}), DType::fp32, 0, "b*s x h, fp32");
+  t.add("norm.rsqrt", Module::output_head, elems({tokens}), DType::fp32, 0, "b*s x 1, fp32");
+  if (full) {
+    t.add("norm.cast", Module::output_head, elems({tokens, m.hidden}), t.a, 0, "b*s x h");
+    t.add("lm_head.input", Module::output_head, elems({tokens, m.hidden}), t.a, 0, "b*s x h");
+  }
+  t.add("loss.log_softmax (fp32)", Module::output_head, elems({tokens, c.padded_vocab}), DType::fp32, 0, "b*s x vocab, fp32");
+  t.add("loss.targets", Module::output_head, elems({tokens}), DType::int64, 0, "b*s, int64");
+}
+
+// At the start of backward: nll_loss's gradient and log_softmax's gradient, both fp32 b*s x vocab,
+// before the cast back to the head's bf16; the bf16 logits were freed after the upcast (the
+// Trainer keeps only the loss), a block the fp32 tensors cannot reuse.
+LossPeak hf_loss_peak(const ActivationContext& c) {
+  const Count logits = elems({c.training.micro_batch * c.training.seq_len, c.padded_vocab});
+  const Bytes fp32 = bytes_of(logits, DType::fp32);
+  return {fp32 + fp32, bytes_of(logits, c.training.activation_dtype), "loss gradients (fp32) at the start of backward"};
+}
+
+bool supported_type(const std::string& t) {
+  return t == "llama" || t == "mistral" || t == "qwen3" || t == "qwen3_moe" || t == "mixtral" || t == "deepseek_v3" ||
+         t == "kimi_k2";
+}
+
+std::optional<InputError> hf_layout_check(const Layout& layout) {
+  const auto& p = layout.config;
+  const std::string why = "1 with the hf profile (Hugging Face modeling code under DeepSpeed or FSDP is data-parallel only)";
+  if (p.tp != 1) return InputError("--tp", std::to_string(p.tp), why);
+  if (p.pp != 1) return InputError("--pp", std::to_string(p.pp), why);
+  if (p.cp != 1) return InputError("--cp", std::to_string(p.cp), why);
+  if (p.ep != 1) return InputError("--ep", std::to_string(p.ep), why);
+  if (p.etp_degree() != 1) return InputError("--etp", std::to_string(p.etp_degree()), why);
+  if (p.vpp != 1) return InputError("--vpp", std::to_string(p.vpp), why);
+  if (p.sp) return InputError("--sp", "set", "off with the hf profile (no tensor parallelism)");
+  return std::nullopt;
+}
+
+std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
+  if (!supported_type(m.model_type)) {
+    return InputError("--model", m.model_type,
+                      "a model_type whose Hugging Face modeling code the hf profile follows: llama, mistral, qwen3, "
+                      "qwen3_moe, mixtral, deepseek_v3");
+  }
+  if (m.mtp_layers > 0) {
+    return InputError("--mtp", std::to_string(m.mtp_layers), "0 with the hf profile (HF's DeepseekV3 code has no MTP layers)");
+  }
+  if (auto e = hf_layout_check(layout)) return e;
+  if (routing_options_set(t)) {
+    return InputError("--moe-imbalance/--moe-capacity-factor/--moe-token-dispatcher", "set",
+                      "none with the hf profile (every expert is local: its loop computes b*s*top_k rows whatever the routing)");
+  }
+  if (auto e = refuse_dropout("hf", t)) return e;
+  if (auto e = refuse_megatron_options("hf", t)) return e;
+  if (auto e = refuse_fsdp2_options("hf", t)) return e;
+  if (auto e = refuse_finetune("hf", t, true, {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion})) return e;
+  if (t.fp8 != Fp8Recipe::none) return InputError("--fp8", std::string(name_of(t.fp8)), "none with the hf profile");
+  if (t.recompute == Recompute::selective) {
+    return InputError("--recompute", "selective",
+                      "none or full with the hf profile (gradient_checkpointing checkpoints whole decoder layers)");
+  }
+  if (t.recompute == Recompute::full && (t.recompute_method != RecomputeMethod::uniform || t.recompute_num_layers != 1)) {
+    return InputError("--recompute-method/--recompute-num-layers", "set",
+                      "uniform and 1 with the hf profile (each decoder layer is its own checkpoint)");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const Profile kHf{
+    .name = "hf",
+    .summary = "Hugging Face transformers modeling code (eager or flash-attention-2), data-parallel under DeepSpeed "
+               "ZeRO 0-3 (--zero or --deepspeed ds_config.json), gradient checkpointing per decoder layer, LoRA",
+    .assumptions =
+        {
+            "decoder layers save what HF's modeling code saves under eager autograd (checked tensor by tensor against "
+            "PyTorch on the CPU for llama, qwen3_moe, mixtral and deepseek_v3: tests/groundtruth/check_hf.py); the "
+            "MoE blocks loop over experts, b*s*top_k gathered rows in all",
+            "RMSNorm keeps an fp32 copy of its input; eager attention keeps the fp32 softmax and its bf16 cast, K and V "
+            "repeated to every head; flash-attention-2 keeps q, k, v, output and log-sum-exp",
+            "Qwen3-MoE renormalises the top-k weights (norm_topk_prob true, as its released configs)",
+            "gradient checkpointing (--recompute full) keeps each decoder layer's input; one layer is recomputed at a "
+            "time",
+            "ZeRO stages shard optimizer states (1), gradients (2) and weights (3) over dp; no tp/pp/cp/ep",
+            "loss: ForCausalLMLoss upcasts the logits; log_softmax keeps fp32 log-probabilities",
+        },
+    .check = hf_check,
+    .tp_split = megatron_tp_split,
+    .zero_group = megatron_zero_group,
+    .accounts = megatron_accounts,
+    .states = &detail::kZeroStates,
+    // DeepSpeed bf16 with ZeRO: bf16 module weights, fp32 master copies and Adam moments
+    // (stage_1_and_2.py single_partition_of_fp32_groups, optimizer state on them), fp32 gradient
+    // partitions for the step.
+    .default_precision = {.weights = DType::bf16,
+                          .gradients = DType::fp32,
+                          .master = DType::fp32,
+                          .exp_avg = DType::fp32,
+                          .exp_avg_sq = DType::fp32},
+    .include_mtp_by_default = false,
+    .vocab_multiple = 0,
+    .default_attention = AttentionKernel::flash,
+    .supports_flash = true,
+    .selective_recompute = false,
+    .models_fp8_and_routing = false,
+    .layer_activations = hf_layer_activations,
+    .chunk_activations = hf_chunk_activations,
+    .loss_peak = hf_loss_peak,
+    .single_microbatch = false,
+    .recompute_transient = true,
+    .overhead = {.buffers_low = Bytes{},
+                 .buffers_high = Bytes{},
+                 .fragmentation_pct_low = 5,
+                 .fragmentation_pct_high = 5,
+                 .cuda_context = Bytes::from_gib(0.52),
+                 .nccl_world = Bytes::from_gib(0.39),
+                 .nccl_per_group = Bytes::from_gib(0.4)},
+};
+
+}  // namespace moemem::profiles

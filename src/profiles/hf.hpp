@@ -1,0 +1,40 @@
+// Private to the hf profile (src/profiles/hf.cpp, hf_layers.cpp): what one decoder layer's terms
+// need to know beyond the ActivationContext, namely which weights need gradients (full training:
+// all; LoRA: the adapters, whose A reads the base layer's input) and the layer's LoRA adapters.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "moemem/activation.hpp"
+#include "moemem/inventory.hpp"
+#include "profiles/shared.hpp"
+
+namespace moemem::profiles {
+
+extern const Profile kHf;  // hf.cpp
+
+struct HfLayerContext {
+  const ActivationContext& c;
+  std::array<bool, kRoleCount> trains_{};  // a tensor of this role in the layer needs a gradient
+  std::vector<Tensor> adapters;            // the layer's LoRA A matrices
+
+  [[nodiscard]] std::int64_t tokens() const { return c.training.micro_batch * c.training.seq_len; }
+  [[nodiscard]] bool trains(Role r) const { return trains_[static_cast<std::size_t>(r)]; }
+  // Whether the linear module holding `r` saves its input: its weight (any part of a fused
+  // checkpoint matrix) needs a gradient.
+  [[nodiscard]] bool saves_input(Role r) const;
+};
+
+// Names of one RMSNorm's terms (copy_rest: only for the layer's input norm).
+struct HfNormNames {
+  std::string_view copy, copy_rest, rsqrt, cast;
+};
+
+[[nodiscard]] HfLayerContext hf_layer_context(const ActivationContext& c, LayerKind kind);
+
+void hf_layer_activations(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out);
+
+}  // namespace moemem::profiles

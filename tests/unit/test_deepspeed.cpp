@@ -1,0 +1,108 @@
+// --deepspeed ds_config.json (hf profile): the keys read, their effect on the run's settings,
+// and every refusal naming its key (exit 2). The configs in tests/data/deepspeed follow the
+// Hugging Face Trainer's documented ZeRO-2 offload and ZeRO-3 examples ("auto" values included).
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/run_cli.hpp"
+#include "moemem/deepspeed.hpp"
+#include "moemem/errors.hpp"
+
+namespace {
+
+using moemem::test::run_cli;
+
+const std::string kDir = std::string(MOEMEM_TEST_DATA_DIR) + "/deepspeed/";
+const std::string kLlama = std::string(MOEMEM_TEST_DATA_DIR) + "/../groundtruth/configs/llama.json";
+
+TEST(DeepSpeed, ReadsTheTrainersExamples) {
+  const auto z2 = moemem::read_deepspeed_config(kDir + "zero2_offload.json");
+  EXPECT_EQ(z2.stage, 2);
+  EXPECT_TRUE(z2.offload_optimizer);
+  EXPECT_FALSE(z2.reduce_bucket_size.has_value());  // "auto"
+  EXPECT_EQ(z2.allgather_bucket_size, 200'000'000);  // 2e8 written as a float
+  EXPECT_TRUE(z2.overlap());
+  EXPECT_EQ(z2.dtype, moemem::DType::bf16);
+  const auto z3 = moemem::read_deepspeed_config(kDir + "zero3.json");
+  EXPECT_EQ(z3.stage, 3);
+  EXPECT_FALSE(z3.offload_optimizer);
+  EXPECT_EQ(z3.max_live_parameters, 1'000'000'000);
+}
+
+// overlap_comm unset: on under stage 3 only (deepspeed/runtime/zero/config.py overlap_comm_valid).
+TEST(DeepSpeed, OverlapDefaultsFollowTheStage) {
+  EXPECT_FALSE(moemem::parse_deepspeed_config(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":2}})", "x").overlap());
+  EXPECT_TRUE(moemem::parse_deepspeed_config(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":3}})", "x").overlap());
+}
+
+// Each refusal names the key in the file.
+TEST(DeepSpeed, RefusesByKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":3,"offload_param":{"device":"cpu"}}})",
+       "zero_optimization.offload_param.device"},
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":2,"offload_optimizer":{"device":"nvme"}}})",
+       "zero_optimization.offload_optimizer.device"},
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":3,"zero_hpz_partition_size":8}})",
+       "zero_optimization.zero_hpz_partition_size"},
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":5}})", "zero_optimization.stage"},
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0}})", "zero_optimization.stage"},
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1,"reduce_bucket_size":-1}})",
+       "zero_optimization.reduce_bucket_size"},
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1},"activation_checkpointing":{}})", "activation_checkpointing"},
+      {R"({"bf16":{"enabled":true}})", "zero_optimization.stage"},
+      {R"({"bf16":{"enabled":true},"fp16":{"enabled":true},"zero_optimization":{"stage":1}})", "bf16.enabled/fp16.enabled"},
+      {R"({"zero_optimization":{"stage":2}})", "bf16.enabled/fp16.enabled"},
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1},"optimizer":{"type":"OneBitAdam"}})", "optimizer.type"},
+      {R"([1, 2])", "x"},
+  };
+  for (const auto& [text, key] : cases) {
+    try {
+      (void)moemem::parse_deepspeed_config(text, "x");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const moemem::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+}
+
+std::uint64_t host_bytes(const nlohmann::json& j) { return j.at("stages")[0].at("bytes").at("host").get<std::uint64_t>(); }
+
+// Through the CLI: the ZeRO-2 offload config puts the fp32 master, moments and fp32 gradient
+// partition on the host: 16 bytes per parameter over dp = 1 (Llama test config: 2 layers).
+TEST(DeepSpeed, OffloadGoesToTheHostColumn) {
+  const auto r = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--deepspeed", kDir + "zero2_offload.json",
+                          "--seq-len", "16", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  // Parameters: embedding 256*64 + head 256*64 + final norm 64 + 2 layers x (q 64*64, k and v
+  // 2 x 64*32, o 64*64 = 12288; MLP 3 x 64*128 = 24576; 2 norms x 64) = 32768 + 64 + 2 * 36992 = 106816.
+  // Host: 106816 x (4 master + 4 + 4 moments + 4 gradient) = 1709056.
+  EXPECT_EQ(host_bytes(j), 1'709'056u);
+  const auto none = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--zero", "2", "--seq-len", "16", "--format", "json"});
+  ASSERT_EQ(none.code, 0) << none.err;
+  EXPECT_EQ(host_bytes(nlohmann::json::parse(none.out)), 0u);
+  // ZeRO-3 without offload: gradients in the model's bf16 (grad_accum_dtype defaults to it),
+  // the partition over dp = 1: 106816 x 2 = 213632 bytes.
+  const auto z3 = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--deepspeed", kDir + "zero3.json",
+                           "--seq-len", "16", "--format", "json"});
+  ASSERT_EQ(z3.code, 0) << z3.err;
+  EXPECT_EQ(nlohmann::json::parse(z3.out).at("stages")[0].at("bytes").at("gradients").get<std::uint64_t>(), 213'632u);
+}
+
+TEST(DeepSpeed, CliErrorsExit2) {
+  const auto other = run_cli({"analyze", "--model", kLlama, "--deepspeed", kDir + "zero3.json"});
+  EXPECT_EQ(other.code, 2);
+  EXPECT_NE(other.err.find("--deepspeed"), std::string::npos) << other.err;
+  const auto zero = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--zero", "1", "--deepspeed", kDir + "zero3.json"});
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_NE(zero.err.find("--zero"), std::string::npos) << zero.err;
+  const auto missing = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--deepspeed", kDir + "missing.json"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("--deepspeed"), std::string::npos) << missing.err;
+}
+
+}  // namespace

@@ -1,0 +1,98 @@
+// The hf profile (Hugging Face modeling code): one decoder layer's saved bytes computed by hand
+// from the modeling code's shapes (the same sizes tests/groundtruth/check_hf.py measures with
+// PyTorch autograd), and the settings it refuses, each by name with exit 2.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cli/common.hpp"
+#include "cli/run_cli.hpp"
+#include "moemem/analyze.hpp"
+
+namespace {
+
+using moemem::test::run_cli;
+
+const std::string kConfigs = std::string(MOEMEM_TEST_DATA_DIR) + "/../groundtruth/configs/";
+
+// Bytes one layer of `kind` keeps for one micro-batch under --profile hf with these flags.
+std::uint64_t layer_bytes(const std::string& config, moemem::LayerKind kind, std::vector<std::string> flags) {
+  CLI::App app;
+  moemem::cli::ModelOptions mo;
+  moemem::cli::LayoutOptions lo;
+  moemem::cli::TrainingOptions to;
+  moemem::cli::add_model_options(app, mo);
+  moemem::cli::add_layout_options(app, lo);
+  moemem::cli::add_training_options(app, to);
+  std::vector<std::string> args = {"--model", kConfigs + config, "--profile", "hf", "--micro-batch", "2", "--seq-len", "16"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a reversed vector
+  app.parse(reversed);
+  const auto s = moemem::cli::resolve(mo, lo, to);
+  const auto terms = moemem::layer_activation_terms(*s.profile, s.model, s.layout, s.training, kind);
+  return moemem::kept_bytes(terms, s.training.recompute, s.training.recompute_modules).value();
+}
+
+// Llama, hidden 64, 4 heads and 2 KV heads of 16, ffn 128; b = 2, s = 16: 32 tokens, bf16.
+//   input_layernorm: fp32 copy 32*64*4 = 8192, rsqrt 32*4 = 128, cast 32*64*2 = 4096    12416
+//   q/k/v input (the norm's output) 32*64*2                                                4096
+//   eager attention: q copy, repeated k, repeated v 3 * 2*4*16*16*2 = 12288, fp32 softmax
+//     2*4*16*16*4 = 8192, bf16 probs 4096, o_proj input 32*64*2 = 4096                    28672
+//   post_attention_layernorm as the first                                                 12416
+//   MLP: input 4096, gate output, silu output, up output, down input 4 * 32*128*2 = 32768 36864
+//   total                                                                                 94464
+// (PyTorch autograd on the CPU saves 94464 bytes for this layer: check_hf.py.)
+TEST(HfProfile, LlamaLayerByHand) {
+  EXPECT_EQ(layer_bytes("llama.json", moemem::LayerKind::dense, {"--attention", "eager"}), 94464u);
+  // Gradient checkpointing keeps the bf16 layer input: 32*64*2.
+  EXPECT_EQ(layer_bytes("llama.json", moemem::LayerKind::dense, {"--attention", "eager", "--recompute", "full"}), 4096u);
+  // flash-attention-2 instead of eager: q 32*4*16*2 = 4096, k and v 32*2*16*2 = 2048 each, output
+  // (o_proj's input) 4096, fp32 log-sum-exp 2*4*16*4 = 512, rng state 16:
+  // 94464 - 28672 + (4096 + 2048 + 2048 + 4096 + 512 + 16) = 78608.
+  EXPECT_EQ(layer_bytes("llama.json", moemem::LayerKind::dense, {"--attention", "flash"}), 78608u);
+}
+
+// Mixtral MoE layer, 4 experts of ffn 48, top-2, 1 KV head: 64 routed rows. The experts' loop:
+//   token index pairs 64*2*8 = 1024, gathered input 64*64*2 = 8192, 4 * 64*48*2 = 24576,
+//   output 8192, indexed weight 64*2 = 128, index_add_ source 8192                        50304
+//   router: input 4096, fp32 softmax 32*4*4 = 512, int64 indices 32*2*8 = 512, fp32 top-k
+//   weights 256 and sum 128                                                                5504
+//   norms 2 * 12416, q/k/v input 4096, attention (k and v repeated to 4 heads) 28672        57600
+//   total 113408 (autograd: 113408)
+TEST(HfProfile, MixtralMoeLayerByHand) {
+  EXPECT_EQ(layer_bytes("mixtral.json", moemem::LayerKind::moe, {"--attention", "eager"}), 113408u);
+}
+
+TEST(HfProfile, RefusesWhatItDoesNotModel) {
+  const std::vector<std::string> base = {"analyze", "--model", kConfigs + "llama.json", "--profile", "hf"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--tp", "2"}, "--tp"},
+      {{"--pp", "2"}, "--pp"},
+      {{"--cp", "2"}, "--cp"},
+      {{"--recompute", "selective"}, "--recompute"},
+      {{"--fp8", "tensorwise"}, "--fp8"},
+      {{"--finetune", "qlora", "--lora-rank", "8"}, "--finetune"},
+  };
+  for (const auto& [flags, field] : cases) {
+    auto args = base;
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.code, 2) << field;
+    EXPECT_NE(r.err.find(field), std::string::npos) << r.err;
+  }
+  const auto ep = run_cli({"analyze", "--model", kConfigs + "mixtral.json", "--profile", "hf", "--ep", "2", "--dp", "2"});
+  EXPECT_EQ(ep.code, 2);
+  EXPECT_NE(ep.err.find("--ep"), std::string::npos) << ep.err;
+  const auto gpt = run_cli({"analyze", "--model", "gpt-oss-20b", "--profile", "hf"});
+  EXPECT_EQ(gpt.code, 2);
+  EXPECT_NE(gpt.err.find("model_type"), std::string::npos) << gpt.err;
+}
+
+TEST(HfProfile, AnalyzesAPreset) {
+  const auto r = run_cli({"analyze", "--model", "qwen3-30b-a3b", "--profile", "hf", "--dp", "8", "--zero", "3",
+                          "--recompute", "full", "--seq-len", "4096"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+}  // namespace
