@@ -8,6 +8,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang libclang-rt-dev  # libFuzzer and clang's sanitizer runtimes (scripts/fuzz.sh)
+  python3 python3-dev pybind11-dev  # the Python module (python/, target moemem_python) and its tests
 )
 
 missing=()
