@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang libclang-rt-dev  # libFuzzer and clang's sanitizer runtimes (scripts/fuzz.sh)
   python3-torch  # CPU PyTorch: the hf profile's autograd ground truth (tests/groundtruth/check_hf.py)
+  python3 python3-dev pybind11-dev  # the Python module (python/, target moemem_python) and its tests
 )
 
 missing=()

@@ -7,6 +7,7 @@
 
 #include "moemem/explain.hpp"
 #include "moemem/analyze.hpp"
+#include "report_html.hpp"
 
 namespace moemem::cli {
 
@@ -195,6 +196,7 @@ void AnalyzeCommand::setup(CLI::App& root, const char* name) {
   add_layout_options(*app, layout);
   add_training_options(*app, training);
   add_format_option(*app, format);
+  app->get_option("--format")->description("Output: table|json|csv|markdown|html (one self-contained page with charts)");
   if (!is_explain) {
     app->add_flag("--no-margin", no_margin,
                   "Fit verdict on the prediction alone (default: the upper end of the band measured runs fell in, "
@@ -207,23 +209,38 @@ void AnalyzeCommand::setup(CLI::App& root, const char* name) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
-void explain_output(const Evaluation& e, std::int64_t stage, Format f, const std::vector<std::string>& warnings,
-                    std::ostream& out) {
-  const auto items = explain_stage(e.model, e.inventory, *e.profile, e.layout, e.training, stage);
+namespace {
+
+Bytes device_total(const std::vector<ExplainItem>& items) {
   Bytes total;  // the device's: host memory (category host) is listed, not added
   for (const auto& i : items) {
     if (i.category != "host") total += i.bytes;
   }
+  return total;
+}
+
+// explain's JSON document (schema moemem.explain/1).
+nlohmann::json explain_json(const Evaluation& e, std::int64_t stage, const std::vector<ExplainItem>& items,
+                            const std::vector<std::string>& warnings) {
+  nlohmann::json j = {{"schema", "moemem.explain/1"}, {"model", e.model.name}, {"profile", e.profile->name},
+                      {"stage", stage}, {"total_bytes", device_total(items).value()}};
+  add_warnings(j, warnings);
+  j["items"] = nlohmann::json::array();
+  for (const auto& i : items) {
+    j["items"].push_back({{"category", i.category}, {"module", i.module}, {"item", i.item}, {"detail", i.detail},
+                          {"bytes", i.bytes.value()}});
+  }
+  return j;
+}
+
+}  // namespace
+
+void explain_output(const Evaluation& e, std::int64_t stage, Format f, const std::vector<std::string>& warnings,
+                    std::ostream& out) {
+  const auto items = explain_stage(e.model, e.inventory, *e.profile, e.layout, e.training, stage);
+  const Bytes total = device_total(items);
   if (f == Format::json) {
-    nlohmann::json j = {{"schema", "moemem.explain/1"}, {"model", e.model.name}, {"profile", e.profile->name},
-                        {"stage", stage}, {"total_bytes", total.value()}};
-    add_warnings(j, warnings);
-    j["items"] = nlohmann::json::array();
-    for (const auto& i : items) {
-      j["items"].push_back({{"category", i.category}, {"module", i.module}, {"item", i.item}, {"detail", i.detail},
-                            {"bytes", i.bytes.value()}});
-    }
-    out << json_text(j, 2) << "\n";
+    out << json_text(explain_json(e, stage, items, warnings), 2) << "\n";
     return;
   }
   Table t;
@@ -264,14 +281,28 @@ std::optional<MetricBand> uncertainty(const std::string& profile) {
   return std::nullopt;
 }
 
+// analyze's JSON document: the report, the band it is known to within, the config's warnings.
+nlohmann::json analyze_json(const MemoryReport& r, const std::optional<GpuChoice>& gpu, const std::optional<MetricBand>& band,
+                            bool margin_applied, const std::vector<std::string>& warnings) {
+  nlohmann::json j = report_json(r, gpu);
+  j["uncertainty"] = band ? nlohmann::json{{"metric", band->metric}, {"records", band->band.records},
+                                           {"low_pct", band->band.low_pct}, {"high_pct", band->band.high_pct},
+                                           {"margin_applied", margin_applied}}
+                          : nlohmann::json();
+  add_warnings(j, warnings);
+  return j;
+}
+
 }  // namespace
 
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
-  const Format f = parse_format(format);
+  // html: the JSON documents drawn as one page (report_html.cpp); explain's adds the whole report.
+  const bool html = format == "html";
+  const Format f = html ? Format::json : parse_format(format);
   const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
   auto gpu = gpu_choice(training);
   const auto warnings = model_warnings(e.model, model, err);
-  if (explain) {
+  if (explain && !html) {
     explain_output(e, *explain, f, warnings, out);
     return;
   }
@@ -280,12 +311,13 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const auto band = uncertainty(r.profile);
   if (gpu && band && !no_margin) gpu->margin_pct = std::max(0.0, band->band.high_pct);
   if (f == Format::json) {
-    nlohmann::json j = report_json(r, gpu);
-    j["uncertainty"] = band ? nlohmann::json{{"metric", band->metric}, {"records", band->band.records},
-                                             {"low_pct", band->band.low_pct}, {"high_pct", band->band.high_pct},
-                                             {"margin_applied", gpu && !no_margin}}
-                            : nlohmann::json();
-    add_warnings(j, warnings);
+    const nlohmann::json j = analyze_json(r, gpu, band, gpu && !no_margin, warnings);
+    if (html) {
+      const std::int64_t stage = explain.value_or(r.peak_stage);
+      const auto items = explain_stage(e.model, e.inventory, *e.profile, e.layout, e.training, stage);
+      write_report_html(j, explain_json(e, stage, items, warnings), command_line(*app), out);
+      return;
+    }
     out << json_text(j, 2) << "\n";
     return;
   }

@@ -12,6 +12,8 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.hpp"
+#include "cli/compare.hpp"
+#include "cli/embedded.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/megatron_args.hpp"
 
@@ -146,6 +148,7 @@ struct Commands {
   PaperCommand paper;
   SearchCommand search;
   ValidateCommand validate;
+  CompareCommand compare;
 
   void setup(CLI::App& app) {
     analyze.setup(app);
@@ -155,6 +158,7 @@ struct Commands {
     paper.setup(app);
     search.setup(app);
     validate.setup(app);
+    compare.setup(app);
   }
 
   // Runs the command parsed; returns the exit code.
@@ -166,7 +170,13 @@ struct Commands {
     else if (paper.app->parsed()) paper.run(out, err);
     else if (search.app->parsed()) return search.run(out, err);
     else if (validate.app->parsed()) return validate.run(out, err);
+    else if (compare.app->parsed()) compare.run(out, err);
     return kExitOk;
+  }
+
+  // A model given in-process (Embedding::model) replaces --model for every command that reads one.
+  void use_model(const ModelSpec& m) {
+    for (ModelOptions* o : {&analyze.model, &explain.model, &count.model, &search.model}) o->spec = m;
   }
 };
 
@@ -175,11 +185,11 @@ bool misspelt_command(int argc, const char* const* argv, std::ostream& err) {
   if (argc <= 1 || argv[1][0] == '-') return false;
   const std::string first = argv[1];
   if (first == "analyze" || first == "explain" || first == "count" || first == "models" || first == "paper" ||
-      first == "search" || first == "validate") {
+      first == "search" || first == "validate" || first == "compare") {
     return false;
   }
   err << fmt::format(
-      "moemem: error: command: '{}' is not accepted; expected one of analyze, explain, count, models, paper, search, validate\n",
+      "moemem: error: command: '{}' is not accepted; expected one of analyze, explain, count, models, paper, search, validate, compare\n",
       first);
   return true;
 }
@@ -187,14 +197,16 @@ bool misspelt_command(int argc, const char* const* argv, std::ostream& err) {
 // Parses the command line and reads a Megatron script; returns the exit code when the run
 // ends here (help, or bad input).
 std::optional<int> parse(CLI::App& app, Commands& c, int argc, const char* const* argv, std::ostream& out,
-                         std::ostream& err) {
+                         std::ostream& err, Embedding& embedding) {
   try {
     app.parse(argc, argv);
+    if (embedding.model) c.use_model(*embedding.model);
     for (AnalyzeCommand* a : {&c.analyze, &c.explain}) {
       if (a->app->parsed()) read_megatron_script(*a, err);
     }
   } catch (const InputError& e) {
     err << "moemem: error: " << e.what() << "\n";
+    embedding.error = e;
     return kExitBadInput;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e, out, err);
@@ -204,6 +216,7 @@ std::optional<int> parse(CLI::App& app, Commands& c, int argc, const char* const
     return app.exit(e, out, err);
   } catch (const CLI::ParseError& e) {
     err << "moemem: error: " << e.what() << "\n";
+    embedding.parse_error = e.what();
     err << "Run 'moemem --help' for the commands and flags.\n";
     return kExitBadInput;
   }
@@ -213,6 +226,11 @@ std::optional<int> parse(CLI::App& app, Commands& c, int argc, const char* const
 }  // namespace
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  Embedding embedding;
+  return run(argc, argv, out, err, embedding);
+}
+
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err, Embedding& embedding) {
   CLI::App app{"moemem: per-GPU memory of LLM training steps (MoE, MLA, every parallel layout)", "moemem"};
   app.require_subcommand(1, 1);
   app.set_help_all_flag("--help-all", "Help for every subcommand");
@@ -220,11 +238,12 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   Commands commands;
   commands.setup(app);
   if (misspelt_command(argc, argv, err)) return kExitBadInput;
-  if (const auto code = parse(app, commands, argc, argv, out, err)) return *code;
+  if (const auto code = parse(app, commands, argc, argv, out, err, embedding)) return *code;
   try {
     return commands.run(out, err);
   } catch (const InputError& e) {
     err << "moemem: error: " << e.what() << "\n";
+    embedding.error = e;
     return kExitBadInput;
   }
 }

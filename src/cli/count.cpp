@@ -41,7 +41,7 @@ void CountCommand::setup(CLI::App& root) {
 void CountCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = parse_format(format);
   if (by != "layer" && by != "module" && by != "tensor") throw InputError("--by", by, "one of layer, module, tensor");
-  ModelSpec m = load_model(model.model);
+  ModelSpec m = model.spec ? *model.spec : load_model(model.model);
   set_mtp_layers(m, model.mtp);
   if (no_router_bias) m.moe.router_bias = false;
   const auto warnings = model_warnings(m, model, err);

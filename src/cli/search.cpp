@@ -1,7 +1,11 @@
 // `moemem search`: every layout that fits on N GPUs, ranked.
 #include <chrono>
 #include <future>
+#include <iostream>
+#include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -9,6 +13,7 @@
 #include "cli/commands.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/search.hpp"
+#include "report_html.hpp"
 
 namespace moemem::cli {
 
@@ -107,33 +112,34 @@ void SearchCommand::setup(CLI::App& root) {
       ->capture_default_str();
   add_int(*app, "--top", top, "Layouts to print");
   add_int(*app, "--threads", threads, "Threads (0: all cores)");
-  app->add_option("--format", format, "table|json|jsonl|csv")->capture_default_str();
+  app->add_flag("--quiet")->description("No progress line on stderr (shown only when stderr is a terminal, after a second)");
+  app->add_option("--format", format, "table|json|jsonl|csv|html (one self-contained page with charts)")->capture_default_str();
 }
 
 namespace {
 
 // The flags that need no model, in the order they are checked.
 void check_flags(const SearchCommand& c) {
-  if (c.format != "table" && c.format != "json" && c.format != "jsonl" && c.format != "csv") {
-    throw InputError("--format", c.format, "one of table, json, jsonl, csv");
+  if (c.format != "table" && c.format != "json" && c.format != "jsonl" && c.format != "csv" && c.format != "html") {
+    throw InputError("--format", c.format, "one of table, json, jsonl, csv, html");
   }
   if (c.gpus < 1) throw InputError("--gpus", std::to_string(c.gpus), "a positive number of GPUs (required)");
   if (c.top < 1 || c.top > 1000000) throw InputError("--top", std::to_string(c.top), "an integer from 1 to 1000000");
   if (c.threads < 0 || c.threads > 256) throw InputError("--threads", std::to_string(c.threads), "an integer from 0 (all cores) to 256");
 }
 
-// Runs the search on its own thread, showing progress on `err` after the first second.
+// Runs the search on its own thread, showing progress on `err` after the first second when `show`.
 SearchResult search_with_progress(const CompiledModel& cm, const SearchSpace& space, int n_threads, std::int64_t top,
-                                  std::ostream& err) {
+                                  bool show, std::ostream& err) {
   std::atomic<std::int64_t> progress{0};
   // Only the `top` best layouts that fit are kept (all are counted): memory stays bounded.
   auto task = std::async(std::launch::async, [&] { return search(cm, space, n_threads, &progress, 5, top); });
   const auto start = std::chrono::steady_clock::now();
   while (task.wait_for(std::chrono::milliseconds(250)) != std::future_status::ready) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (elapsed > 1.0) err << fmt::format("\rsearching: {} layouts evaluated, {:.1f} s", progress.load(), elapsed) << std::flush;
+    if (show && elapsed > 1.0) err << fmt::format("\rsearching: {} layouts evaluated, {:.1f} s", progress.load(), elapsed) << std::flush;
   }
-  if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > 1.0) err << "\n";
+  if (show && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > 1.0) err << "\n";
   return task.get();
 }
 
@@ -273,9 +279,16 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
 
   const int n_threads = threads > 0 ? static_cast<int>(threads)
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const SearchResult r = search_with_progress(cm, space, n_threads, top, err);
+  // Progress is for a person watching: on the process's stderr when it is a terminal, unless --quiet.
+  const bool show = app->count("--quiet") == 0 && &err == &std::cerr && isatty(STDERR_FILENO) == 1;
+  const SearchResult r = search_with_progress(cm, space, n_threads, top, show, err);
   const RunInfo run{m, *gpu, profile, space, n_threads, warnings};
-  if (format == "json" || format == "jsonl") print_json(r, run, top, format == "jsonl", out);
+  if (format == "html") {
+    // The page is drawn from the JSON document itself, so it shows exactly its numbers.
+    std::ostringstream doc;
+    print_json(r, run, top, false, doc);
+    write_search_html(nlohmann::json::parse(doc.str()), command_line(*app), out);
+  } else if (format == "json" || format == "jsonl") print_json(r, run, top, format == "jsonl", out);
   else if (format == "csv") print_csv(r, run, top, out, err);
   else print_table(r, run, top, out);
   return r.feasible_count == 0 ? 1 : 0;
