@@ -7,6 +7,7 @@
 
 #include "moemem/explain.hpp"
 #include "moemem/analyze.hpp"
+#include "moemem/step_time.hpp"
 
 namespace moemem::cli {
 
@@ -264,6 +265,23 @@ std::optional<MetricBand> uncertainty(const std::string& profile) {
   return std::nullopt;
 }
 
+// The step-time model's figures (docs/formulas.md, "Step time"), or null: it needs a named GPU
+// (its peaks and links) and the global batch (the micro-batches per step).
+nlohmann::json time_json(const Scenario& e, const std::optional<GpuChoice>& gpu) {
+  if (!gpu || !e.training.global_batch) return nullptr;
+  const auto names = gpu_names();
+  if (std::find(names.begin(), names.end(), gpu->name) == names.end()) return nullptr;
+  const CompiledModel cm = compile_model(e.model, e.inventory, *e.profile);
+  const StepTime st = estimate_step_time(make_step_time_model(cm), e.layout, e.training, lookup_gpu_perf(gpu->name));
+  const auto& b = st.breakdown;
+  return {{"step_seconds", st.step_seconds}, {"tokens_per_second_per_gpu", st.tokens_per_second_per_gpu}, {"mfu", st.mfu},
+          {"model_flops_per_token", st.model_flops_per_token}, {"bubble_fraction", st.bubble_fraction},
+          {"slowest_rank", st.slowest_rank},
+          {"breakdown", {{"compute", b.compute}, {"recompute", b.recompute}, {"tp_comm", b.tp_comm}, {"ep_comm", b.ep_comm},
+                         {"cp_comm", b.cp_comm}, {"pp_comm", b.pp_comm}, {"dp_comm", b.dp_comm}, {"bubble", b.bubble},
+                         {"optimizer", b.optimizer}}}};
+}
+
 }  // namespace
 
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
@@ -285,6 +303,7 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
                                              {"low_pct", band->band.low_pct}, {"high_pct", band->band.high_pct},
                                              {"margin_applied", gpu && !no_margin}}
                             : nlohmann::json();
+    j["time"] = time_json(e, gpu);
     add_warnings(j, warnings);
     out << json_text(j, 2) << "\n";
     return;
