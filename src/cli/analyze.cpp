@@ -185,13 +185,15 @@ Table stage_table(const MemoryReport& r, bool exact, const std::optional<GpuChoi
 }  // namespace
 
 void AnalyzeCommand::setup(CLI::App& root, const char* name) {
-  const bool is_explain = std::string(name) == "explain";
+  is_explain = std::string(name) == "explain";
   app = root.add_subcommand(name, is_explain ? "Every byte of one stage at its peak, itemised"
                                              : "Memory of every pipeline stage for one configuration");
   auto* stage_opt = app->add_option_function<std::string>(
       is_explain ? "--stage" : "--explain", [this](const std::string& v) { explain = parse_int(v, "--stage"); },
       "Pipeline stage to itemise: every byte by category, module and tensor");
-  if (is_explain) stage_opt->required();
+  (void)stage_opt;  // explain needs --stage or --time, checked in run()
+  app->add_flag("--time", time, "Itemise the step-time estimate: compute, recomputation, each communication, bubble "
+                                "(needs a named --gpu and --global-batch)");
   add_model_options(*app, model);
   add_layout_options(*app, layout);
   add_training_options(*app, training);
@@ -282,13 +284,42 @@ nlohmann::json time_json(const Scenario& e, const std::optional<GpuChoice>& gpu)
                          {"optimizer", b.optimizer}}}};
 }
 
+// `--time`: the step-time estimate, itemised (seconds per step and share of the step).
+void time_output(const Scenario& e, const std::optional<GpuChoice>& gpu, Format f, std::ostream& out) {
+  const nlohmann::json t = time_json(e, gpu);
+  if (t.is_null()) throw InputError("--time", "without a named --gpu or --global-batch", "a named --gpu and --global-batch");
+  if (f == Format::json) {
+    out << json_text({{"schema", "moemem.time/1"}, {"model", e.model.name}, {"gpu", gpu->name}, {"time", t}}, 2) << "\n";
+    return;
+  }
+  const double step = t.at("step_seconds").get<double>();
+  Table table;
+  table.title = fmt::format("Step time of {} on {} x {}: {:.3f} s, {:.0f} tokens/s per GPU, MFU {:.1f}% (docs/formulas.md, \"Step time\")",
+                            e.model.name, e.layout.world_size, gpu->name, step, t.at("tokens_per_second_per_gpu").get<double>(),
+                            100 * t.at("mfu").get<double>());
+  table.columns = {"part", "seconds", "share"};
+  for (const auto& [part, v] : t.at("breakdown").items()) {
+    std::vector<Cell> row;
+    row.emplace_back(part);
+    row.emplace_back(fmt::format("{:.4f}", v.get<double>()));
+    row.emplace_back(fmt::format("{:.1f}%", 100 * v.get<double>() / step));
+    table.rows.push_back(std::move(row));
+  }
+  render(table, f, out);
+}
+
 }  // namespace
 
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
+  if (is_explain && !explain && !time) throw InputError("--stage", "missing", "the pipeline stage to itemise (or --time)");
   const Format f = parse_format(format);
   const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
   auto gpu = gpu_choice(training);
   const auto warnings = model_warnings(e.model, model, err);
+  if (time) {
+    time_output(e, gpu, f, out);
+    return;
+  }
   if (explain) {
     explain_output(e, *explain, f, warnings, out);
     return;

@@ -21,6 +21,8 @@ struct AnalyzeCommand {
   std::string format = "table";
   std::optional<std::int64_t> explain;  // a stage to itemise (analyze --explain N, explain --stage N)
   bool no_margin = false;               // fit verdict on the prediction alone, without the validation band
+  bool time = false;                    // --time: itemise the step-time estimate instead (docs/formulas.md, "Step time")
+  bool is_explain = false;              // the `explain` subcommand (--stage or --time required)
   CLI::App* app = nullptr;
   // `name` is "analyze" or "explain" (the same options; explain requires --stage).
   void setup(CLI::App& root, const char* name = "analyze");

@@ -82,6 +82,22 @@ TEST(StepTimeCli, ValidateThroughputRefusesBadRecords) {
   EXPECT_EQ(run_cli({"validate", "--throughput", "--max-error", "-1"}).code, 2);
 }
 
+TEST(StepTimeCli, ExplainTimeItemisesTheStep) {
+  const auto j = json_of(concat(concat({"explain", "--time"}, kV3Run), {"--gpu", "h800-80g", "--format", "json"}));
+  const auto a = json_of(concat(concat({"analyze"}, kV3Run), {"--gpu", "h800-80g", "--format", "json"}));
+  EXPECT_EQ(j.at("time"), a.at("time"));  // the same estimate as analyze's
+  const auto table = run_cli(concat(concat({"explain", "--time"}, kV3Run), {"--gpu", "h800-80g"}));
+  EXPECT_EQ(table.code, 0);
+  EXPECT_NE(table.out.find("ep_comm"), std::string::npos) << table.out;
+  // --time needs a named GPU and the global batch; explain needs --stage or --time.
+  const auto no_gpu = run_cli({"analyze", "--time", "--model", "deepseek-v3", "--pp", "16", "--global-batch", "64"});
+  EXPECT_EQ(no_gpu.code, 2);
+  EXPECT_NE(no_gpu.err.find("--time"), std::string::npos) << no_gpu.err;
+  const auto no_stage = run_cli({"explain", "--model", "deepseek-v3", "--pp", "16"});
+  EXPECT_EQ(no_stage.code, 2);
+  EXPECT_NE(no_stage.err.find("--stage"), std::string::npos) << no_stage.err;
+}
+
 // The analyze arguments of a search result's command (its one quoted word unquoted).
 Args words(const std::string& command) {
   Args out = {"analyze"};
