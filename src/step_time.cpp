@@ -117,7 +117,7 @@ void add_layers(const Shape& s, const StepTimeModel::Kind& k, bool moe, double c
   const ParallelConfig& p = s.layout.config;
   const double imbalance = moe ? s.t.moe_imbalance : 1.0;
   const double gemm = k.gemm * s.tokens / s.r.gemm;
-  const double expert = moe ? k.expert * s.tokens * imbalance / expert_rate(s) : 0;
+  const double expert = moe && k.expert > 0 ? k.expert * s.tokens * imbalance / expert_rate(s) : 0;
   const double attn = k.attn_per_seq * s.seq * s.tokens / s.r.attention;
   const double mem = s.elementwise * k.elementwise_bytes * s.tokens / s.r.hbm;
   // Backward: two GEMMs per forward GEMM (input and weight gradients); FlashAttention's backward
@@ -197,8 +197,29 @@ void add_layers(const Shape& s, const StepTimeModel::Kind& k, bool moe, double c
   mb.expert_params += count * k.expert_params / d(p.ep * p.etp_degree());
 }
 
+// One layer of each kind (dense, MoE, an MTP depth) for one micro-batch: layers of a kind cost
+// the same, so a chunk is a weighted sum of these.
+using LayerUnits = std::array<MicroBatch, 3>;
+LayerUnits layer_units(const Shape& s, const StepTimeModel& sm) {
+  LayerUnits u{};
+  add_layers(s, sm.kinds[0], false, 1.0, 1.0, u[0]);
+  add_layers(s, sm.kinds[1], true, 1.0, 1.0, u[1]);
+  add_layers(s, sm.mtp, s.m.is_moe(), 1.0, 1.0, u[2]);
+  return u;
+}
+
+void add_scaled(const MicroBatch& unit, double count, double recomputed, MicroBatch& mb) {
+  mb.compute += count * unit.compute;
+  mb.recompute += count * recomputed * unit.recompute;
+  mb.tp += count * unit.tp;
+  mb.ep += count * unit.ep;
+  mb.cp += count * unit.cp;
+  mb.params += count * unit.params;
+  mb.expert_params += count * unit.expert_params;
+}
+
 // One micro-batch through chunk `c`.
-void add_chunk(const Shape& s, const StepTimeModel& sm, const Chunk& c, MicroBatch& mb) {
+void add_chunk(const Shape& s, const StepTimeModel& sm, const LayerUnits& units, const Chunk& c, MicroBatch& mb) {
   const ParallelConfig& p = s.layout.config;
   const CompiledModel& cm = *sm.compiled;
   const auto moe = d(cm.moe_layers_in(c.first_layer, c.num_layers));
@@ -207,9 +228,9 @@ void add_chunk(const Shape& s, const StepTimeModel& sm, const Chunk& c, MicroBat
   const double share = s.t.recompute == Recompute::full && s.t.recompute_method == RecomputeMethod::block && c.num_layers > 0
                            ? std::min(1.0, d(s.t.recompute_num_layers) / d(c.num_layers))
                            : 1.0;
-  add_layers(s, sm.kinds[0], false, dense, share, mb);
-  add_layers(s, sm.kinds[1], true, moe, share, mb);
-  add_layers(s, sm.mtp, s.m.is_moe(), d(c.mtp_depths), 1.0, mb);
+  add_scaled(units[0], dense, share, mb);
+  add_scaled(units[1], moe, share, mb);
+  add_scaled(units[2], d(c.mtp_depths), 1.0, mb);
   // The output head (for the loss and each MTP depth), BF16, and the loss over the logits.
   const double heads = (c.loss ? 1.0 : 0.0) + d(c.mtp_depths);
   if (heads > 0) {
@@ -306,12 +327,13 @@ StepTime estimate_step_time(const StepTimeModel& sm, const Layout& layout, const
   s.elementwise = sm.eager && !t.compile ? eff.eager_elementwise : 1.0;
   s.overlap_tp = t.tp_comm_overlap;
   const double microbatches = std::max(1.0, std::floor(d(*t.global_batch) / d(t.micro_batch * p.dp)));
+  const LayerUnits units = layer_units(s, sm);
   StepTime out;
   double slowest = -1, slowest_total = 0;
   MicroBatch worst;
   for (std::size_t r = 0; r < layout.rank_chunks.size(); ++r) {
     MicroBatch mb;
-    for (const auto c : layout.rank_chunks[r]) add_chunk(s, sm, layout.chunks[static_cast<std::size_t>(c)], mb);
+    for (const auto c : layout.rank_chunks[r]) add_chunk(s, sm, units, layout.chunks[static_cast<std::size_t>(c)], mb);
     // DualPipe: a micro-batch passes one of the rank's two stages (half go each way).
     const double share = p.schedule == Schedule::dualpipe ? 0.5 : 1.0;
     MicroBatch per = mb;
