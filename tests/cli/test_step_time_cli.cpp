@@ -134,3 +134,22 @@ TEST(StepTimeCli, SearchRanksDeepSeekV3LayoutsAndEachCommandReproducesItsPeak) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(StepTimeCli, SearchCommandsReproduceUnevenSplitsUnderVpp) {
+  // Under VPP Megatron has no first/last-stage flags: the command carries a layout string.
+  const auto j = json_of({"search", "--model", "qwen3-235b-a22b", "--gpus", "256", "--gpu", "h100-80g", "--global-batch", "2048",
+                          "--schedule", "interleaved", "--vpp", "4", "--threads", "2", "--top", "3", "--format", "json"});
+  ASSERT_FALSE(j.at("layouts").empty());
+  for (const auto& l : j.at("layouts")) {
+    const std::string cmd = l.at("command").get<std::string>();
+    if (l.at("split") != "even") {
+      EXPECT_NE(cmd.find("--pipeline-model-parallel-layout"), std::string::npos) << cmd;
+    }
+    const auto a = json_of(concat(words(cmd), {"--format", "json"}));
+    EXPECT_EQ(a.at("peak").at("total_bytes"), l.at("peak_bytes")) << cmd;
+  }
+}
+
+}  // namespace
