@@ -1,4 +1,5 @@
 // `moemem search`: every layout that fits on N GPUs, ranked.
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -113,6 +114,30 @@ std::string entry_command(const std::string& base, const ModelSpec& m, const Sea
   return cmd;
 }
 
+// The Megatron-LM launch flags of a result's layout, batch, optimizer sharding and recomputation
+// (the names megatron_args.cpp reads back), or "" where Megatron has no such schedule (DualPipe,
+// DualPipeV, ZB-H1) or the profile is not Megatron's. Model and precision flags are not included.
+std::string megatron_command(const ModelSpec& m, const SearchEntry& e, std::int64_t seq_len, std::string_view profile) {
+  const auto& p = e.parallel;
+  if (profile != "megatron" || (p.schedule != Schedule::one_f_one_b && p.schedule != Schedule::interleaved)) return "";
+  std::string cmd = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {} --context-parallel-size {} "
+                                "--expert-model-parallel-size {} --expert-tensor-parallel-size {}",
+                                p.tp, p.pp, p.cp, p.ep, p.etp_degree());
+  if (p.vpp > 1) cmd += fmt::format(" --num-virtual-stages-per-pipeline-rank {}", p.vpp);
+  if (p.sp) cmd += " --sequence-parallel";
+  cmd += split_flags(m, e);
+  cmd += fmt::format(" --micro-batch-size {} --global-batch-size {} --seq-length {}", e.training.micro_batch,
+                     e.training.global_batch.value_or(0), seq_len);
+  if (e.training.zero == 1) cmd += " --use-distributed-optimizer";
+  if (e.training.recompute == Recompute::full) cmd += " --recompute-granularity full";
+  if (e.training.recompute == Recompute::selective) {
+    std::string modules = e.recompute_name;
+    std::replace(modules.begin(), modules.end(), ',', ' ');
+    cmd += " --recompute-granularity selective --recompute-modules " + modules;
+  }
+  return cmd;
+}
+
 }  // namespace
 
 void SearchCommand::setup(CLI::App& root) {
@@ -224,6 +249,10 @@ struct RunInfo {
   std::vector<std::string> warnings;  // config keys not understood
   std::string base;                   // base_flags: each result's command starts with them
   [[nodiscard]] std::string command(const SearchEntry& e) const { return entry_command(base, model, e); }
+  [[nodiscard]] nlohmann::json megatron(const SearchEntry& e) const {
+    const std::string m = megatron_command(model, e, space.base.seq_len, profile.name);
+    return m.empty() ? nlohmann::json() : nlohmann::json(m);
+  }
   [[nodiscard]] bool timed() const { return space.perf.has_value(); }
 };
 
@@ -240,8 +269,10 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
   std::int64_t rank = 0;
   for (const auto& e : r.feasible) {
     if (++rank > top) break;
-    if (lines) out << json_text(entry_json(e, rank, run.command(e))) << "\n";
-    else feasible.push_back(entry_json(e, rank, run.command(e)));
+    auto j = entry_json(e, rank, run.command(e));
+    j["megatron_command"] = run.megatron(e);
+    if (lines) out << json_text(j) << "\n";
+    else feasible.push_back(std::move(j));
   }
   for (const auto& e : r.pareto) pareto.push_back(entry_json(e, 0, run.command(e)));
   for (const auto& e : r.infeasible) {

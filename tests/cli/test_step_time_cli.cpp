@@ -153,3 +153,28 @@ TEST(StepTimeCli, SearchCommandsReproduceUnevenSplitsUnderVpp) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(StepTimeCli, SearchMegatronCommandsReadBackToTheSamePeak) {
+  const auto j = json_of({"search", "--model", "qwen3-235b-a22b", "--gpus", "256", "--gpu", "h100-80g", "--global-batch", "2048",
+                          "--schedule", "1f1b,interleaved", "--vpp-max", "4", "--threads", "2", "--top", "3", "--format", "json"});
+  ASSERT_FALSE(j.at("layouts").empty());
+  const std::string path = ::testing::TempDir() + "/search-megatron.args";
+  for (const auto& l : j.at("layouts")) {
+    {
+      std::ofstream f(path);
+      f << l.at("megatron_command").get<std::string>() << "\n";
+    }
+    // The data-parallel degree comes from the launch's world size, given here as --dp.
+    const auto a = json_of({"analyze", "--model", "qwen3-235b-a22b", "--megatron-args", path, "--dp",
+                            std::to_string(l.at("dp").get<std::int64_t>()), "--format", "json"});
+    EXPECT_EQ(a.at("peak").at("total_bytes"), l.at("peak_bytes")) << l.at("megatron_command");
+  }
+  // DualPipe has no Megatron flag: no Megatron command.
+  const auto d = json_of({"search", "--model", "qwen3-235b-a22b", "--gpus", "256", "--gpu", "h100-80g", "--global-batch", "2048",
+                          "--schedule", "dualpipe", "--threads", "2", "--top", "1", "--format", "json"});
+  EXPECT_TRUE(d.at("layouts").at(0).at("megatron_command").is_null());
+}
+
+}  // namespace
