@@ -38,6 +38,39 @@ void BM_SearchDeepSeekV3_2048Gpus(benchmark::State& state) {
 }
 BENCHMARK(BM_SearchDeepSeekV3_2048Gpus)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The same space ranked by the step-time model (H800's figures): every layout that fits timed.
+void BM_SearchDeepSeekV3_2048Gpus_Timed(benchmark::State& state) {
+  SearchFixture f;
+  f.space.perf = lookup_gpu_perf("h800-80g");
+  std::int64_t evaluated = 0;
+  for (auto _ : state) {
+    const SearchResult r = search(f.cm, f.space, static_cast<int>(state.range(0)), nullptr, 5, 10);
+    evaluated = r.evaluated;
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["layouts"] = static_cast<double>(evaluated);
+  state.counters["layouts_per_second"] =
+      benchmark::Counter(static_cast<double>(evaluated) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SearchDeepSeekV3_2048Gpus_Timed)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// One step-time estimate of DeepSeek-V3's own run (TP1 PP16 DualPipe EP64, DeepSeek's recipe).
+void BM_StepTimeDeepSeekV3(benchmark::State& state) {
+  const SearchFixture f;
+  ParallelConfig p;
+  p.pp = 16;
+  p.dp = 128;
+  p.ep = 64;
+  p.schedule = Schedule::dualpipe;
+  const Layout l = resolve_layout(f.model, p);
+  TrainingConfig t = f.space.base;
+  const StepTimeModel sm = make_step_time_model(f.cm);
+  const GpuPerf gpu = lookup_gpu_perf("h800-80g");
+  for (auto _ : state) benchmark::DoNotOptimize(estimate_step_time(sm, l, t, gpu));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_StepTimeDeepSeekV3);
+
 // One full per-stage evaluation of a resolved DeepSeek-V3 layout (PP16, megatron profile).
 void BM_EvaluateOneLayoutDeepSeekV3(benchmark::State& state) {
   const SearchFixture f;

@@ -28,7 +28,37 @@ constexpr std::array<KnownGpu, 5> kGpus{{
     {"b200-192g", 183359},
 }};
 
+// Dense tensor-core peaks (no 2:4 sparsity) and bandwidths, from the vendors' datasheets:
+// - H100 SXM5 (NVIDIA H100 Tensor Core GPU datasheet): BF16 989.4 TFLOP/s, FP8 1,978.9, HBM3
+//   3.35 TB/s, NVLink 900 GB/s (both directions, 450 each); DGX H100: one 400 Gb/s ConnectX-7 NIC
+//   per GPU (50 GB/s), 8 GPUs per node.
+// - H800 SXM5: the H100's compute and HBM with NVLink cut to 400 GB/s (200 each direction);
+//   DeepSeek-V3 report (arXiv 2412.19437) section 3.1: 8 GPUs per node, 400 Gb/s InfiniBand per GPU.
+// - H200 SXM (NVIDIA H200 datasheet): the H100's compute, HBM3e 4.8 TB/s, NVLink 900 GB/s.
+// - A100 SXM 80 GB (NVIDIA A100 datasheet): BF16 312 TFLOP/s, no FP8 (its GEMMs run at BF16), HBM2e
+//   2,039 GB/s, NVLink 600 GB/s (300 each way); DGX A100: one 200 Gb/s HDR NIC per GPU (25 GB/s).
+// - B200 (NVIDIA DGX B200 / HGX B200 datasheet, 72 PFLOP/s FP8 sparse for 8 GPUs): BF16 2.25
+//   PFLOP/s, FP8 4.5 dense, HBM3e 8 TB/s, NVLink 5 1.8 TB/s (900 GB/s each way), 400 Gb/s per GPU.
+struct KnownPerf {
+  const char* name;
+  double bf16_tflops, fp8_tflops, hbm_gbps, nvlink_gbps, network_gbps;
+};
+constexpr std::array<KnownPerf, 5> kPerf{{
+    {"h100-80g", 989.4, 1978.9, 3350, 450, 50},
+    {"h800-80g", 989.4, 1978.9, 3350, 200, 50},
+    {"h200-141g", 989.4, 1978.9, 4800, 450, 50},
+    {"a100-80g", 312, 312, 2039, 300, 25},
+    {"b200-192g", 2250, 4500, 8000, 900, 50},
+}};
+
 }  // namespace
+
+GpuPerf lookup_gpu_perf(std::string_view name) {
+  for (const auto& g : kPerf) {
+    if (name == g.name) return GpuPerf{g.name, g.bf16_tflops * 1e12, g.fp8_tflops * 1e12, g.hbm_gbps * 1e9, g.nvlink_gbps * 1e9, g.network_gbps * 1e9, 8};
+  }
+  throw InputError("--gpu", std::string(name), fmt::format("one of {} (the step-time model needs a named GPU)", fmt::join(gpu_names(), ", ")));
+}
 
 std::vector<std::string> gpu_names() {
   std::vector<std::string> out;

@@ -13,6 +13,10 @@ namespace moemem {
 
 namespace {
 
+// Entries of one plan the ranking may hold: ZeRO stages (0, 1) x pipeline splits (even, two
+// first/last adjustments, account E+L).
+constexpr std::int64_t kPlanVariants = 8;
+
 Verdict invalid_verdict(const InputError& e) {
   Verdict v;
   v.kind = VerdictKind::invalid;
@@ -27,6 +31,8 @@ struct Evaluator {
   const SearchPlan& plan;
   const LayerKindGemms& gemms;
   std::int64_t gpus_per_node;
+  const StepTimeModel* time_model = nullptr;  // with `perf`: the step time of each layout that fits
+  const GpuPerf* perf = nullptr;
   MemoryReport report;  // reused across this thread's candidates
   EvalCachePtr cache = make_eval_cache();
 
@@ -60,6 +66,8 @@ struct Evaluator {
     e.peak = report.stages[static_cast<std::size_t>(report.peak_stage)].bytes.total();
     e.fits = e.peak <= plan.usable;
     e.cost = estimate_cost(*cm.model, gemms, e.parallel, e.training, gpus_per_node);
+    e.timed = e.fits && perf != nullptr && c.training.global_batch.has_value();
+    if (e.timed) e.time = estimate_step_time(*time_model, lc.layout, c.training, *perf);
     Verdict v;
     v.kind = e.fits ? VerdictKind::fits : VerdictKind::does_not_fit;
     v.margin = e.fits ? Bytes(plan.usable.value() - e.peak.value()) : Bytes(e.peak.value() - plan.usable.value());
@@ -72,7 +80,7 @@ struct ByCost {
   const std::vector<SearchEntry>& entries;
   bool operator()(std::size_t a, std::size_t b) const {
     const SearchEntry &x = entries[a], &y = entries[b];
-    if (x.cost.total() != y.cost.total()) return x.cost.total() < y.cost.total();
+    if (x.rank_key() != y.rank_key()) return x.rank_key() < y.rank_key();
     if (x.peak != y.peak) return x.peak < y.peak;
     return a < b;
   }
@@ -82,7 +90,7 @@ struct ByPeak {
   bool operator()(std::size_t a, std::size_t b) const {
     const SearchEntry &x = entries[a], &y = entries[b];
     if (x.peak != y.peak) return x.peak < y.peak;
-    if (x.cost.total() != y.cost.total()) return x.cost.total() < y.cost.total();
+    if (x.rank_key() != y.rank_key()) return x.rank_key() < y.rank_key();
     return a < b;
   }
 };
@@ -93,9 +101,9 @@ std::vector<SearchEntry> pareto_front(const std::vector<SearchEntry>& entries, s
   std::sort(fit.begin(), fit.end(), ByPeak{entries});
   double best = INFINITY;
   for (const auto i : fit) {
-    if (entries[i].cost.total() < best) {
+    if (entries[i].rank_key() < best) {
       front.push_back(entries[i]);
-      best = entries[i].cost.total();
+      best = entries[i].rank_key();
     }
   }
   return front;
@@ -103,13 +111,13 @@ std::vector<SearchEntry> pareto_front(const std::vector<SearchEntry>& entries, s
 
 // The ranking's orders on entries (ByCost and ByPeak above, on the entries themselves).
 bool cheaper(const SearchEntry& x, const SearchEntry& y) {
-  if (x.cost.total() != y.cost.total()) return x.cost.total() < y.cost.total();
+  if (x.rank_key() != y.rank_key()) return x.rank_key() < y.rank_key();
   if (x.peak != y.peak) return x.peak < y.peak;
   return x.index < y.index;
 }
 bool smaller(const SearchEntry& x, const SearchEntry& y) {
   if (x.peak != y.peak) return x.peak < y.peak;
-  if (x.cost.total() != y.cost.total()) return x.cost.total() < y.cost.total();
+  if (x.rank_key() != y.rank_key()) return x.rank_key() < y.rank_key();
   return x.index < y.index;
 }
 
@@ -142,9 +150,9 @@ struct Front {
   std::vector<SearchEntry> entries;
   void add(const SearchEntry& e) {
     auto pos = std::lower_bound(entries.begin(), entries.end(), e, smaller);
-    if (pos != entries.begin() && std::prev(pos)->cost.total() <= e.cost.total()) return;  // dominated
+    if (pos != entries.begin() && std::prev(pos)->rank_key() <= e.rank_key()) return;  // dominated
     auto last = pos;
-    while (last != entries.end() && last->cost.total() >= e.cost.total()) ++last;  // now dominated by e
+    while (last != entries.end() && last->rank_key() >= e.rank_key()) ++last;  // now dominated by e
     entries.insert(entries.erase(pos, last), e);
   }
 };
@@ -197,9 +205,12 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
     first[li + 1] = first[li] + layout_candidate_count(layouts[li], space, plan.recomputes.size());
   }
   const LayerKindGemms gemms = layer_gemms(cm);
+  const StepTimeModel time_model = make_step_time_model(cm);
+  std::optional<GpuPerf> perf = space.perf;
+  if (perf) perf->gpus_per_node = space.gpus_per_node;
   std::atomic<std::size_t> next{0};
   const auto work = [&](Kept& kept) {
-    Evaluator evaluator{cm, plan, gemms, space.gpus_per_node, {}, make_eval_cache()};
+    Evaluator evaluator{cm, plan, gemms, space.gpus_per_node, &time_model, perf ? &*perf : nullptr, {}, make_eval_cache()};
     std::vector<Candidate> candidates;
     SearchEntry entry;
     for (std::size_t li = next.fetch_add(1); li < layouts.size(); li = next.fetch_add(1)) {
@@ -212,7 +223,10 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
     }
   };
   const auto workers = static_cast<std::size_t>(std::clamp<std::int64_t>(threads, 1, std::max<std::int64_t>(1, static_cast<std::int64_t>(layouts.size()))));
-  std::vector<Kept> kept(workers, Kept(keep_feasible, keep_infeasible));
+  // Timed, equivalent layouts are collapsed after ranking (collapse_equivalent): keep enough that
+  // `keep_feasible` distinct plans remain (a plan has at most a few splits x ZeRO stages).
+  const std::int64_t held = perf ? std::min<std::int64_t>(keep_feasible * kPlanVariants, std::int64_t{1} << 20) : keep_feasible;
+  std::vector<Kept> kept(workers, Kept(held, keep_infeasible));
   std::vector<std::thread> pool;
   for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work, std::ref(kept[w]));
   work(kept[0]);
@@ -224,9 +238,26 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
   result.invalid = all.invalid;
   result.invalid_by_field = std::move(all.invalid_by_field);
   result.feasible_count = all.feasible_count;
-  result.feasible = all.feasible.take_sorted();
+  result.feasible = perf ? collapse_equivalent(all.feasible.take_sorted(), static_cast<std::size_t>(keep_feasible))
+                         : all.feasible.take_sorted();
   result.infeasible = all.misses.take_sorted();
   result.pareto = std::move(all.pareto.entries);
+}
+
+bool SearchEntry::same_plan(const SearchEntry& o) const {
+  const ParallelConfig &a = parallel, &b = o.parallel;
+  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.cp == b.cp && a.ep == b.ep && a.etp_degree() == b.etp_degree() &&
+         a.vpp == b.vpp && a.schedule == b.schedule && a.sp == b.sp && training.micro_batch == o.training.micro_batch &&
+         recompute_name == o.recompute_name;
+}
+
+std::vector<SearchEntry> collapse_equivalent(std::vector<SearchEntry> ranked, std::size_t keep) {
+  std::vector<SearchEntry> out;
+  for (auto& e : ranked) {
+    if (out.size() >= keep) break;
+    if (std::none_of(out.begin(), out.end(), [&](const SearchEntry& o) { return o.same_plan(e); })) out.push_back(std::move(e));
+  }
+  return out;
 }
 
 std::string_view name_of(VerdictKind k) {
@@ -239,14 +270,15 @@ std::string_view name_of(VerdictKind k) {
 }
 
 Evaluation evaluate_candidates(const CompiledModel& cm, const SearchPlan& plan, std::int64_t gpus_per_node, int threads,
-                               std::atomic<std::int64_t>* progress) {
+                               std::atomic<std::int64_t>* progress, const GpuPerf* perf) {
   const std::size_t n = plan.candidates.size();
   Evaluation ev;
   ev.verdicts.resize(n);
   ev.entries.resize(n);
   const LayerKindGemms gemms = layer_gemms(cm);
+  const StepTimeModel time_model = make_step_time_model(cm);
   auto work = [&](std::size_t begin, std::size_t end) {
-    Evaluator evaluator{cm, plan, gemms, gpus_per_node, {}, make_eval_cache()};
+    Evaluator evaluator{cm, plan, gemms, gpus_per_node, &time_model, perf, {}, make_eval_cache()};
     for (std::size_t i = begin; i < end; ++i) {
       ev.verdicts[i] = evaluator.evaluate(i, ev.entries[i]);
       if (progress != nullptr) progress->fetch_add(1, std::memory_order_relaxed);

@@ -20,6 +20,8 @@
 
 #include "moemem/analyze.hpp"
 #include "moemem/errors.hpp"
+#include "moemem/gpu.hpp"
+#include "moemem/step_time.hpp"
 
 namespace moemem {
 
@@ -39,8 +41,11 @@ struct SearchSpace {
   std::int64_t gpus = 0;
   std::string gpu_name;
   Bytes capacity;
-  double max_memory_fraction = 1.0;  // usable = capacity x fraction
+  double max_memory_fraction = 0.95;  // usable = capacity x fraction (a margin for what the model misses)
   std::int64_t gpus_per_node = 8;
+  // A named GPU's peaks and links: the layouts that fit are ranked by the step-time model's
+  // tokens/s per GPU. Without one (only a memory size given), by the overhead cost below.
+  std::optional<GpuPerf> perf;
   TrainingConfig base;  // precision, FP8, attention, seq_len, global_batch (required), ...
   // Bounds on the degrees (0: none) and fixed values.
   std::int64_t tp_max = 8, pp_max = 0, ep_max = 0, cp_max = 1, vpp_max = 4, micro_batch_max = 4;
@@ -65,6 +70,13 @@ struct SearchEntry {
   Bytes peak;  // device total of the fullest stage
   bool fits = false;
   CostBreakdown cost;
+  bool timed = false;  // `time` holds the step-time model's estimate (a layout that fits, with a GPU's figures)
+  StepTime time;
+  // What the ranking sorts on, smaller first: the step time when timed, else the overhead cost.
+  [[nodiscard]] double rank_key() const { return timed ? time.step_seconds : cost.total(); }
+  // One plan up to the optimizer sharding and the pipeline split: degrees, schedule,
+  // micro-batch, recomputation. The ranking keeps the best entry of each.
+  [[nodiscard]] bool same_plan(const SearchEntry& o) const;
 };
 
 struct SearchResult {
@@ -168,7 +180,8 @@ struct Evaluation {
 // own slice (so the result does not depend on the thread count). `progress`, if given, counts
 // evaluated candidates.
 [[nodiscard]] Evaluation evaluate_candidates(const CompiledModel& cm, const SearchPlan& plan, std::int64_t gpus_per_node,
-                                             int threads, std::atomic<std::int64_t>* progress = nullptr);
+                                             int threads, std::atomic<std::int64_t>* progress = nullptr,
+                                             const GpuPerf* perf = nullptr);
 
 // --- Step 3: rank. ------------------------------------------------------------------------------
 
@@ -180,9 +193,14 @@ void rank_candidates(Evaluation&& ev, std::int64_t keep_infeasible, SearchResult
 // candidates and keeps the best `keep_feasible`, its Pareto front and the `keep_infeasible`
 // nearest misses; the threads' results are merged in a fixed order. Fills what rank_candidates
 // fills (feasible truncated, feasible_count all), plus enumerated; `plan.candidates` is not used.
+// With space.perf the layouts that fit are ranked by step time and collapsed per plan.
+
 void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const SearchSpace& space, int threads,
                        std::int64_t keep_feasible, std::int64_t keep_infeasible, std::atomic<std::int64_t>* progress,
                        SearchResult& result);
+
+// One layout that fits per plan (SearchEntry::same_plan), in the order given: the first of each.
+[[nodiscard]] std::vector<SearchEntry> collapse_equivalent(std::vector<SearchEntry> ranked, std::size_t keep);
 
 // --- The cost model (documented in docs/formulas.md). -------------------------------------------
 

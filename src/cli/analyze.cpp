@@ -7,6 +7,7 @@
 
 #include "moemem/explain.hpp"
 #include "moemem/analyze.hpp"
+#include "moemem/step_time.hpp"
 #include "report_html.hpp"
 
 namespace moemem::cli {
@@ -185,13 +186,15 @@ Table stage_table(const MemoryReport& r, bool exact, const std::optional<GpuChoi
 }  // namespace
 
 void AnalyzeCommand::setup(CLI::App& root, const char* name) {
-  const bool is_explain = std::string(name) == "explain";
+  is_explain = std::string(name) == "explain";
   app = root.add_subcommand(name, is_explain ? "Every byte of one stage at its peak, itemised"
                                              : "Memory of every pipeline stage for one configuration");
   auto* stage_opt = app->add_option_function<std::string>(
       is_explain ? "--stage" : "--explain", [this](const std::string& v) { explain = parse_int(v, "--stage"); },
       "Pipeline stage to itemise: every byte by category, module and tensor");
-  if (is_explain) stage_opt->required();
+  (void)stage_opt;  // explain needs --stage or --time, checked in run()
+  app->add_flag("--time", time, "Itemise the step-time estimate: compute, recomputation, each communication, bubble "
+                                "(needs a named --gpu and --global-batch)");
   add_model_options(*app, model);
   add_layout_options(*app, layout);
   add_training_options(*app, training);
@@ -293,15 +296,62 @@ nlohmann::json analyze_json(const MemoryReport& r, const std::optional<GpuChoice
   return j;
 }
 
+// The step-time model's figures (docs/formulas.md, "Step time"), or null: it needs a named GPU
+// (its peaks and links) and the global batch (the micro-batches per step).
+nlohmann::json time_json(const Scenario& e, const std::optional<GpuChoice>& gpu) {
+  if (!gpu || !e.training.global_batch) return nullptr;
+  const auto names = gpu_names();
+  if (std::find(names.begin(), names.end(), gpu->name) == names.end()) return nullptr;
+  const CompiledModel cm = compile_model(e.model, e.inventory, *e.profile);
+  const StepTime st = estimate_step_time(make_step_time_model(cm), e.layout, e.training, lookup_gpu_perf(gpu->name));
+  const auto& b = st.breakdown;
+  return {{"step_seconds", st.step_seconds}, {"tokens_per_second_per_gpu", st.tokens_per_second_per_gpu}, {"mfu", st.mfu},
+          {"model_flops_per_token", st.model_flops_per_token}, {"bubble_fraction", st.bubble_fraction},
+          {"slowest_rank", st.slowest_rank},
+          {"breakdown", {{"compute", b.compute}, {"recompute", b.recompute}, {"tp_comm", b.tp_comm}, {"ep_comm", b.ep_comm},
+                         {"cp_comm", b.cp_comm}, {"pp_comm", b.pp_comm}, {"dp_comm", b.dp_comm}, {"bubble", b.bubble},
+                         {"optimizer", b.optimizer}}}};
+}
+
+// `--time`: the step-time estimate, itemised (seconds per step and share of the step).
+void time_output(const Scenario& e, const std::optional<GpuChoice>& gpu, Format f, std::ostream& out) {
+  const nlohmann::json t = time_json(e, gpu);
+  if (t.is_null()) throw InputError("--time", "without a named --gpu or --global-batch", "a named --gpu and --global-batch");
+  if (f == Format::json) {
+    out << json_text({{"schema", "moemem.time/1"}, {"model", e.model.name}, {"gpu", gpu->name}, {"time", t}}, 2) << "\n";
+    return;
+  }
+  const double step = t.at("step_seconds").get<double>();
+  Table table;
+  table.title = fmt::format("Step time of {} on {} x {}: {:.3f} s, {:.0f} tokens/s per GPU, MFU {:.1f}% (docs/formulas.md, \"Step time\")",
+                            e.model.name, e.layout.world_size, gpu->name, step, t.at("tokens_per_second_per_gpu").get<double>(),
+                            100 * t.at("mfu").get<double>());
+  table.columns = {"part", "seconds", "share"};
+  for (const auto& [part, v] : t.at("breakdown").items()) {
+    std::vector<Cell> row;
+    row.emplace_back(part);
+    row.emplace_back(fmt::format("{:.4f}", v.get<double>()));
+    row.emplace_back(fmt::format("{:.1f}%", 100 * v.get<double>() / step));
+    table.rows.push_back(std::move(row));
+  }
+  render(table, f, out);
+}
+
 }  // namespace
 
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
+  if (is_explain && !explain && !time) throw InputError("--stage", "missing", "the pipeline stage to itemise (or --time)");
   // html: the JSON documents drawn as one page (report_html.cpp); explain's adds the whole report.
   const bool html = format == "html";
+  if (html && time) throw InputError("--format", "html", "table, json, csv or markdown with --time");
   const Format f = html ? Format::json : parse_format(format);
   const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
   auto gpu = gpu_choice(training);
   const auto warnings = model_warnings(e.model, model, err);
+  if (time) {
+    time_output(e, gpu, f, out);
+    return;
+  }
   if (explain && !html) {
     explain_output(e, *explain, f, warnings, out);
     return;
@@ -311,7 +361,8 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const auto band = uncertainty(r.profile);
   if (gpu && band && !no_margin) gpu->margin_pct = std::max(0.0, band->band.high_pct);
   if (f == Format::json) {
-    const nlohmann::json j = analyze_json(r, gpu, band, gpu && !no_margin, warnings);
+    nlohmann::json j = analyze_json(r, gpu, band, gpu && !no_margin, warnings);
+    j["time"] = time_json(e, gpu);
     if (html) {
       const std::int64_t stage = explain.value_or(r.peak_stage);
       const auto items = explain_stage(e.model, e.inventory, *e.profile, e.layout, e.training, stage);

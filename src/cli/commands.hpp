@@ -21,6 +21,8 @@ struct AnalyzeCommand {
   std::string format = "table";
   std::optional<std::int64_t> explain;  // a stage to itemise (analyze --explain N, explain --stage N)
   bool no_margin = false;               // fit verdict on the prediction alone, without the validation band
+  bool time = false;                    // --time: itemise the step-time estimate instead (docs/formulas.md, "Step time")
+  bool is_explain = false;              // the `explain` subcommand (--stage or --time required)
   CLI::App* app = nullptr;
   // `name` is "analyze" or "explain" (the same options; explain requires --stage).
   void setup(CLI::App& root, const char* name = "analyze");
@@ -64,7 +66,7 @@ struct SearchCommand {
   std::int64_t gpus = 0, gpus_per_node = 8, top = 10, threads = 0;
   std::int64_t tp_max = 8, pp_max = 0, ep_max = 0, cp_max = 1, vpp_max = 4, micro_batch_max = 4;
   std::optional<std::int64_t> tp, pp, cp, ep, etp, vpp, micro_batch;
-  std::string schedules, recomputes, zero_stages = "0,1", max_memory_fraction = "1.0";
+  std::string schedules, recomputes, zero_stages = "0,1", max_memory_fraction = "0.95";
   std::string format = "table";
   CLI::App* app = nullptr;
   void setup(CLI::App& root);
@@ -77,6 +79,7 @@ struct ValidateCommand {
   // <= 5%; mean signed error not below -2%.
   std::string set, min_confidence = "medium", max_median_error = "3", max_error = "10";
   std::string max_device_median_error = "5", min_mean_error = "-2", format = "table";
+  bool throughput = false;  // --throughput: the step-time model against published throughput (median <= 15%, max <= 30%)
   CLI::App* app = nullptr;
   void setup(CLI::App& root);
   // Returns the exit code: 0 within the thresholds, 4 past them.
@@ -92,6 +95,8 @@ std::string read_text_file(const std::string& path, const char* flag);
 // The request a validation record's moemem object describes: its arguments parsed as analyze's,
 // its model file read from the compiled-in set (set_dir empty) or beside the set's file.
 Request record_request_of(const RecordSpec& spec, const std::string& set_dir);
+// `validate --throughput` (src/cli/validate_throughput.cpp): the exit code, 0 within the thresholds, 4 past them.
+int validate_throughput(const ValidateCommand& c, std::ostream& out, std::ostream& err);
 
 // How far published measurements fell from moemem's predictions, for runs of one profile and
 // metric: measured / predicted - 1, its smallest and largest value over the public set's

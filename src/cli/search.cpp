@@ -1,4 +1,5 @@
 // `moemem search`: every layout that fits on N GPUs, ranked.
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <iostream>
@@ -21,9 +22,19 @@ namespace {
 
 std::string recompute_text(const SearchEntry& e) { return e.recompute_name; }
 
-nlohmann::json entry_json(const SearchEntry& e, std::int64_t rank) {
+nlohmann::json time_json(const SearchEntry& e) {
+  if (!e.timed) return nullptr;
+  const auto& t = e.time;
+  const auto& b = t.breakdown;
+  return {{"step_seconds", t.step_seconds}, {"tokens_per_second_per_gpu", t.tokens_per_second_per_gpu}, {"mfu", t.mfu},
+          {"breakdown", {{"compute", b.compute}, {"recompute", b.recompute}, {"tp_comm", b.tp_comm}, {"ep_comm", b.ep_comm},
+                         {"cp_comm", b.cp_comm}, {"pp_comm", b.pp_comm}, {"dp_comm", b.dp_comm}, {"bubble", b.bubble},
+                         {"optimizer", b.optimizer}}}};
+}
+
+nlohmann::json entry_json(const SearchEntry& e, std::int64_t rank, const std::string& command) {
   const auto& p = e.parallel;
-  return {{"rank", rank},
+  return {{"rank", rank}, {"command", command}, {"time", time_json(e)},
           {"tp", p.tp}, {"pp", p.pp}, {"vpp", p.vpp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp_degree()}, {"dp", p.dp},
           {"sp", p.sp}, {"schedule", name_of(p.schedule)}, {"split", e.split_name},
           {"micro_batch", e.training.micro_batch}, {"zero", e.training.zero},
@@ -33,7 +44,7 @@ nlohmann::json entry_json(const SearchEntry& e, std::int64_t rank) {
                     {"communication", e.cost.communication}}}};
 }
 
-void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable) {
+void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable, bool timed) {
   const auto& p = e.parallel;
   std::vector<Cell> row;
   row.emplace_back(rank);
@@ -48,22 +59,88 @@ void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable) {
   row.emplace_back(e.peak_stage);
   const double margin = (static_cast<double>(usable.value()) - static_cast<double>(e.peak.value())) / kBytesPerGiB;
   row.emplace_back(fmt::format("{:+.2f}", margin));
-  row.emplace_back(fmt::format("{:.3f} ({:.3f}/{:.3f}/{:.3f})", e.cost.total(), e.cost.bubble, e.cost.recompute,
-                               e.cost.communication));
+  if (timed) {
+    row.emplace_back(e.timed ? fmt::format("{:.0f}", e.time.tokens_per_second_per_gpu) : std::string("-"));
+    row.emplace_back(e.timed ? fmt::format("{:.1f}%", 100 * e.time.mfu) : std::string("-"));
+  } else {
+    row.emplace_back(fmt::format("{:.3f} ({:.3f}/{:.3f}/{:.3f})", e.cost.total(), e.cost.bubble, e.cost.recompute,
+                                 e.cost.communication));
+  }
   t.rows.push_back(std::move(row));
 }
 
-Table entries_table(const std::string& title, const std::vector<SearchEntry>& entries, std::int64_t top, Bytes usable) {
+Table entries_table(const std::string& title, const std::vector<SearchEntry>& entries, std::int64_t top, Bytes usable,
+                    bool timed) {
   Table t;
   t.title = title;
-  t.columns = {"#", "layout", "schedule", "split", "mb", "optimizer", "recompute", "peak", "stage", "margin GiB",
-               "cost (bubble/recompute/comm)"};
+  t.columns = {"#", "layout", "schedule", "split", "mb", "optimizer", "recompute", "peak", "stage", "margin GiB"};
+  if (timed) {
+    t.columns.emplace_back("tok/s/GPU");
+    t.columns.emplace_back("MFU");
+  } else {
+    t.columns.emplace_back("cost (bubble/recompute/comm)");
+  }
   std::int64_t rank = 0;
   for (const auto& e : entries) {
     if (++rank > top) break;
-    add_row(t, e, rank, usable);
+    add_row(t, e, rank, usable, timed);
   }
   return t;
+}
+
+// The flags analyze needs to reproduce a result's pipeline split: none for the even split (the
+// default), else a --pipeline-model-parallel-layout string of the chunks (it holds under VPP
+// and DualPipe, where --decoder-first/last-pipeline-num-layers do not).
+std::string split_flags(const ModelSpec& m, const SearchEntry& e) {
+  if (e.split_name == "even") return "";
+  const Layout layout = resolve_layout(m, e.parallel);
+  std::string text;
+  for (std::size_t i = 0; i < layout.chunks.size(); ++i) {
+    const Chunk& c = layout.chunks[i];
+    if (i > 0) text += '|';
+    if (c.embedding) text += 'E';
+    text.append(static_cast<std::size_t>(c.num_layers), 't');
+    text.append(static_cast<std::size_t>(c.mtp_depths), 'm');
+    if (c.loss) text += 'L';
+  }
+  return fmt::format(" --pipeline-model-parallel-layout '{}'", text);
+}
+
+// The analyze flags of one result: the settings search was given, then the layout's.
+std::string entry_command(const std::string& base, const ModelSpec& m, const SearchEntry& e) {
+  const auto& p = e.parallel;
+  std::string cmd = fmt::format("{} --tp {} --pp {} --dp {} --cp {} --ep {} --etp {}{}", base, p.tp, p.pp, p.dp, p.cp, p.ep,
+                                p.etp_degree(), p.sp ? " --sp" : "");
+  if (p.vpp > 1) cmd += fmt::format(" --vpp {}", p.vpp);
+  cmd += fmt::format(" --schedule {}{} --micro-batch {} --zero {}", name_of(p.schedule), split_flags(m, e), e.training.micro_batch,
+                     e.training.zero);
+  if (e.training.recompute == Recompute::selective) cmd += " --recompute selective --recompute-modules " + e.recompute_name;
+  else cmd += fmt::format(" --recompute {}", name_of(e.training.recompute));
+  return cmd;
+}
+
+// The Megatron-LM launch flags of a result's layout, batch, optimizer sharding and recomputation
+// (the names megatron_args.cpp reads back), or "" where Megatron has no such schedule (DualPipe,
+// DualPipeV, ZB-H1) or the profile is not Megatron's. Model and precision flags are not included.
+std::string megatron_command(const ModelSpec& m, const SearchEntry& e, std::int64_t seq_len, std::string_view profile) {
+  const auto& p = e.parallel;
+  if (profile != "megatron" || (p.schedule != Schedule::one_f_one_b && p.schedule != Schedule::interleaved)) return "";
+  std::string cmd = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {} --context-parallel-size {} "
+                                "--expert-model-parallel-size {} --expert-tensor-parallel-size {}",
+                                p.tp, p.pp, p.cp, p.ep, p.etp_degree());
+  if (p.vpp > 1) cmd += fmt::format(" --num-virtual-stages-per-pipeline-rank {}", p.vpp);
+  if (p.sp) cmd += " --sequence-parallel";
+  cmd += split_flags(m, e);
+  cmd += fmt::format(" --micro-batch-size {} --global-batch-size {} --seq-length {}", e.training.micro_batch,
+                     e.training.global_batch.value_or(0), seq_len);
+  if (e.training.zero == 1) cmd += " --use-distributed-optimizer";
+  if (e.training.recompute == Recompute::full) cmd += " --recompute-granularity full";
+  if (e.training.recompute == Recompute::selective) {
+    std::string modules = e.recompute_name;
+    std::replace(modules.begin(), modules.end(), ',', ' ');
+    cmd += " --recompute-granularity selective --recompute-modules " + modules;
+  }
+  return cmd;
 }
 
 }  // namespace
@@ -88,6 +165,8 @@ void SearchCommand::setup(CLI::App& root) {
   app->add_option("--attention", training.numerics.attention, "flash|eager");
   app->add_option("--moe-imbalance", training.moe.moe_imbalance, "Hottest expert rank's tokens, times the average");
   app->add_option("--moe-token-dispatcher", training.moe.dispatcher, "alltoall|deepep")->capture_default_str();
+  app->add_flag("--overlap-moe-expert-parallel-comm", training.moe.ep_overlap,
+                "EP all-to-all overlapped with another micro-batch's compute (Megatron's 1F1B A2A overlap)");
   app->add_option("--max-memory-fraction", max_memory_fraction, "Usable share of GPU memory (headroom)")
       ->capture_default_str();
   add_int(*app, "--gpus-per-node", gpus_per_node, "GPUs per node (TP/EP beyond it cross nodes)");
@@ -117,6 +196,29 @@ void SearchCommand::setup(CLI::App& root) {
 }
 
 namespace {
+
+// The settings search was given that analyze takes as they are (not searched over).
+std::string base_flags(const SearchCommand& c) {
+  const auto& t = c.training;
+  std::string out = fmt::format("--model {}", c.model.model);
+  if (c.model.mtp) out += fmt::format(" --mtp {}", *c.model.mtp);
+  out += fmt::format(" --profile {} --seq-len {}", t.profile, t.batch.seq_len);
+  if (t.batch.global_batch) out += fmt::format(" --global-batch {}", *t.batch.global_batch);
+  for (const auto& [flag, value] : {std::pair{"--gpu", &t.gpu.gpu}, std::pair{"--gpu-memory", &t.gpu.gpu_memory},
+                                    std::pair{"--main-grads-dtype", &t.states.main_grads_dtype},
+                                    std::pair{"--main-params-dtype", &t.states.main_params_dtype},
+                                    std::pair{"--exp-avg-dtype", &t.states.exp_avg_dtype},
+                                    std::pair{"--exp-avg-sq-dtype", &t.states.exp_avg_sq_dtype},
+                                    std::pair{"--params-dtype", &t.states.params_dtype}, std::pair{"--fp8", &t.numerics.fp8},
+                                    std::pair{"--recipe", &t.numerics.recipe}, std::pair{"--recipe-off", &t.numerics.recipe_off},
+                                    std::pair{"--attention", &t.numerics.attention},
+                                    std::pair{"--moe-imbalance", &t.moe.moe_imbalance}}) {
+    if (!value->empty()) out += fmt::format(" {} {}", flag, *value);
+  }
+  if (t.moe.dispatcher != "alltoall") out += " --moe-token-dispatcher " + t.moe.dispatcher;
+  if (t.moe.ep_overlap) out += " --overlap-moe-expert-parallel-comm";
+  return out;
+}
 
 // The flags that need no model, in the order they are checked.
 void check_flags(const SearchCommand& c) {
@@ -151,6 +253,13 @@ struct RunInfo {
   const SearchSpace& space;
   int threads = 1;
   std::vector<std::string> warnings;  // config keys not understood
+  std::string base;                   // base_flags: each result's command starts with them
+  [[nodiscard]] std::string command(const SearchEntry& e) const { return entry_command(base, model, e); }
+  [[nodiscard]] nlohmann::json megatron(const SearchEntry& e) const {
+    const std::string m = megatron_command(model, e, space.base.seq_len, profile.name);
+    return m.empty() ? nlohmann::json() : nlohmann::json(m);
+  }
+  [[nodiscard]] bool timed() const { return space.perf.has_value(); }
 };
 
 std::string summary_line(const SearchResult& r, const RunInfo& run) {
@@ -166,12 +275,14 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
   std::int64_t rank = 0;
   for (const auto& e : r.feasible) {
     if (++rank > top) break;
-    if (lines) out << json_text(entry_json(e, rank)) << "\n";
-    else feasible.push_back(entry_json(e, rank));
+    auto j = entry_json(e, rank, run.command(e));
+    j["megatron_command"] = run.megatron(e);
+    if (lines) out << json_text(j) << "\n";
+    else feasible.push_back(std::move(j));
   }
-  for (const auto& e : r.pareto) pareto.push_back(entry_json(e, 0));
+  for (const auto& e : r.pareto) pareto.push_back(entry_json(e, 0, run.command(e)));
   for (const auto& e : r.infeasible) {
-    auto j = entry_json(e, 0);
+    auto j = entry_json(e, 0, run.command(e));
     j["short_bytes"] = e.peak.value() - r.usable.value();
     misses.push_back(j);
   }
@@ -191,25 +302,32 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
 
 // csv: the layouts that fit on `out`, the summary on `err`.
 void print_csv(const SearchResult& r, const RunInfo& run, std::int64_t top, std::ostream& out, std::ostream& err) {
-  render(entries_table("", r.feasible, top, r.usable), Format::csv, out);
+  render(entries_table("", r.feasible, top, r.usable, run.timed()), Format::csv, out);
   err << summary_line(r, run) << "\n";
 }
 
 void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, std::ostream& out) {
   out << fmt::format("moemem search: {} on {} x {} (profile {}); peak and margin in GiB (2^30 bytes)\n{}\n\n", run.model.name, run.space.gpus, run.gpu.name, run.profile.name, summary_line(r, run));
   if (!r.feasible.empty()) {
-    render(entries_table(fmt::format("Best {} of {} layouts that fit, by estimated overhead", std::min<std::int64_t>(top, r.feasible_count), r.feasible_count),
-                         r.feasible, top, r.usable),
+    const char* by = run.timed() ? "estimated tokens/s per GPU" : "estimated overhead";
+    render(entries_table(fmt::format("Best {} of {} layouts that fit, by {}", std::min<std::int64_t>(top, static_cast<std::int64_t>(r.feasible.size())), r.feasible_count, by),
+                         r.feasible, top, r.usable, run.timed()),
            Format::table, out);
-    render(entries_table("Pareto front (peak memory vs estimated overhead)", r.pareto, top, r.usable), Format::table, out);
+    if (!r.feasible.empty()) out << "#1 as analyze flags: moemem analyze " << run.command(r.feasible.front()) << "\n\n";
+    render(entries_table(fmt::format("Pareto front (peak memory vs {})", by), r.pareto, top, r.usable, run.timed()), Format::table, out);
   } else {
     out << "No layout fits.\n\n";
   }
   if (!r.infeasible.empty()) {
-    render(entries_table("Nearest layouts that do not fit (negative margin: short by)", r.infeasible, top, r.usable),
+    render(entries_table("Nearest layouts that do not fit (negative margin: short by)", r.infeasible, top, r.usable, run.timed()),
            Format::table, out);
   }
-  out << "cost = pipeline bubble + recomputation + inter-node communication, as fractions of compute (docs/formulas.md)\n";
+  if (run.timed()) {
+    out << "tokens/s per GPU and MFU: the step-time model (docs/formulas.md, \"Step time\"); one entry per plan "
+           "(degrees, schedule, micro-batch, recomputation), its fastest split and optimizer sharding\n";
+  } else {
+    out << "cost = pipeline bubble + recomputation + inter-node communication, as fractions of compute (docs/formulas.md)\n";
+  }
 }
 
 }  // namespace
@@ -232,6 +350,8 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   space.capacity = gpu->capacity;
   space.max_memory_fraction = parse_double(max_memory_fraction, "--max-memory-fraction");
   space.gpus_per_node = gpus_per_node;
+  // A named GPU (not only --gpu-memory) has the figures the step-time model needs.
+  if (!training.gpu.gpu.empty()) space.perf = lookup_gpu_perf(training.gpu.gpu);
   space.base = to_training(training, profile);
   space.tp_max = tp_max;
   space.pp_max = pp_max;
@@ -282,7 +402,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   // Progress is for a person watching: on the process's stderr when it is a terminal, unless --quiet.
   const bool show = app->count("--quiet") == 0 && &err == &std::cerr && isatty(STDERR_FILENO) == 1;
   const SearchResult r = search_with_progress(cm, space, n_threads, top, show, err);
-  const RunInfo run{m, *gpu, profile, space, n_threads, warnings};
+  const RunInfo run{m, *gpu, profile, space, n_threads, warnings, base_flags(*this)};
   if (format == "html") {
     // The page is drawn from the JSON document itself, so it shows exactly its numbers.
     std::ostringstream doc;

@@ -110,6 +110,8 @@ void ValidateCommand::setup(CLI::App& root) {
   app->add_option("--min-mean-error", min_mean_error, "Smallest mean signed error of all records, percent (negative: predictions low)")
       ->capture_default_str();
   app->add_option("--format", format, "table|json")->capture_default_str();
+  app->add_flag("--throughput", throughput, "The step-time model against published throughput (tokens/s per GPU); "
+                                            "thresholds median 15%, max 30% unless given");
 }
 
 namespace {
@@ -200,6 +202,7 @@ void print_tables(const std::vector<ValidationResult>& results, const std::vecto
 }  // namespace
 
 int ValidateCommand::run(std::ostream& out, std::ostream& err) const {
+  if (throughput) return validate_throughput(*this, out, err);
   if (format != "table" && format != "json") throw InputError("--format", format, "table or json");
   const Confidence min = parse_confidence(min_confidence, "--min-confidence");
   const Thresholds t{parse_double(max_median_error, "--max-median-error"), parse_double(max_error, "--max-error"),

@@ -1,0 +1,119 @@
+// The step-time model (src/step_time.cpp): the schedules' bubbles, the GPU table, the model FLOPs
+// of a dense model by hand, and the directions every setting must move the estimate in.
+#include <gtest/gtest.h>
+
+#include "moemem/config.hpp"
+#include "moemem/profile.hpp"
+#include "moemem/step_time.hpp"
+
+namespace {
+
+using namespace moemem;
+
+ParallelConfig pipeline(std::int64_t pp, Schedule s, std::int64_t vpp = 1) {
+  ParallelConfig p;
+  p.pp = pp;
+  p.schedule = s;
+  p.vpp = vpp;
+  return p;
+}
+
+TEST(StepTime, BubbleOfEachSchedule) {
+  // Narayanan et al. 2021: (p-1)/m for 1F1B and GPipe, (p-1)/(v m) interleaved; ZB-H1 a third of
+  // 1F1B; DualPipe (p-2)/(3m); DualPipeV (p-1)/(6m).
+  EXPECT_DOUBLE_EQ(bubble_fraction(pipeline(4, Schedule::one_f_one_b), 8), 3.0 / 8);
+  EXPECT_DOUBLE_EQ(bubble_fraction(pipeline(4, Schedule::gpipe), 8), 3.0 / 8);
+  EXPECT_DOUBLE_EQ(bubble_fraction(pipeline(4, Schedule::interleaved, 2), 8), 3.0 / 16);
+  EXPECT_DOUBLE_EQ(bubble_fraction(pipeline(4, Schedule::zb_h1), 3), 3.0 / 9);
+  EXPECT_DOUBLE_EQ(bubble_fraction(pipeline(8, Schedule::dualpipe), 12), 6.0 / 36);
+  EXPECT_DOUBLE_EQ(bubble_fraction(pipeline(4, Schedule::dualpipev), 6), 3.0 / 36);
+  EXPECT_DOUBLE_EQ(bubble_fraction(pipeline(1, Schedule::one_f_one_b), 8), 0.0);
+}
+
+TEST(StepTime, GpuTableFromDatasheets) {
+  const GpuPerf h800 = lookup_gpu_perf("h800-80g");
+  EXPECT_DOUBLE_EQ(h800.bf16_flops, 989.4e12);       // H100/H800 SXM5 dense BF16
+  EXPECT_DOUBLE_EQ(h800.fp8_flops, 1978.9e12);       // dense FP8
+  EXPECT_DOUBLE_EQ(h800.nvlink_bytes_per_s, 200e9);  // 400 GB/s both ways
+  EXPECT_DOUBLE_EQ(lookup_gpu_perf("h100-80g").nvlink_bytes_per_s, 450e9);
+  EXPECT_DOUBLE_EQ(lookup_gpu_perf("a100-80g").network_bytes_per_s, 25e9);  // 200 Gb/s HDR per GPU
+  try {
+    (void)lookup_gpu_perf("v100");
+    FAIL() << "v100 accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "--gpu");
+  }
+}
+
+struct Llama8B {
+  ModelSpec model = load_model("llama-3.1-8b");
+  Inventory inventory = build_inventory(model);
+  CompiledModel cm = compile_model(model, inventory, megatron_profile());
+  StepTimeModel sm = make_step_time_model(cm);
+  TrainingConfig t;
+  Llama8B() {
+    t.precision = megatron_profile().default_precision;
+    t.seq_len = 8192;
+    t.micro_batch = 1;
+    t.global_batch = 64;
+  }
+  StepTime at(const ParallelConfig& p, const TrainingConfig& tc, std::int64_t gpus_per_node = 8) const {
+    GpuPerf gpu = lookup_gpu_perf("h100-80g");
+    gpu.gpus_per_node = gpus_per_node;
+    return estimate_step_time(sm, resolve_layout(model, p), tc, gpu);
+  }
+};
+
+TEST(StepTime, ModelFlopsOfLlama8BByHand) {
+  // Llama 3.1 8B (h 4096, 32 layers, 32 heads, 8 KV heads of 128, FFN 14336, vocabulary 128256).
+  // GEMM parameters a token passes: per layer q 4096^2 = 16,777,216, k and v 4096 x 1024 =
+  // 4,194,304 each, o 16,777,216, MLP 3 x 4096 x 14336 = 176,160,768: 218,103,808; x 32 =
+  // 6,979,321,856; head 4096 x 128256 = 525,336,576; sum 7,504,658,432, x 2 = 15,009,316,864.
+  // Causal attention at s = 8192: 2 s heads (128 + 128) = 134,217,728 per layer, x 32 =
+  // 4,294,967,296. Forward 19,304,284,160; forward + backward x 3 = 57,912,852,480.
+  const Llama8B f;
+  ParallelConfig p;
+  p.dp = 8;
+  EXPECT_NEAR(f.at(p, f.t).model_flops_per_token, 57912852480.0, 1.0);
+}
+
+TEST(StepTime, EachSettingMovesTheEstimateTheRightWay) {
+  const Llama8B f;
+  ParallelConfig p;
+  p.pp = 4;
+  p.dp = 2;
+  const double base = f.at(p, f.t).step_seconds;
+  TrainingConfig full = f.t;
+  full.recompute = Recompute::full;
+  EXPECT_GT(f.at(p, full).step_seconds, base);  // the recomputed forward
+  TrainingConfig fp8 = f.t;
+  fp8.fp8 = Fp8Recipe::tensorwise;
+  EXPECT_LT(f.at(p, fp8).step_seconds, base);  // FP8 GEMMs
+  ParallelConfig inter = p;
+  inter.vpp = 2;
+  inter.schedule = Schedule::interleaved;
+  EXPECT_LT(f.at(inter, f.t).breakdown.bubble, f.at(p, f.t).breakdown.bubble);  // half the bubble
+  TrainingConfig more = f.t;
+  more.global_batch = 256;  // more micro-batches: the bubble is a smaller share
+  EXPECT_LT(f.at(p, more).bubble_fraction, f.at(p, f.t).bubble_fraction);
+  // TP8 across nodes of 4 GPUs pays the network (50 GB/s) for what NVLink (450 GB/s) carried.
+  ParallelConfig tp8;
+  tp8.tp = 8;
+  tp8.sp = true;
+  tp8.dp = 2;
+  EXPECT_GT(f.at(tp8, f.t, 4).breakdown.tp_comm, 5 * f.at(tp8, f.t, 8).breakdown.tp_comm);
+}
+
+TEST(StepTime, NeedsTheGlobalBatch) {
+  const Llama8B f;
+  TrainingConfig t = f.t;
+  t.global_batch.reset();
+  try {
+    (void)f.at(ParallelConfig{}, t);
+    FAIL() << "no global batch accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "--global-batch");
+  }
+}
+
+}  // namespace
