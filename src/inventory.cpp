@@ -68,9 +68,9 @@ struct Builder {
       if (m.qkv_bias) add(p + "self_attn.v_proj.bias", "", Role::v_bias, pl, layer, kv, 1);
       add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, hd, "heads x head_dim"));
       if (m.o_bias) add(p + "self_attn.o_proj.bias", "", Role::o_bias, pl, layer, h, 1);
-      if (m.qk_norm) {
-        add(p + "self_attn.q_norm.weight", "", Role::q_norm, pl, layer, hd, 1);
-        add(p + "self_attn.k_norm.weight", "", Role::k_norm, pl, layer, hd, 1);
+      if (m.qk_norm) {  // per head (Qwen3, GLM), or over the whole projection (OLMoE)
+        add(p + "self_attn.q_norm.weight", "", Role::q_norm, pl, layer, m.qk_norm_full_width ? dim(nh, hd, "heads x head_dim") : hd, 1);
+        add(p + "self_attn.k_norm.weight", "", Role::k_norm, pl, layer, m.qk_norm_full_width ? kv : hd, 1);
       }
       // gpt-oss (transformers GptOssAttention.sinks): one logit per head added to the softmax.
       if (m.attention_sinks) add(p + "self_attn.sinks", "", Role::attn_sink, pl, layer, nh, 1);

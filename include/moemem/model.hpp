@@ -63,6 +63,9 @@ struct ModelSpec {
   std::int64_t learned_positions = 0;  // rows of a learned absolute position table, 0: none (RoPE)
   std::int64_t mtp_layers = 0;         // DeepSeek-V3 multi-token prediction depth
   bool tie_embeddings = false;
+  // OLMoE (transformers OlmoeAttention): the q/k RMSNorms span the whole projection, one weight
+  // per query channel (heads x head_dim) and per key channel (kv heads x head_dim), not per head.
+  bool qk_norm_full_width = false;
   // Config keys that were present but are not understood; reported, never silently dropped.
   std::vector<std::string> unrecognised_keys;
 

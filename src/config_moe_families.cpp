@@ -1,0 +1,54 @@
+// Readers for MoE families added with issue 14 whose tensors are those of families moemem
+// already builds, arranged differently: OLMoE and dots.llm1. Each names the Hugging Face
+// modelling file it follows; src/config.cpp dispatches on model_type.
+#include <fmt/format.h>
+
+#include "config_internal.hpp"
+#include "moemem/errors.hpp"
+
+namespace moemem::config_detail {
+
+using nlohmann::json;
+
+// OLMoE (transformers models/olmoe/modeling_olmoe.py). OlmoeAttention: q, k, v, o projections
+// with head_dim = hidden_size / num_attention_heads (no head_dim key), biases on all four when
+// attention_bias, and q_norm / k_norm RMSNorms over the whole projection (hidden_size weights for
+// q, num_key_value_heads x head_dim for k), not per head. OlmoeSparseMoeBlock in every layer:
+// gate (num_experts x hidden, no bias) and num_experts SwiGLU experts of intermediate_size; no
+// shared expert. clip_qkv clamps q, k, v in place and adds nothing.
+void parse_olmoe(const json& j, const std::string& source, ModelSpec& m, Keys& used) {
+  parse_gqa_common(j, source, m, used);
+  for (const char* k : {"attention_bias", "num_experts", "num_experts_per_tok", "clip_qkv"}) used.insert(k);
+  if (m.head_dim * m.num_heads != m.hidden) {
+    throw InputError(source_field(source, "head_dim"), std::to_string(m.head_dim),
+                     fmt::format("absent or hidden_size / num_attention_heads ({}): OlmoeAttention derives it so",
+                                 m.hidden / m.num_heads));
+  }
+  m.naming = NamingStyle::qwen_moe;  // mlp.gate, mlp.experts.<e>.{gate,up,down}_proj
+  m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);
+  m.qk_norm = m.qk_norm_full_width = true;
+  m.moe.num_routed_experts = get_int(j, "num_experts", source, std::nullopt, 1, kMaxCount);
+  m.moe.top_k = get_int(j, "num_experts_per_tok", source);
+  m.moe.expert_ffn = m.dense_ffn;
+  m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::moe);
+}
+
+// dots.llm1 (transformers models/dots1/modular_dots1.py): Qwen3's attention (q, k, v, o with
+// attention_bias on all four, per-head q/k RMSNorm) with DeepSeek-V3's MLP and MoE: the first
+// first_k_dense_replace layers dense (intermediate_size), then n_routed_experts experts of
+// moe_intermediate_size, one fused shared MLP of n_shared_experts x moe_intermediate_size, and
+// DeepseekV3TopkRouter's e_score_correction_bias per expert (always present). No MTP layers.
+void parse_dots1(const json& j, const std::string& source, ModelSpec& m, Keys& used) {
+  parse_gqa_common(j, source, m, used);
+  for (const char* k : {"attention_bias", "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+                        "moe_intermediate_size", "first_k_dense_replace", "moe_layer_freq", "topk_method"}) {
+    used.insert(k);
+  }
+  m.naming = NamingStyle::deepseek;
+  m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);
+  m.qk_norm = true;
+  parse_deepseek_moe(j, source, m);
+  m.moe.router_bias = m.is_moe();
+}
+
+}  // namespace moemem::config_detail
