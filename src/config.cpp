@@ -378,6 +378,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_olmoe(j, source, m, used);
   } else if (m.model_type == "dots1") {
     parse_dots1(j, source, m, used);
+  } else if (m.model_type == "ernie4_5_moe") {
+    parse_ernie4_5_moe(j, source, m, used);
   } else if (m.model_type == "llama" || m.model_type == "mistral") {
     parse_llama(j, source, m, used);
   } else if (m.model_type == "mixtral") {
@@ -453,8 +455,8 @@ ModelSpec load_model(const std::string& name_or_path) {
 void set_mtp_layers(ModelSpec& m, std::optional<std::int64_t> mtp) {
   if (!mtp) return;
   if (*mtp < 0 || *mtp > 16) throw InputError("--mtp", std::to_string(*mtp), "an integer from 0 to 16");
-  // DeepSeek-V3's MTP module; GLM-4.5 stores the same module (parse_glm4_moe).
-  if (*mtp > 0 && m.attention != AttentionKind::mla && m.model_type != "glm4_moe") {
+  // DeepSeek-V3's MTP module; GLM-4.5 stores the same module (parse_glm4_moe), ERNIE-4.5 its own.
+  if (*mtp > 0 && m.attention != AttentionKind::mla && m.model_type != "glm4_moe" && m.model_type != "ernie4_5_moe") {
     throw InputError("--mtp", std::to_string(*mtp), "0 for models without DeepSeek-style MTP modules");
   }
   m.mtp_layers = *mtp;

@@ -42,5 +42,6 @@ void parse_gqa_common(const nlohmann::json& j, const std::string& source, ModelS
 // Family readers in src/config_moe_families.cpp.
 void parse_olmoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_dots1(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_ernie4_5_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
 }  // namespace moemem::config_detail

@@ -25,6 +25,7 @@ const std::vector<PresetSource>& preset_sources() {
       {"deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite"},
       {"deepseek-v3", "deepseek-ai/DeepSeek-V3"},
       {"dots-llm1", "rednote-hilab/dots.llm1.base"},
+      {"ernie-4.5-21b-a3b", "baidu/ERNIE-4.5-21B-A3B-PT"},
       {"glm-4.5", "zai-org/GLM-4.5"},
       {"glm-4.5-air", "zai-org/GLM-4.5-Air"},
       {"gpt-oss-120b", "openai/gpt-oss-120b"},

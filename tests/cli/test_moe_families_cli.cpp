@@ -1,4 +1,4 @@
-// Issue 14: the MoE families added after GLM-4.5 and gpt-oss (OLMoE, dots.llm1) analyse under
+// Issue 14: the MoE families added after GLM-4.5 and gpt-oss (OLMoE, dots.llm1, ERNIE-4.5) analyse under
 // the megatron profile, by preset name and by Hugging Face repository id, and torchtitan, which
 // moemem models for dense Llama-style decoders only, refuses them by name.
 #include <string>
@@ -43,6 +43,22 @@ TEST(MoeFamiliesCli, ModelsListsThem) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("allenai/OLMoE-1B-7B-0924"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rednote-hilab/dots.llm1.base"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("baidu/ERNIE-4.5-21B-A3B-PT"), std::string::npos) << r.out;
+}
+
+// ERNIE-4.5 with its dense MTP layer on the last stage.
+TEST(MoeFamiliesCli, ErnieAnalysesUnderMegatronWithItsMtpLayer) {
+  const auto r = run_cli({"analyze", "--model", "baidu/ERNIE-4.5-21B-A3B-PT", "--profile", "megatron", "--tp", "2", "--ep", "8",
+                          "--pp", "2", "--dp", "8", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto explain = run_cli({"explain", "--model", "ernie-4.5-21b-a3b", "--profile", "megatron", "--tp", "2", "--ep", "8",
+                                "--pp", "2", "--dp", "8", "--stage", "1"});
+  ASSERT_EQ(explain.code, 0) << explain.err;
+  EXPECT_NE(explain.out.find("mtp_eh_proj"), std::string::npos) << explain.out;
+  const auto no_mtp = run_cli({"analyze", "--model", "ernie-4.5-21b-a3b", "--profile", "megatron", "--mtp", "0", "--tp", "2",
+                               "--ep", "8", "--pp", "2", "--dp", "8"});
+  EXPECT_EQ(no_mtp.code, 0) << no_mtp.err;
+  EXPECT_EQ(run_cli({"analyze", "--model", "ernie-4.5-21b-a3b", "--profile", "torchtitan"}).code, 2);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Model types added with issue 14 beyond GLM-4.5 and gpt-oss (OLMoE, dots.llm1), each read from a
+// Model types added with issue 14 beyond GLM-4.5 and gpt-oss (OLMoE, dots.llm1, ERNIE-4.5), each read from a
 // published config.json under tests/data/configs (provenance: data/models/SOURCES.md), with its
 // exact total and per-module totals by hand against the published figure.
 #include <algorithm>
@@ -124,6 +124,52 @@ TEST(MoeFamilies, Dots1ByHand) {
   EXPECT_LT(inv.total().value(), 143000000000u);
   // Active: 6 of 128 experts per MoE layer: 142,774,381,696 - 61 x 122 x 3 x 4096 x 1408.
   EXPECT_EQ(active_params(inv, m).value(), 142774381696ull - 61ull * 122 * 3 * 4096 * 1408);
+}
+
+// ERNIE-4.5-21B-A3B (baidu, -PT): h 2560, 20 heads and 4 KV heads of 128, no biases, layer 0
+// dense (12288), layers 1-27 MoE (64 experts of 1536, a 64 x 2560 gate with a [1, 64] correction
+// bias, a shared MLP of 2 x 1536), vocab 103424 tied, one MTP layer (emb and hidden norms, a
+// 2560 x 5120 projection and a dense decoder block; embedding, final norm and head shared). No
+// published safetensors total was found: the card says 21B total, 3B activated; by hand 21.95 B
+// with the MTP layer (21.83 B without) and 3.35 B active.
+TEST(MoeFamilies, Ernie45ByHand) {
+  const ModelSpec m = load_model(config_path("ernie-4.5-21b-a3b"));
+  EXPECT_EQ(m.model_type, "ernie4_5_moe");
+  EXPECT_EQ(m.layer_kinds[0], LayerKind::dense);
+  EXPECT_EQ(m.num_moe_layers(), 27);
+  EXPECT_EQ(m.mtp_layers, 1);
+  EXPECT_EQ(m.mtp_kind(), LayerKind::dense);
+  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(tensor(inv, "layers.1.mlp.moe_statics.e_score_correction_bias").rows, 64);
+  EXPECT_EQ(tensor(inv, "layers.1.mlp.shared_experts.gate_proj.weight").rows, 3072);
+  EXPECT_EQ(tensor(inv, "mtp_linear_proj.0.weight").cols, 5120);
+  EXPECT_EQ(tensor(inv, "mtp_block.0.mlp.up_proj.weight").rows, 12288);
+  EXPECT_THROW((void)tensor(inv, "lm_head.weight"), std::runtime_error);  // tied
+  // Per module (28 layers + the MTP block): attention 29 x (2 x 2560 x 2560 + 2 x 512 x 2560)
+  // = 456,130,560; norms 29 x 2 x 2560 = 148,480; dense MLP 2 x 3 x 2560 x 12288 = 188,743,680;
+  // router 27 x (64 x 2560 + 64) = 4,425,408; experts 27 x 64 x 3 x 2560 x 1536
+  // = 20,384,317,440; shared 27 x 3 x 2560 x 3072 = 637,009,920; embedding 103424 x 2560
+  // = 264,765,440; head: the final norm, 2560; MTP 2 x 2560 + 2560 x 5120 = 13,112,320.
+  EXPECT_EQ(module_total(inv, Module::attention), 456130560u);
+  EXPECT_EQ(module_total(inv, Module::norms), 148480u);
+  EXPECT_EQ(module_total(inv, Module::dense_mlp), 188743680u);
+  EXPECT_EQ(module_total(inv, Module::router), 4425408u);
+  EXPECT_EQ(module_total(inv, Module::routed_experts), 20384317440u);
+  EXPECT_EQ(module_total(inv, Module::shared_experts), 637009920u);
+  EXPECT_EQ(module_total(inv, Module::embedding), 264765440u);
+  EXPECT_EQ(module_total(inv, Module::output_head), 2560u);
+  EXPECT_EQ(module_total(inv, Module::mtp), 13112320u);
+  EXPECT_EQ(inv.total().value(), 21948655808u);
+  // Without the MTP layer: 15,728,640 + 5,120 + 94,371,840 + 13,112,320 = 123,217,920 fewer.
+  nlohmann::json c = nlohmann::json::parse(text_of(config_path("ernie-4.5-21b-a3b")));
+  c["num_nextn_predict_layers"] = 0;
+  EXPECT_EQ(build_inventory(parse_hf_config(c.dump(), "e.json")).total().value(), 21825437888u);
+  // moe_layer_end_index -1 is the last layer; an interval of 2 keeps layers 1, 3, ..., 27.
+  c["moe_layer_end_index"] = -1;
+  c["moe_layer_interval"] = 2;
+  EXPECT_EQ(parse_hf_config(c.dump(), "e.json").num_moe_layers(), 14);
+  c["use_bias"] = true;  // biases on every projection, not modelled: refused by name
+  expect_error(c.dump(), "use_bias");
 }
 
 }  // namespace
