@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "config_internal.hpp"
 #include "config_keys.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
@@ -22,10 +23,6 @@ namespace moemem {
 namespace {
 
 using nlohmann::json;
-
-// Sizes in a config beyond this are refused: 2^31 is larger than any real dimension and keeps
-// every product of a few of them far from 64-bit overflow.
-constexpr std::int64_t kMaxDim = std::int64_t{1} << 31;
 
 // Keys that describe the model but do not change how much memory training needs. Keys that add
 // or reshape tensors are never here: config_keys.cpp refuses them where a family does not read
@@ -43,17 +40,16 @@ const std::set<std::string, std::less<>> kNoMemoryEffect = {
     "_name_or_path", "layer_types", "attn_implementation", "rope_type", "partial_rotary_factor",
     "moe_router_dtype", "router_jitter_noise", "num_nextn_predict_layers_note"};
 
+}  // namespace
+
+namespace config_detail {
+
 std::string source_field(const std::string& source, std::string_view key) {
   return fmt::format("{}: {}", source, key);
 }
 
-// Counts (layers, experts) beyond this are refused: far above any real model, and small enough
-// that the inventory (one entry per tensor per layer) stays a few megabytes.
-constexpr std::int64_t kMaxCount = std::int64_t{1} << 16;
-
 std::int64_t get_int(const json& j, std::string_view key, const std::string& source,
-                     std::optional<std::int64_t> fallback = std::nullopt, std::int64_t min = 1,
-                     std::int64_t max = kMaxDim) {
+                     std::optional<std::int64_t> fallback, std::int64_t min, std::int64_t max) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     if (fallback) return *fallback;
@@ -163,6 +159,12 @@ void parse_gqa_common(const json& j, const std::string& source, ModelSpec& m,
   m.dense_ffn = get_int(j, "intermediate_size", source);
   m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
 }
+
+}  // namespace config_detail
+
+namespace {
+
+using namespace config_detail;
 
 void parse_llama(const json& j, const std::string& source, ModelSpec& m, std::set<std::string, std::less<>>& used) {
   parse_gqa_common(j, source, m, used);
@@ -372,6 +374,12 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_glm4_moe(j, source, m, used);
   } else if (m.model_type == "gpt_oss") {
     parse_gpt_oss(j, source, m, used);
+  } else if (m.model_type == "olmoe") {
+    parse_olmoe(j, source, m, used);
+  } else if (m.model_type == "dots1") {
+    parse_dots1(j, source, m, used);
+  } else if (m.model_type == "ernie4_5_moe") {
+    parse_ernie4_5_moe(j, source, m, used);
   } else if (m.model_type == "llama" || m.model_type == "mistral") {
     parse_llama(j, source, m, used);
   } else if (m.model_type == "mixtral") {
@@ -447,8 +455,8 @@ ModelSpec load_model(const std::string& name_or_path) {
 void set_mtp_layers(ModelSpec& m, std::optional<std::int64_t> mtp) {
   if (!mtp) return;
   if (*mtp < 0 || *mtp > 16) throw InputError("--mtp", std::to_string(*mtp), "an integer from 0 to 16");
-  // DeepSeek-V3's MTP module; GLM-4.5 stores the same module (parse_glm4_moe).
-  if (*mtp > 0 && m.attention != AttentionKind::mla && m.model_type != "glm4_moe") {
+  // DeepSeek-V3's MTP module; GLM-4.5 stores the same module (parse_glm4_moe), ERNIE-4.5 its own.
+  if (*mtp > 0 && m.attention != AttentionKind::mla && m.model_type != "glm4_moe" && m.model_type != "ernie4_5_moe") {
     throw InputError("--mtp", std::to_string(*mtp), "0 for models without DeepSeek-style MTP modules");
   }
   m.mtp_layers = *mtp;

@@ -68,9 +68,9 @@ struct Builder {
       if (m.qkv_bias) add(p + "self_attn.v_proj.bias", "", Role::v_bias, pl, layer, kv, 1);
       add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, hd, "heads x head_dim"));
       if (m.o_bias) add(p + "self_attn.o_proj.bias", "", Role::o_bias, pl, layer, h, 1);
-      if (m.qk_norm) {
-        add(p + "self_attn.q_norm.weight", "", Role::q_norm, pl, layer, hd, 1);
-        add(p + "self_attn.k_norm.weight", "", Role::k_norm, pl, layer, hd, 1);
+      if (m.qk_norm) {  // per head (Qwen3, GLM), or over the whole projection (OLMoE)
+        add(p + "self_attn.q_norm.weight", "", Role::q_norm, pl, layer, m.qk_norm_full_width ? dim(nh, hd, "heads x head_dim") : hd, 1);
+        add(p + "self_attn.k_norm.weight", "", Role::k_norm, pl, layer, m.qk_norm_full_width ? kv : hd, 1);
       }
       // gpt-oss (transformers GptOssAttention.sinks): one logit per head added to the softmax.
       if (m.attention_sinks) add(p + "self_attn.sinks", "", Role::attn_sink, pl, layer, nh, 1);
@@ -106,8 +106,9 @@ struct Builder {
     const bool mixtral = m.naming == NamingStyle::mixtral;
     const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
     add(moe + "gate.weight", "", Role::router, pl, layer, e.num_routed_experts, h);
-    if (e.router_bias) {
-      add(moe + "gate.e_score_correction_bias", "", Role::router_bias, pl, layer, e.num_routed_experts, 1);
+    if (e.router_bias) {  // ERNIE-4.5 keeps it in Ernie4_5_MoeStatics, shaped [1, experts]
+      add(moe + (m.naming == NamingStyle::ernie ? "moe_statics.e_score_correction_bias" : "gate.e_score_correction_bias"), "",
+          Role::router_bias, pl, layer, e.num_routed_experts, 1);
     }
     const std::int64_t n = e.num_routed_experts, f = e.expert_ffn;
     add(moe + (mixtral ? "experts.*.w1.weight" : "experts.*.gate_proj.weight"), "", Role::expert_gate, pl, layer, f, h, n);
@@ -144,8 +145,9 @@ struct Builder {
     if (m.norm_bias) add(name + ".bias", "", Role::norm_bias, pl, layer, m.hidden, 1);
   }
 
-  void decoder_layer(std::int64_t i, Placement pl, LayerKind kind) {
-    const std::string p = fmt::format("layers.{}.", i);
+  void decoder_layer(std::int64_t i, Placement pl, LayerKind kind) { decoder_layer(fmt::format("layers.{}.", i), i, pl, kind); }
+
+  void decoder_layer(const std::string& p, std::int64_t i, Placement pl, LayerKind kind) {
     norm(p + "input_layernorm", Role::input_norm, pl, i);
     attention(p, pl, i);
     norm(p + "post_attention_layernorm", Role::post_attn_norm, pl, i);
@@ -321,8 +323,18 @@ Inventory build_inventory(const ModelSpec& m) {
   // DeepSeek-V3 MTP depth k is stored as decoder index num_layers + k: its own norms of the
   // embedding (enorm) and hidden state (hnorm), a 2h -> h projection, a full decoder layer (MoE
   // like the last main layer), a norm before the head, and copies of embedding and head.
-  const LayerKind mtp_kind = m.is_moe() ? LayerKind::moe : LayerKind::dense;
-  for (std::int64_t k = 0; k < m.mtp_layers; ++k) {
+  const LayerKind mtp_kind = m.mtp_kind();
+  for (std::int64_t k = 0; k < m.mtp_layers && m.naming == NamingStyle::ernie; ++k) {
+    // ERNIE-4.5 (sglang models/ernie4_eagle.py, Ernie4ModelMTP; the -PT checkpoints' model.mtp_*
+    // tensors): norms of the embedding and of the hidden state, a 2h -> h projection and a dense
+    // decoder block; the embedding, final norm and head are the main model's.
+    const std::int64_t i = m.num_layers + k;
+    b.add(fmt::format("mtp_emb_norm.{}.weight", k), "", Role::mtp_enorm, Placement::mtp, i, h, 1);
+    b.add(fmt::format("mtp_hidden_norm.{}.weight", k), "", Role::mtp_hnorm, Placement::mtp, i, h, 1);
+    b.add(fmt::format("mtp_linear_proj.{}.weight", k), "", Role::mtp_eh_proj, Placement::mtp, i, h, dim(2, h, "2 x hidden_size"));
+    b.decoder_layer(fmt::format("mtp_block.{}.", k), i, Placement::mtp, mtp_kind);
+  }
+  for (std::int64_t k = 0; k < m.mtp_layers && m.naming != NamingStyle::ernie; ++k) {
     const std::int64_t i = m.num_layers + k;
     const std::string p = fmt::format("layers.{}.", i);
     b.add(p + "embed_tokens.weight", "", Role::mtp_embedding, Placement::mtp, i, m.vocab, h, 1, true);

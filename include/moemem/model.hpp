@@ -36,7 +36,7 @@ struct MoeDims {
 };
 
 // How checkpoint tensor names are spelled (they differ between model families).
-enum class NamingStyle : std::uint8_t { deepseek, llama, mixtral, qwen_moe, gpt_oss };
+enum class NamingStyle : std::uint8_t { deepseek, llama, mixtral, qwen_moe, gpt_oss, ernie };
 
 struct ModelSpec {
   std::string name;        // preset name or the path it was read from
@@ -63,11 +63,18 @@ struct ModelSpec {
   std::int64_t learned_positions = 0;  // rows of a learned absolute position table, 0: none (RoPE)
   std::int64_t mtp_layers = 0;         // DeepSeek-V3 multi-token prediction depth
   bool tie_embeddings = false;
+  // OLMoE (transformers OlmoeAttention): the q/k RMSNorms span the whole projection, one weight
+  // per query channel (heads x head_dim) and per key channel (kv heads x head_dim), not per head.
+  bool qk_norm_full_width = false;
+  // ERNIE-4.5's MTP layers (mtp_block.<k>): a dense decoder layer, whatever the main layers are.
+  bool mtp_dense = false;
   // Config keys that were present but are not understood; reported, never silently dropped.
   std::vector<std::string> unrecognised_keys;
 
   [[nodiscard]] bool is_moe() const { return moe.num_routed_experts > 0; }
   [[nodiscard]] std::int64_t num_moe_layers() const;
+  // The kind of an MTP layer: like the last main layer (DeepSeek-V3, GLM-4.5), or dense (ERNIE).
+  [[nodiscard]] LayerKind mtp_kind() const { return is_moe() && !mtp_dense ? LayerKind::moe : LayerKind::dense; }
 };
 
 // Checks internal consistency (positive sizes, layer kinds sized to the layer count, top-k not

@@ -31,7 +31,7 @@ FullGroups full_groups(const TrainingConfig& t, std::int64_t n) {
 
 ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& ch, const TrainingConfig& t) {
   ChunkLayerCounts c;
-  const LayerKind mtp_kind = m.is_moe() ? LayerKind::moe : LayerKind::dense;
+  const LayerKind mtp_kind = m.mtp_kind();
   const std::int64_t n = ch.num_layers + ch.mtp_depths;
   const FullGroups groups = full_groups(t, n);
   const auto kind_at = [&](std::int64_t l) {
@@ -87,7 +87,7 @@ std::array<KindBytes, 2> kind_bytes(const EvalContext& c) {
 LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const ChunkLayerCounts& counts,
                                const std::array<KindBytes, 2>& kinds) {
   const auto& t = c.t;
-  const LayerKind mtp_kind = c.model.is_moe() ? LayerKind::moe : LayerKind::dense;
+  const LayerKind mtp_kind = c.model.mtp_kind();
   const auto kind_at = [&](std::int64_t l) {
     return l < ch.num_layers ? c.model.layer_kinds[idx(ch.first_layer + l)] : mtp_kind;
   };
@@ -133,7 +133,7 @@ ChunkLayerCounts layer_counts(const EvalContext& c, const Chunk& ch) {
   if (c.t.recompute == Recompute::full) return chunk_layer_counts(c.model, ch, c.t);
   ChunkLayerCounts counts;
   const std::int64_t moe = c.cm.moe_layers_in(ch.first_layer, ch.num_layers);
-  const bool mtp_moe = c.model.is_moe();
+  const bool mtp_moe = c.model.mtp_kind() == LayerKind::moe;
   counts.mode[static_cast<std::size_t>(LayerKind::moe)] = moe + (mtp_moe ? ch.mtp_depths : 0);
   counts.mode[static_cast<std::size_t>(LayerKind::dense)] = ch.num_layers - moe + (mtp_moe ? 0 : ch.mtp_depths);
   return counts;

@@ -428,7 +428,7 @@ LossPeak megatron_loss_peak(const ActivationContext& c) {
 std::optional<InputError> megatron_tp_divisibility(const ModelSpec& m, const ParallelConfig& p) {
   if (p.tp <= 1) return std::nullopt;
   const bool dense_layers = std::find(m.layer_kinds.begin(), m.layer_kinds.end(), LayerKind::dense) != m.layer_kinds.end() ||
-                            (m.mtp_layers > 0 && !m.is_moe());
+                            (m.mtp_layers > 0 && m.mtp_kind() == LayerKind::dense);
   if (dense_layers && m.dense_ffn % p.tp != 0) {
     return InputError("--tp", std::to_string(p.tp),
                       fmt::format("a divisor of the dense MLP's intermediate_size ({}): Megatron-Core splits fc1's output "

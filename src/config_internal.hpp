@@ -1,0 +1,47 @@
+// The config reader's shared pieces (src/config.cpp), for the family readers kept in their own
+// files (src/config_moe_families.cpp): typed key reads with bounds, and the parts several
+// families share (core sizes, grouped-query attention, DeepSeek's MoE layout).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "moemem/model.hpp"
+
+namespace moemem::config_detail {
+
+using Keys = std::set<std::string, std::less<>>;
+
+// Sizes in a config beyond this are refused: 2^31 is larger than any real dimension and keeps
+// every product of a few of them far from 64-bit overflow.
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 31;
+// Counts (layers, experts) beyond this are refused: far above any real model, and small enough
+// that the inventory (one entry per tensor per layer) stays a few megabytes.
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 16;
+
+[[nodiscard]] std::string source_field(const std::string& source, std::string_view key);
+
+// An integer key from min to max; absent or null: `fallback`, or an InputError when none.
+[[nodiscard]] std::int64_t get_int(const nlohmann::json& j, std::string_view key, const std::string& source,
+                                   std::optional<std::int64_t> fallback = std::nullopt, std::int64_t min = 1,
+                                   std::int64_t max = kMaxDim);
+[[nodiscard]] bool get_bool(const nlohmann::json& j, std::string_view key, const std::string& source, bool fallback);
+
+void parse_core_sizes(const nlohmann::json& j, const std::string& source, ModelSpec& m);
+// DeepSeek's MoE fields: n_routed_experts, n_shared_experts, first_k_dense_replace, moe_layer_freq.
+void parse_deepseek_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m);
+// Grouped-query attention sizes (head_dim, or hidden / heads), intermediate_size, all layers dense.
+void parse_gqa_common(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+
+// Family readers in src/config_moe_families.cpp.
+void parse_olmoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_dots1(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_ernie4_5_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+
+}  // namespace moemem::config_detail
