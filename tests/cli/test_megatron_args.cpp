@@ -85,7 +85,8 @@ TEST(MegatronArgs, ScriptContradictingTheNamedModelIsRefused) {
 }
 
 TEST(MegatronArgs, UnmodelledMemoryFlagsAreErrors) {
-  const std::string path = ::testing::TempDir() + "fp8.args";
+  // A file of its own: ctest runs tests in parallel, and Fp8FlagsMapToTheRecipe writes fp8.args.
+  const std::string path = ::testing::TempDir() + "unmodelled.args";
   {
     std::ofstream f(path);
     f << "--tensor-model-parallel-size 2 --use-torch-fsdp2 --fp4-format e2m1\n";
