@@ -52,6 +52,8 @@ OptimizerCounts optimizer_share(const OptimizerCounts& n, int zero, std::int64_t
 
 // DeepSpeed's offload_param (hf profile, ZeRO-3): the weights' shards live in pinned host memory
 // (stage3.py _create_param_groups_fp16_flat_cpu_memory) and are gathered to the GPU per module.
+// The partitions of persistent parameters stay on the GPU (partition_parameters.py _partition_param:
+// device = local_device for ds_persist), counted here on the host: at most their numel / dp.
 bool param_offload(const TrainingConfig& t) { return t.zero >= 3 && t.deepspeed && t.deepspeed->offload_param; }
 
 // The weights: a ZeRO-3 shard of every parameter, else the parameters by role.
