@@ -52,8 +52,10 @@ bool enabled(const json& section, const std::string& source, std::string_view ke
 }
 
 // Keys of zero_optimization that change no device memory (communication choices, checkpoint
-// loading and saving, checks), or change it only in ways the reduce and live-parameter bounds
-// already cover (stage3_max_reuse_distance releases gathered parameters early).
+// loading and saving, checks). stage3_max_reuse_distance does change it: a parameter used again
+// within that many elements stays gathered (partitioned_param_coordinator.py __params_to_release),
+// which moemem does not model (the hf profile's assumptions say so); sub_group_size sizes the
+// optimizer's step temporaries, also not modelled.
 const std::set<std::string, std::less<>> kZeroQuietKeys = {
     "allgather_partitions",   "reduce_scatter",     "round_robin_gradients",
     "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters",
@@ -108,10 +110,7 @@ void read_zero(const json& z, const std::string& source, DeepSpeedConfig& ds) {
     } else if (key == "offload_optimizer") {
       ds.offload_optimizer = offload_to_cpu(v, source, name);
     } else if (key == "offload_param") {
-      if (offload_to_cpu(v, source, name)) {
-        throw InputError(field(source, "zero_optimization.offload_param.device"), "cpu",
-                         "none (ZeRO-3's parameter offload is not modelled yet)");
-      }
+      ds.offload_param = offload_to_cpu(v, source, name);
     } else if (!kZeroQuietKeys.contains(key)) {
       throw InputError(field(source, name), v.dump(),
                        "a zero_optimization key moemem models (stage, reduce_bucket_size, allgather_bucket_size, "
@@ -164,6 +163,11 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::st
     throw InputError(field(source, "zero_optimization.stage"), "0 (given or by default)",
                      "1, 2 or 3 (stage 0's optimizer on bf16 weights without master copies is not modelled)");
   }
+  if (ds.offload_param && ds.stage != 3) {
+    // DeepSpeed offloads parameters only in stage 3 (stage3.py _configure_offloading; the stage 1
+    // and 2 optimizer has no offload_param).
+    throw InputError(field(source, "zero_optimization.offload_param.device"), "cpu", "none below stage 3");
+  }
   if (bf16 && fp16) throw InputError(field(source, "bf16.enabled/fp16.enabled"), "both", "one of the two");
   if (!bf16 && !fp16) {
     throw InputError(field(source, "bf16.enabled/fp16.enabled"), "neither", "bf16 or fp16 (fp32 training is not modelled)");
@@ -201,6 +205,15 @@ void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
   // ZeRO-Offload: the fp32 master partition, its optimizer states and its fp32 gradient (pinned,
   // stage_1_and_2.py initialize_optimizer_states: pin_memory(single_grad_partition)) in host memory.
   if (ds.offload_optimizer) r.optimizer_offload = 1.0;
+  // The settings that size ZeRO's own buffers (src/profiles/hf_deepspeed.cpp).
+  r.deepspeed = DeepSpeedBuffers{.reduce_bucket_size = ds.reduce_bucket_size,
+                                 .prefetch_bucket_size = ds.prefetch_bucket_size,
+                                 .max_live_parameters = ds.max_live_parameters,
+                                 .param_persistence_threshold = ds.param_persistence_threshold,
+                                 .overlap_comm = ds.overlap(),
+                                 .contiguous_gradients = ds.contiguous_gradients,
+                                 .offload_optimizer = ds.offload_optimizer,
+                                 .offload_param = ds.offload_param};
 }
 
 }  // namespace moemem

@@ -32,6 +32,7 @@ void resolve_states(const TrainingRequest& r, const Profile& profile, TrainingCo
   if (r.main_params_dtype) t.precision.master = *r.main_params_dtype;
   if (r.exp_avg_dtype) t.precision.exp_avg = *r.exp_avg_dtype;
   if (r.exp_avg_sq_dtype) t.precision.exp_avg_sq = *r.exp_avg_sq_dtype;
+  t.deepspeed = r.deepspeed;
 }
 
 void resolve_recompute(const TrainingRequest& r, TrainingConfig& t) {

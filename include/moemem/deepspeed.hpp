@@ -20,9 +20,8 @@ struct DeepSpeedConfig {
   // Bucket and threshold sizes in elements (DeepSpeedZeroConfig defaults); nullopt: "auto", which
   // the Hugging Face Trainer fills from the model (transformers/integrations/deepspeed.py
   // HfTrainerDeepSpeedConfig.trainer_config_finalize: hidden^2, 0.9 hidden^2, 10 hidden). Read and
-  // checked; the buffers they size (stage_1_and_2.py setup_buckets: reduce_bucket_size elements in
-  // the weights' dtype, two with overlap_comm; stage 3's gathered parameters up to
-  // max_live_parameters) are not in the totals yet (docs/formulas.md).
+  // checked; apply_deepspeed passes them on as DeepSpeedBuffers, whose buffers
+  // src/profiles/hf_deepspeed.cpp costs (allgather_bucket_size sizes none: it is read only).
   std::optional<std::int64_t> reduce_bucket_size = 500'000'000;
   std::int64_t allgather_bucket_size = 500'000'000;
   std::optional<std::int64_t> prefetch_bucket_size = 50'000'000;      // stage3_prefetch_bucket_size
@@ -31,6 +30,7 @@ struct DeepSpeedConfig {
   std::optional<bool> overlap_comm;  // unset: true under stage 3 only (config.py overlap_comm_valid)
   bool contiguous_gradients = true;
   bool offload_optimizer = false;  // offload_optimizer.device "cpu"
+  bool offload_param = false;      // offload_param.device "cpu" (stage 3 only)
   DType dtype = DType::bf16;       // bf16.enabled (or "auto"), else fp16.enabled
   std::optional<OptimizerKind> optimizer;  // optimizer.type, when given
 
@@ -43,7 +43,8 @@ struct DeepSpeedConfig {
 // Reads and parses the file at `path`.
 [[nodiscard]] DeepSpeedConfig read_deepspeed_config(const std::string& path);
 
-// Sets the ZeRO stage, weight and gradient dtypes, optimizer and optimizer offload of `r` from the config;
+// Sets the ZeRO stage, weight and gradient dtypes, optimizer, optimizer offload and DeepSpeed's
+// buffer settings (TrainingRequest::deepspeed) of `r` from the config;
 // a --zero given as well must agree with the config's stage.
 void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r);
 

@@ -57,6 +57,7 @@ struct TrainingRequest {
   std::uint16_t recipe_off = 0;  // techniques of the recipe left out (--recipe-off)
   CudaGraphs cuda_graphs;        // --cuda-graph-impl, --cuda-graph-scope
   FinetuneSettings finetune;     // --finetune, --lora-*, --optimizer
+  std::optional<DeepSpeedBuffers> deepspeed;  // --deepspeed: the buffer settings of its ds_config
 };
 
 struct Request {

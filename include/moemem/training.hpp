@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "moemem/cuda_graphs.hpp"
+#include "moemem/deepspeed_buffers.hpp"
 #include "moemem/dtype.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/finetune.hpp"
@@ -116,6 +117,9 @@ struct StateSettings {
   // rank's optimizer shard (master weights, moments) and a pinned copy of its gradients live in
   // host memory (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py). 0: none.
   double optimizer_offload = 0;
+  // hf profile under DeepSpeed ZeRO 1-3 (--deepspeed, or --zero with DeepSpeed's defaults): the
+  // settings that size ZeRO's own buffers (src/profiles/hf_deepspeed.cpp); nullopt: none.
+  std::optional<DeepSpeedBuffers> deepspeed;
   auto operator<=>(const StateSettings&) const = default;
 };
 

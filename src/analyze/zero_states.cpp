@@ -50,6 +50,12 @@ OptimizerCounts optimizer_share(const OptimizerCounts& n, int zero, std::int64_t
   return zero >= 1 ? n.sharded(group) : n;
 }
 
+// DeepSpeed's offload_param (hf profile, ZeRO-3): the weights' shards live in pinned host memory
+// (stage3.py _create_param_groups_fp16_flat_cpu_memory) and are gathered to the GPU per module.
+// The partitions of persistent parameters stay on the GPU (partition_parameters.py _partition_param:
+// device = local_device for ds_persist), counted here on the host: at most their numel / dp.
+bool param_offload(const TrainingConfig& t) { return t.zero >= 3 && t.deepspeed && t.deepspeed->offload_param; }
+
 // The weights: a ZeRO-3 shard of every parameter, else the parameters by role.
 void record_weights(const EvalContext& c, const StageReport& st, const std::int64_t groups[2], Ledger& ledger) {
   const auto& pr = c.t.precision;
@@ -59,8 +65,8 @@ void record_weights(const EvalContext& c, const StageReport& st, const std::int6
     const Count parts[2] = {st.params.non_expert, st.params.expert};
     for (int g = 0; g < 2; ++g) {
       const Count shard(ceil_div(parts[g].value(), static_cast<std::uint64_t>(groups[g])));
-      ledger.add(Category::weights, bytes_of(shard, pr.weights), [&] {
-        return ledger_item(names[g], "ZeRO-3 shard",
+      ledger.add(param_offload(c.t) ? Category::host : Category::weights, bytes_of(shard, pr.weights), [&] {
+        return ledger_item(names[g], param_offload(c.t) ? "ZeRO-3 shard (offload_param, CPU memory)" : "ZeRO-3 shard",
                            fmt::format("ceil({} / {} {}) x {}", parts[g].value(), over[g], groups[g], name_of(pr.weights)),
                            shard, pr.weights);
       });
@@ -99,7 +105,8 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
       states += offload_optimizer_bytes(off, pr);
       grads += bytes_of(off, pr.gradients);
     }
-    ledger.add(Category::weights, sb.weights + st.fp8_weight_copies, none);
+    ledger.add(param_offload(t) ? Category::host : Category::weights, sb.weights, none);
+    ledger.add(Category::weights, st.fp8_weight_copies, none);
     ledger.add(Category::gradients, sb.gradients, none);
     ledger.add(Category::optimizer, Bytes(sb.optimizer.value() - states.value()), none);  // states <= optimizer
     if (states.value() > 0) ledger.add(Category::host, states + grads, none);

@@ -152,13 +152,16 @@ const Profile kHf{
             "gradient checkpointing (--recompute full) keeps each decoder layer's input; one layer is recomputed at a "
             "time",
             "ZeRO stages shard optimizer states (1), gradients (2) and weights (3) over dp; no tp/pp/cp/ep",
+            "DeepSpeed's buffers from the ds_config, or its defaults for a bare --zero: reduce buckets (two with "
+            "overlap_comm below stage 3), ZeRO-3's persistent parameters and its gathered module plus prefetch bucket; "
+            "parameters kept gathered by stage3_max_reuse_distance are not counted",
             "loss: ForCausalLMLoss upcasts the logits; log_softmax keeps fp32 log-probabilities",
         },
     .check = hf_check,
     .tp_split = megatron_tp_split,
     .zero_group = megatron_zero_group,
     .accounts = megatron_accounts,
-    .states = &detail::kZeroStates,
+    .states = &detail::kDeepSpeedStates,
     // DeepSpeed bf16 with ZeRO: bf16 module weights, fp32 master copies and Adam moments
     // (stage_1_and_2.py single_partition_of_fp32_groups, optimizer state on them), fp32 gradient
     // partitions for the step.

@@ -12,6 +12,11 @@
 #include "moemem/inventory.hpp"
 #include "profiles/shared.hpp"
 
+namespace moemem::detail {
+// ZeRO's states plus DeepSpeed's own buffers (hf_deepspeed.cpp).
+extern const StateModel kDeepSpeedStates;
+}  // namespace moemem::detail
+
 namespace moemem::profiles {
 
 extern const Profile kHf;  // hf.cpp

@@ -42,7 +42,7 @@ TEST(DeepSpeed, OverlapDefaultsFollowTheStage) {
 // Each refusal names the key in the file.
 TEST(DeepSpeed, RefusesByKey) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":3,"offload_param":{"device":"cpu"}}})",
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":2,"offload_param":{"device":"cpu"}}})",
        "zero_optimization.offload_param.device"},
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":2,"offload_optimizer":{"device":"nvme"}}})",
        "zero_optimization.offload_optimizer.device"},
@@ -80,8 +80,10 @@ TEST(DeepSpeed, OffloadGoesToTheHostColumn) {
   const auto j = nlohmann::json::parse(r.out);
   // Parameters: embedding 256*64 + head 256*64 + final norm 64 + 2 layers x (q 64*64, k and v
   // 2 x 64*32, o 64*64 = 12288; MLP 3 x 64*128 = 24576; 2 norms x 64) = 32768 + 64 + 2 * 36992 = 106816.
-  // Host: 106816 x (4 master + 4 + 4 moments + 4 gradient) = 1709056.
-  EXPECT_EQ(host_bytes(j), 1'709'056u);
+  // Host: 106816 x (4 master + 4 + 4 moments + 4 gradient) = 1709056, and the pinned gradient
+  // staging buffer of the largest trainable parameter (embedding or head, 256*64 = 16384 x 2 bytes
+  // = 32768): 1741824.
+  EXPECT_EQ(host_bytes(j), 1'741'824u);
   const auto none = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--zero", "2", "--seq-len", "16", "--format", "json"});
   ASSERT_EQ(none.code, 0) << none.err;
   EXPECT_EQ(host_bytes(nlohmann::json::parse(none.out)), 0u);
@@ -91,6 +93,43 @@ TEST(DeepSpeed, OffloadGoesToTheHostColumn) {
                            "--seq-len", "16", "--format", "json"});
   ASSERT_EQ(z3.code, 0) << z3.err;
   EXPECT_EQ(nlohmann::json::parse(z3.out).at("stages")[0].at("bytes").at("gradients").get<std::uint64_t>(), 213'632u);
+}
+
+std::uint64_t stage_bytes(const nlohmann::json& j, const char* what) {
+  return j.at("stages")[0].at("bytes").at(what).get<std::uint64_t>();
+}
+
+nlohmann::json hf_run(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"analyze", "--model", kLlama, "--profile", "hf", "--seq-len", "16", "--format", "json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto r = run_cli(args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+// DeepSpeed's own buffers (src/profiles/hf_deepspeed.cpp), hidden 64 (Llama test config). The hf
+// profile has no other buffers (no GEMM workspaces, no allowance), so "buffers" is these alone.
+TEST(DeepSpeed, BucketBuffersByStage) {
+  // ZeRO-2 offload config: reduce_bucket_size "auto" = 64 * 64 = 4096, overlap_comm true, so two
+  // IPG buffers: 2 x 4096 x 2 bytes = 16384; offload's GPU staging buffer of the largest trainable
+  // parameter (256 * 64 = 16384 elements) x 2 bytes = 32768. Total 49152.
+  EXPECT_EQ(stage_bytes(hf_run({"--deepspeed", kDir + "zero2_offload.json"}), "buffers"), 49'152u);
+  // A bare --zero 1: DeepSpeed's defaults, reduce_bucket_size 5e8, overlap_comm off below stage 3,
+  // contiguous_gradients on: one IPG buffer of 5e8 x 2 bytes = 1e9.
+  EXPECT_EQ(stage_bytes(hf_run({"--zero", "1"}), "buffers"), 1'000'000'000u);
+  // ZeRO-3 config: one IPG buffer 4096 x 2 = 8192; gathered parameters: the largest (16384) plus
+  // the prefetch bucket int(0.9 * 64 * 64) = 3686 (max_live 1e9 leaves room), 20070 x 2 = 40140.
+  // Total 48332. Persistent parameters (<= 10 * 64 = 640 elements): the five RMSNorm weights of
+  // 64, 320 x 2 = 640 bytes, on top of the shard 106816 x 2 = 213632: weights 214272.
+  const auto z3 = hf_run({"--deepspeed", kDir + "zero3.json"});
+  EXPECT_EQ(stage_bytes(z3, "buffers"), 48'332u);
+  EXPECT_EQ(stage_bytes(z3, "weights"), 214'272u);
+  // offload_param: the bf16 shard (213632) moves to the host column; the GPU keeps the persistent
+  // parameters (640) and the same buffers.
+  const auto off = hf_run({"--deepspeed", kDir + "zero3_offload_param.json"});
+  EXPECT_EQ(stage_bytes(off, "weights"), 640u);
+  EXPECT_EQ(stage_bytes(off, "host"), 213'632u);
+  EXPECT_EQ(stage_bytes(off, "buffers"), 48'332u);
 }
 
 TEST(DeepSpeed, CliErrorsExit2) {

@@ -1,0 +1,172 @@
+// The hf profile's state model: ZeRO's states as zero_states.cpp records them (weights, gradients,
+// optimizer states, each sharded by stage), plus the buffers DeepSpeed's ZeRO optimizers allocate
+// themselves, sized by the ds_config (StateSettings::deepspeed; DeepSpeed's defaults when the run
+// gives --zero without a config). Facts from deepspeedai/DeepSpeed edaa7221:
+// - ZeRO-1/2 (deepspeed/runtime/zero/stage_1_and_2.py): setup_buckets, called from the first
+//   gradient hook of each backward (process_gradients), allocates with contiguous_gradients one
+//   IPG buffer torch.empty(reduce_bucket_size, dtype=self.dtype) per communication dtype, and a
+//   second one with overlap_comm ("double buffers"); contiguous_gradients is forced on under
+//   cpu_offload (__init__: contiguous_gradients or self.cpu_offload). With offload_optimizer,
+//   __init__ keeps temp_grad_buffer_for_gpu_offload (largest_param_numel x self.dtype on the GPU)
+//   and temp_grad_buffer_for_cpu_offload (the same, pinned on the host). allgather_bucket_size
+//   allocates nothing: all_gather_dp_groups (runtime/utils.py) gathers in place into
+//   bit16_groups_flat with all_gather_into_tensor whenever torch has it.
+// - ZeRO-3 (stage3.py __init__): with contiguous_gradients one IPG buffer of reduce_bucket_size x
+//   dtype (no second buffer under overlap_comm). Parameters of at most
+//   stage3_param_persistence_threshold elements stay gathered whole on every rank
+//   (parameter_offload.py mark_persistent_parameters; model_persistence_threshold, default
+//   sys.maxsize, never binds). The coordinator (partitioned_param_coordinator.py
+//   fetch_sub_module) gathers the current module's parameters and prefetches the next ones up to
+//   min(stage3_max_live_parameters - available, stage3_prefetch_bucket_size) elements.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "analyze/internal.hpp"
+#include "moemem/deepspeed_buffers.hpp"
+#include "profiles/hf.hpp"
+
+namespace moemem {
+
+DeepSpeedSizes resolve_sizes(const DeepSpeedBuffers& b, std::int64_t hidden) {
+  const auto h = static_cast<std::uint64_t>(hidden);
+  const auto hh = static_cast<std::int64_t>(checked_mul(h, h, "hidden^2"));
+  // int(0.9 * h * h): the Trainer writes the float, DeepSpeed's pp_int field truncates it.
+  const auto prefetch = static_cast<std::int64_t>(0.9 * static_cast<double>(hh));
+  return {b.reduce_bucket_size.value_or(hh), b.prefetch_bucket_size.value_or(prefetch),
+          b.param_persistence_threshold.value_or(static_cast<std::int64_t>(checked_mul(h, 10, "10 hidden")))};
+}
+
+}  // namespace moemem
+
+namespace moemem::detail {
+
+namespace {
+
+// DeepSpeed's parameters as the model holds them: one per module weight (the parts of a fused
+// checkpoint tensor together) and one per routed expert. `numel` each, `count` of them.
+struct ParamStats {
+  std::int64_t largest = 0;           // elements of the largest parameter
+  std::int64_t largest_trainable = 0;
+  std::uint64_t persistent = 0;       // elements of the parameters at or under the threshold
+  std::uint64_t persistent_count = 0;
+};
+
+void add_group(const std::vector<Tensor>& tensors, std::int64_t times, std::int64_t threshold, const Profile& p, ParamStats& s) {
+  if (times <= 0) return;
+  for (std::size_t i = 0; i < tensors.size();) {
+    std::size_t j = i;
+    std::int64_t numel = 0;  // one copy (one expert) of the parameter named tensors[i].name
+    bool trains = false, counted = false;
+    for (; j < tensors.size() && tensors[j].name == tensors[i].name; ++j) {
+      if (!p.accounts(tensors[j])) continue;
+      counted = true;
+      numel += tensors[j].rows * tensors[j].cols;
+      trains = trains || tensors[j].trainable;
+    }
+    if (counted) {
+      const auto copies = static_cast<std::uint64_t>(tensors[i].copies);
+      s.largest = std::max(s.largest, numel);
+      if (trains) s.largest_trainable = std::max(s.largest_trainable, numel);
+      if (numel <= threshold) {
+        const std::uint64_t n = checked_mul(copies, static_cast<std::uint64_t>(times), "persistent parameters");
+        s.persistent += checked_mul(static_cast<std::uint64_t>(numel), n, "persistent parameters");
+        s.persistent_count += n;
+      }
+    }
+    i = j;
+  }
+}
+
+ParamStats param_stats(const EvalContext& c, std::int64_t threshold) {
+  ParamStats s;
+  const auto& cm = c.cm;
+  const std::int64_t moe = cm.moe_before.empty() ? 0 : cm.moe_before.back();
+  add_group(cm.dense_layer, c.model.num_layers - moe, threshold, c.profile, s);
+  add_group(cm.moe_layer, moe, threshold, c.profile, s);
+  add_group(cm.embedding, 1, threshold, c.profile, s);
+  add_group(cm.head, 1, threshold, c.profile, s);
+  return s;
+}
+
+// The settings in effect: the config's, or DeepSpeed's defaults for a bare --zero (overlap_comm
+// then true under stage 3 only, config.py overlap_comm_valid).
+DeepSpeedBuffers settings(const TrainingConfig& t) {
+  if (t.deepspeed) return *t.deepspeed;
+  DeepSpeedBuffers d;
+  d.overlap_comm = t.zero == 3;
+  return d;
+}
+
+void add_buffer(Ledger& ledger, Category cat, Count n, DType d, std::int64_t times, const char* item, std::string rule) {
+  if (n.value() == 0 || times == 0) return;
+  ledger.add(cat, bytes_of(Count(checked_mul(n.value(), static_cast<std::uint64_t>(times), item)), d),
+             [&] { return ledger_item("deepspeed", item, std::move(rule), n, d, times); });
+}
+
+void record_stage12(const EvalContext& c, const DeepSpeedBuffers& b, const DeepSpeedSizes& z, Ledger& ledger) {
+  const DType d = c.t.precision.weights;
+  const bool contiguous = b.contiguous_gradients || b.offload_optimizer;
+  if (contiguous) {
+    const std::int64_t buffers = b.overlap_comm ? 2 : 1;
+    add_buffer(ledger, Category::buffers, Count(static_cast<std::uint64_t>(z.reduce_bucket)), d, buffers,
+               "IPG gradient buckets (stage_1_and_2.py setup_buckets)",
+               fmt::format("reduce_bucket_size {} x {}{}", z.reduce_bucket, name_of(d), b.overlap_comm ? " x 2 (overlap_comm)" : ""));
+  }
+  if (b.offload_optimizer) {
+    const Count largest(static_cast<std::uint64_t>(param_stats(c, 0).largest_trainable));
+    add_buffer(ledger, Category::buffers, largest, d, 1, "offload gradient staging (temp_grad_buffer_for_gpu_offload)",
+               fmt::format("largest trainable parameter {} x {}", largest.value(), name_of(d)));
+    add_buffer(ledger, Category::host, largest, d, 1, "pinned gradient staging (temp_grad_buffer_for_cpu_offload, CPU memory)",
+               fmt::format("largest trainable parameter {} x {}", largest.value(), name_of(d)));
+  }
+}
+
+void record_stage3(const EvalContext& c, const DeepSpeedBuffers& b, const DeepSpeedSizes& z, Ledger& ledger) {
+  const DType d = c.t.precision.weights;
+  if (b.contiguous_gradients) {
+    add_buffer(ledger, Category::buffers, Count(static_cast<std::uint64_t>(z.reduce_bucket)), d, 1,
+               "IPG gradient bucket (stage3.py)", fmt::format("reduce_bucket_size {} x {}", z.reduce_bucket, name_of(d)));
+  }
+  const ParamStats s = param_stats(c, z.persistence_threshold);
+  add_buffer(ledger, Category::weights, Count(s.persistent), d, 1, "persistent parameters, gathered whole",
+             fmt::format("{} parameters of <= stage3_param_persistence_threshold {} elements x {}", s.persistent_count,
+                         z.persistence_threshold, name_of(d)));
+  // The module being run plus the prefetched ones, bounded by max_live_parameters for the
+  // prefetch (fetch_sub_module); the largest parameter stands for the largest module (HF's
+  // modules hold one weight each, but for fused or leaf modules).
+  const std::int64_t room = std::max<std::int64_t>(0, b.max_live_parameters - s.largest);
+  const std::int64_t prefetch = std::min(z.prefetch_bucket, room);
+  const Count gathered(static_cast<std::uint64_t>(s.largest + prefetch));
+  add_buffer(ledger, Category::buffers, gathered, d, 1, "gathered parameters (current module + prefetch)",
+             fmt::format("largest parameter {} + min(stage3_prefetch_bucket_size {}, stage3_max_live_parameters {} - {}) x {}",
+                         s.largest, z.prefetch_bucket, b.max_live_parameters, s.largest, name_of(d)));
+}
+
+void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledger) {
+  kZeroStates.record(c, st, ledger);
+  if (c.t.zero < 1) return;
+  const DeepSpeedBuffers b = settings(c.t);
+  const DeepSpeedSizes z = resolve_sizes(b, c.model.hidden);
+  if (c.t.zero == 3) record_stage3(c, b, z, ledger);
+  else record_stage12(c, b, z, ledger);
+}
+
+bool deepspeed_cost(const EvalContext& c, StageReport& st, Bytes activations) { return kZeroStates.cost(c, st, activations); }
+
+void deepspeed_cache(const EvalContext& c, const StageReport& st, Bytes pct, Ledger& ledger) {
+  kZeroStates.record_cache(c, st, pct, ledger);
+}
+
+}  // namespace
+
+const StateModel kDeepSpeedStates{
+    .prepare = nullptr,
+    .cost = deepspeed_cost,
+    .record = record_deepspeed,
+    .record_cache = deepspeed_cache,
+};
+
+}  // namespace moemem::detail
