@@ -43,6 +43,14 @@ std::uint64_t role_total(const Inventory& inv, Role r) {
   return n;
 }
 
+std::uint64_t module_total(const Inventory& inv, Module m) {
+  std::uint64_t n = 0;
+  for (const auto& t : inv.tensors) {
+    if (t.module == m) n += t.params().value();
+  }
+  return n;
+}
+
 void expect_error(const std::string& json_text, const std::string& word) {
   try {
     (void)parse_hf_config(json_text, "bad.json");
@@ -107,6 +115,14 @@ TEST(DsaModelTypes, DeepseekV32TotalIsTheHubsSafetensorsTotal) {
   EXPECT_EQ(inv.total().value(), 685'355'329'792u);
   EXPECT_EQ(671'026'419'200u + 61u * kIndexerPerLayer + 13'463'426'304u + kIndexerPerLayer, 685'355'329'792u);
   EXPECT_EQ(685'355'329'792u + (41'555'600u - 59u * 256u) + 62u * (64u * 12u + 56u), 685'396'921'376u);
+  // Per module, 62 decoder layers (61 and the MTP layer's): attention = DeepSeek-V3's MLA
+  // projections 187,105,280 (test_properties.cpp DeepSeekV3SixteenStagesByHand) + the indexer's
+  // wq_b, wk and weights_proj 13,959,168 = 201,064,448 a layer; norms = 2h + d_cq + d_c = 16,384
+  // + the indexer's k_norm 256 a layer (the final norm is in output_head, MTP's own norms in mtp).
+  EXPECT_EQ(module_total(inv, Module::attention), 62ull * (187'105'280u + 13'959'168u));
+  EXPECT_EQ(module_total(inv, Module::attention), 12'465'995'776u);
+  EXPECT_EQ(module_total(inv, Module::norms), 62ull * (16'384u + 256u));
+  EXPECT_EQ(module_total(inv, Module::output_head), 129'280ull * 7'168u + 7'168u);
   set_mtp_layers(m, 0);
   EXPECT_EQ(build_inventory(m).total().value(), 671'877'944'064u);
   // Active per token without MTP: all but 248 of 256 routed experts (3 x 2048 x 7168 each) in
