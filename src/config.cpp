@@ -368,6 +368,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
   if (m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3" || m.model_type == "kimi_k2") {
     // Kimi-K2 ships the DeepSeek-V3 architecture under its own model_type.
     parse_deepseek(j, source, m, used);
+  } else if (m.model_type == "deepseek_v32") {
+    parse_deepseek_v32(j, source, m, used);
   } else if (m.model_type == "deepseek") {
     parse_deepseek_v1(j, source, m, used);
   } else if (m.model_type == "glm4_moe") {

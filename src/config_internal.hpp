@@ -39,7 +39,11 @@ void parse_deepseek_moe(const nlohmann::json& j, const std::string& source, Mode
 // Grouped-query attention sizes (head_dim, or hidden / heads), intermediate_size, all layers dense.
 void parse_gqa_common(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
-// Family readers in src/config_moe_families.cpp.
+// DeepSeek-V2/V3's MLA and MoE keys (src/config.cpp), which DeepSeek-V3.2 extends.
+void parse_deepseek(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+
+// Family readers in src/config_moe_families.cpp and src/config_dsa.cpp.
+void parse_deepseek_v32(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_olmoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_dots1(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_ernie4_5_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);

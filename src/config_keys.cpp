@@ -17,7 +17,7 @@ namespace {
 constexpr auto kTypes = std::to_array<std::string_view>({
     "deepseek", "deepseek_v2", "deepseek_v3", "kimi_k2", "llama", "mistral",
     "mixtral",  "qwen2",       "qwen2_moe",   "qwen3",   "qwen3_moe", "glm4_moe", "gpt_oss",
-    "olmoe",    "dots1",       "ernie4_5_moe"});
+    "olmoe",    "dots1",       "ernie4_5_moe", "deepseek_v32"});
 
 // Keys that add or reshape tensors in the Hugging Face families that use them, with what they
 // add. A family that reads one lists it in `used`; in any other family a set value is refused
@@ -110,7 +110,7 @@ std::string supported_types() { return fmt::format("{}", fmt::join(kTypes, ", ")
 std::string nearest_type(std::string_view type) {
   // A config's model_type is short; a long one is cut so the distance stays cheap.
   const std::string_view t = type.substr(0, 64);
-  // Ties go to the longer common prefix (deepseek_v32: deepseek_v3 rather than deepseek_v2).
+  // Ties go to the longer common prefix, then to the earlier type in kTypes.
   auto prefix = [&](std::string_view c) {
     return static_cast<std::size_t>(std::mismatch(t.begin(), t.end(), c.begin(), c.end()).first - t.begin());
   };

@@ -58,6 +58,7 @@ struct Builder {
       add(p + "self_attn.kv_b_proj.weight", "k_nope", Role::k_up, pl, layer, dim(nh, a.qk_nope_head_dim, "heads x qk_nope_head_dim"), a.kv_lora_rank);
       add(p + "self_attn.kv_b_proj.weight", "v", Role::v_up, pl, layer, dim(nh, a.v_head_dim, "heads x v_head_dim"), a.kv_lora_rank);
       add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, a.v_head_dim, "heads x v_head_dim"));
+      if (m.has_indexer()) indexer(p, pl, layer);
     } else {
       const std::int64_t hd = m.head_dim, kv = dim(m.num_kv_heads, hd, "key/value heads x head_dim");
       add(p + "self_attn.q_proj.weight", "", Role::q_proj, pl, layer, dim(nh, hd, "heads x head_dim"), h);
@@ -75,6 +76,21 @@ struct Builder {
       // gpt-oss (transformers GptOssAttention.sinks): one logit per head added to the softmax.
       if (m.attention_sinks) add(p + "self_attn.sinks", "", Role::attn_sink, pl, layer, nh, 1);
     }
+  }
+
+  // DeepSeek-V3.2's lightning indexer (DeepSeek-V3.2-Exp inference/model.py Indexer.__init__;
+  // transformers DeepseekV32Indexer; Megatron-Core DSAIndexer): wq_b [heads x dim, q_lora_rank]
+  // on the compressed query, wk [dim, hidden], k_norm a LayerNorm(dim) with weight and bias,
+  // weights_proj [heads, hidden]; no projection biases. The MTP layer's decoder has one too.
+  void indexer(const std::string& p, Placement pl, std::int64_t layer) {
+    const auto& d = m.dsa;
+    const std::string x = p + "self_attn.indexer.";
+    add(x + "wq_b.weight", "", Role::indexer_wq_b, pl, layer, dim(d.index_n_heads, d.index_head_dim, "index heads x index_head_dim"),
+        m.mla.q_lora_rank);
+    add(x + "wk.weight", "", Role::indexer_wk, pl, layer, d.index_head_dim, m.hidden);
+    add(x + "k_norm.weight", "", Role::indexer_k_norm, pl, layer, d.index_head_dim, 1);
+    add(x + "k_norm.bias", "", Role::indexer_k_norm_bias, pl, layer, d.index_head_dim, 1);
+    add(x + "weights_proj.weight", "", Role::indexer_weights_proj, pl, layer, d.index_n_heads, m.hidden);
   }
 
   void mlp(const std::string& p, Placement pl, std::int64_t layer, LayerKind kind) {
@@ -208,7 +224,12 @@ Module module_of(Role r) {
     case Role::k_bias:
     case Role::v_bias:
     case Role::o_bias:
-    case Role::attn_sink: return Module::attention;
+    case Role::attn_sink:
+    case Role::indexer_wq_b:
+    case Role::indexer_wk:
+    case Role::indexer_weights_proj: return Module::attention;
+    case Role::indexer_k_norm:
+    case Role::indexer_k_norm_bias: return Module::norms;
     case Role::mlp_gate:
     case Role::mlp_up:
     case Role::mlp_down:
@@ -288,6 +309,11 @@ std::string_view name_of(Role r) {
     case Role::mtp_head_norm: return "mtp_head_norm";
     case Role::mtp_embedding: return "mtp_embedding";
     case Role::mtp_output_head: return "mtp_output_head";
+    case Role::indexer_wq_b: return "indexer_wq_b";
+    case Role::indexer_wk: return "indexer_wk";
+    case Role::indexer_k_norm: return "indexer_k_norm";
+    case Role::indexer_k_norm_bias: return "indexer_k_norm_bias";
+    case Role::indexer_weights_proj: return "indexer_weights_proj";
   }
   return "?";
 }

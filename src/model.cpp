@@ -57,6 +57,15 @@ void validate_model(const ModelSpec& m) {
                                  std::pair{m.learned_positions, "learned position rows"}}) {
     within(v, field, kMaxSize);
   }
+  within(m.dsa.index_n_heads, "index_n_heads", kMaxSize);
+  within(m.dsa.index_head_dim, "index_head_dim", kMaxSize);
+  within(m.dsa.index_topk, "index_topk", kMaxSize);
+  // The indexer reads MLA's compressed query (wq_b: q_lora_rank -> heads x index_head_dim).
+  if (m.has_indexer() && (m.attention != AttentionKind::mla || m.mla.q_lora_rank <= 0)) {
+    throw InputError(fmt::format("model {}: index_n_heads", m.name), std::to_string(m.dsa.index_n_heads),
+                     "0 unless the model has MLA with a compressed query (q_lora_rank)");
+  }
+  if (m.has_indexer()) positive(m.dsa.index_head_dim, "index_head_dim");
   // Key/value heads: at most the query heads (GQA shares each among several query heads).
   within(m.num_kv_heads, "num_key_value_heads", m.num_heads);
   if (m.attention == AttentionKind::gqa) positive(m.num_kv_heads, "num_key_value_heads");

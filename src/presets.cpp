@@ -24,6 +24,7 @@ const std::vector<PresetSource>& preset_sources() {
       {"deepseek-v2", "deepseek-ai/DeepSeek-V2"},
       {"deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite"},
       {"deepseek-v3", "deepseek-ai/DeepSeek-V3"},
+      {"deepseek-v3.2", "deepseek-ai/DeepSeek-V3.2"},
       {"dots-llm1", "rednote-hilab/dots.llm1.base"},
       {"ernie-4.5-21b-a3b", "baidu/ERNIE-4.5-21B-A3B-PT"},
       {"glm-4.5", "zai-org/GLM-4.5"},

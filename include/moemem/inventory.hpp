@@ -42,8 +42,12 @@ enum class Role : std::uint8_t {
   attn_sink,                            // gpt-oss: a learned sink logit per attention head
   expert_gate_up_bias, expert_down_bias,  // gpt-oss: per-expert projection biases (routed experts)
   mtp_enorm, mtp_hnorm, mtp_eh_proj, mtp_head_norm, mtp_embedding, mtp_output_head,
+  // DeepSeek sparse attention's indexer (self_attn.indexer.*): wq_b (index heads x head_dim from
+  // the compressed query), wk (one key from the hidden state), k_norm (a LayerNorm: weight and
+  // bias), weights_proj (one weight per index head from the hidden state).
+  indexer_wq_b, indexer_wk, indexer_k_norm, indexer_k_norm_bias, indexer_weights_proj,
 };
-inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::mtp_output_head) + 1;
+inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::indexer_weights_proj) + 1;
 
 // Coarse grouping for reports (`count --by module`).
 enum class Module : std::uint8_t {

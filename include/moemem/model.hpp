@@ -24,6 +24,15 @@ struct MlaDims {
   std::int64_t v_head_dim = 0;
 };
 
+// DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2-Exp inference/model.py Indexer;
+// transformers DeepseekV32Indexer), one per MLA layer: index_n_heads query heads of
+// index_head_dim from the compressed query, one shared key from the hidden state. 0 heads: none.
+struct DsaDims {
+  std::int64_t index_n_heads = 0;
+  std::int64_t index_head_dim = 0;
+  std::int64_t index_topk = 0;  // keys each query attends to; changes no tensor
+};
+
 struct MoeDims {
   std::int64_t num_routed_experts = 0;
   std::int64_t num_shared_experts = 0;  // DeepSeek style: one fused MLP of n_shared * expert_ffn
@@ -50,6 +59,7 @@ struct ModelSpec {
   std::int64_t dense_ffn = 0;   // intermediate size of dense MLP layers
   AttentionKind attention = AttentionKind::gqa;
   MlaDims mla;
+  DsaDims dsa;  // DeepSeek-V3.2: the sparse-attention indexer of each MLA layer
   MoeDims moe;
   std::vector<LayerKind> layer_kinds;  // one per decoder layer
   NamingStyle naming = NamingStyle::deepseek;
@@ -72,6 +82,7 @@ struct ModelSpec {
   std::vector<std::string> unrecognised_keys;
 
   [[nodiscard]] bool is_moe() const { return moe.num_routed_experts > 0; }
+  [[nodiscard]] bool has_indexer() const { return dsa.index_n_heads > 0; }
   [[nodiscard]] std::int64_t num_moe_layers() const;
   // The kind of an MTP layer: like the last main layer (DeepSeek-V3, GLM-4.5), or dense (ERNIE).
   [[nodiscard]] LayerKind mtp_kind() const { return is_moe() && !mtp_dense ? LayerKind::moe : LayerKind::dense; }

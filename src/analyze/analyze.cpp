@@ -144,6 +144,16 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
   const Profile& profile = *cm.profile;
   validate_training(t, layout);
   if (auto problem = profile.check(m, layout, t)) throw *problem;
+  // DeepSeek sparse attention (V3.2): the indexer's parameters are counted (inventory.cpp), but
+  // no profile models what its training saves yet (Megatron-Core's DSAttention,
+  // transformer/experimental_attention_variant/dsa.py: indexer q/k/weights, top-k indices,
+  // the sparse attention's own saved tensors, the indexer loss), so every profile refuses it.
+  if (m.has_indexer()) {
+    throw InputError("--model", m.model_type,
+                     fmt::format("a model without DeepSeek sparse attention's indexer under the {} profile: the "
+                                 "activations of DSA training are not modelled (count is exact)",
+                                 profile.name));
+  }
   const AttentionKernel attention = t.attention.value_or(profile.default_attention);
   const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
   detail::EvalContext c{cm, m, profile, layout, t, attention, vocab, microbatches_per_step(t, layout), detail};

@@ -259,7 +259,7 @@ TEST(ModelTypes, GptOss) {
 TEST(ModelTypes, AnUnknownTypeNamesTheNearestSupportedOne) {
   const std::string rest = R"(, "vocab_size": 1000, "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4})";
   expect_error(R"({"model_type": "qwen3_mo")" + rest, "nearest: qwen3_moe");
-  expect_error(R"({"model_type": "deepseek_v32")" + rest, "nearest: deepseek_v3");
+  expect_error(R"({"model_type": "deepseekv3")" + rest, "nearest: deepseek_v3");
   expect_error(R"({"model_type": "Llama")" + rest, "nearest: llama");
   expect_error(R"({"model_type": "mixtral_x")" + rest, "one of: deepseek, deepseek_v2");
   expect_error(R"({"model_type": "glm4_moe_lite")" + rest, "nearest: glm4_moe");
