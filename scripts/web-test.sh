@@ -34,5 +34,6 @@ done
 
 MOEMEM_SITE="http://127.0.0.1:$port/" MOEMEM_CLI_REF=build/web/cli-reference.json \
   MOEMEM_CLI_OTHER=build/web/cli-other.json MOEMEM_OTHER_HASH="$other_hash" \
+  MOEMEM_CONFIG=data/models/deepseek-v3.json \
   MOEMEM_SCREENSHOT="$PWD/build/web/screenshot.png" node web/test/browser-test.mjs
 echo "web-test: wasm build $((built - start)) s, npm ci $((installed - built)) s, browser test $((SECONDS - installed)) s; screenshot build/web/screenshot.png"

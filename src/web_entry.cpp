@@ -1,6 +1,7 @@
 // The web calculator's entry (web/, built by scripts/web-build.sh with emscripten): the command
 // line run in-process, as the Python module runs it (python/moemem_module.cpp), so the page shows
 // the bytes the CLI prints for the same flags. Native builds leave this file out.
+#include <exception>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,7 +40,13 @@ nlohmann::json run_request(const std::string& request_text) {
   std::vector<const char*> argv{"moemem"};
   for (const auto& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
-  const int code = moemem::cli::run(static_cast<int>(argv.size()), argv.data(), out, err, embedding);
+  int code = 0;
+  try {
+    code = moemem::cli::run(static_cast<int>(argv.size()), argv.data(), out, err, embedding);
+  } catch (const std::exception& e) {  // a bug, as the executable's main() reports it: exit code 3
+    err << "moemem: internal error: " << e.what() << "\n";
+    code = 3;
+  }
   return {{"code", code}, {"stdout", out.str()}, {"stderr", err.str()},
           {"error", embedding.error ? error_of(*embedding.error) : nlohmann::json(nullptr)}};
 }

@@ -49,7 +49,14 @@ function readForm() {
     const value = el.type === "checkbox" ? (el.checked ? "1" : "") : el.value.trim();
     if (value !== "") state[key] = value;
   }
-  if (state.config) state["config-name"] = configName;
+  if (state.config) {
+    state["config-name"] = configName;
+    try {
+      state.config = JSON.stringify(JSON.parse(state.config));  // shorter links; moemem reads either
+    } catch (e) {
+      // not JSON: passed as it is, for moemem to name the error
+    }
+  }
   return state;
 }
 

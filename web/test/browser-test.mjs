@@ -4,6 +4,7 @@
 //   MOEMEM_SITE        the page's URL (the server's root)
 //   MOEMEM_CLI_REF     `moemem analyze <the README's reference flags> --format json`
 //   MOEMEM_CLI_OTHER   the same for MOEMEM_OTHER_HASH, a configuration given in the URL's hash
+//   MOEMEM_CONFIG      data/models/deepseek-v3.json, pasted as a config.json
 //   MOEMEM_SCREENSHOT  where to save the reference page's screenshot
 import { readFileSync } from "node:fs";
 import { chromium } from "playwright-core";
@@ -78,6 +79,26 @@ try {
   // Another configuration, given in the hash.
   const other = await open(page, "#" + env("MOEMEM_OTHER_HASH"));
   await compareWithCli(page, other, cliOther, "hash configuration");
+
+  // deepseek-v3's config.json pasted instead of the preset: the same bytes (the CLI's --model
+  // with the preset's file path gives them too), and the link carries the pasted config.
+  await open(page, "");
+  await page.fill("textarea[name=config]", readFileSync(env("MOEMEM_CONFIG"), "utf8"));
+  await page.waitForFunction(() => window.moememResult && !window.moememResult.args.includes("--model"), null, { timeout: 10000 });
+  const pasted = await page.evaluate(() => window.moememResult);
+  check(pasted.analyze && same(pasted.analyze.stages.map((s) => s.bytes), cliRef.stages.map((s) => s.bytes)),
+    "a pasted config.json gives the preset's bytes");
+  check(decodeURIComponent(page.url()).includes('"n_routed_experts":256'), "the link holds the pasted config.json");
+
+  // A request the entry cannot read is an error value, not a crash.
+  const malformed = await page.evaluate(() => {
+    const p = moemem._malloc(8);
+    moemem.stringToUTF8("{oops", p, 8);
+    const r = JSON.parse(moemem.UTF8ToString(moemem._moemem_run(p)));
+    moemem._free(p);
+    return r;
+  });
+  check(malformed.code === 2 && malformed.stderr.includes("bad request"), `a malformed request is refused (${malformed.stderr.trim()})`);
 
   // An edit in the form recomputes, and bad input shows the CLI's error instead of a report.
   await open(page, "");
