@@ -10,7 +10,11 @@ packages=(
   clang libclang-rt-dev  # libFuzzer and clang's sanitizer runtimes (scripts/fuzz.sh)
   python3-torch  # CPU PyTorch: the hf profile's autograd ground truth (tests/groundtruth/check_hf.py)
   python3 python3-dev pybind11-dev  # the Python module (python/, target moemem_python) and its tests
+  emscripten chromium  # the web calculator (web/): its WebAssembly build and browser test (scripts/web-test.sh)
 )
+# npm installs the browser test's driver (web/package-lock.json); a Node.js from elsewhere
+# (NodeSource's) brings its own, and Debian's npm package would conflict with it.
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -25,6 +25,9 @@ echo "== moemem validate: the public measurements (docs/validation.md; issue 12'
 # one record is at +61%, docs/formulas.md "Step time"): a ratchet at today's errors.
 ./build/release/moemem validate --throughput --max-median-error 9 --max-error 61 >/dev/null
 
+echo "== web calculator: WebAssembly build, page against the CLI in headless Chromium (scripts/web-test.sh)"
+./scripts/web-test.sh
+
 echo "== benchmarks build and run (smoke run, not a measurement)"
 ./build/release/bench/moemem_bench --benchmark_min_time=0.01 >/dev/null
 
