@@ -24,16 +24,25 @@ using nlohmann::json;
 
 std::string field(const std::string& source, std::string_view key) { return fmt::format("{}: {}", source, key); }
 
-// A size in elements: a non-negative integer (5e8 is written as a float in many configs), or
+// A size in elements: a non-negative integer up to 9e15 (5e8 is written as a float in many
+// configs; one bound for both forms, so that no size wraps or overflows the byte arithmetic), or
 // "auto" where the Hugging Face Trainer fills it in (nullopt).
 std::optional<std::int64_t> size_value(const json& v, const std::string& source, std::string_view key, bool auto_ok) {
+  constexpr std::int64_t kMaxElements = 9'000'000'000'000'000;
   if (auto_ok && v.is_string() && v.get<std::string>() == "auto") return std::nullopt;
-  if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return v.get<std::int64_t>();
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() <= static_cast<std::uint64_t>(kMaxElements)) {
+    return static_cast<std::int64_t>(v.get<std::uint64_t>());
+  }
+  if (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() >= 0 &&
+      v.get<std::int64_t>() <= kMaxElements) {
+    return v.get<std::int64_t>();
+  }
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (d >= 0 && d <= 9.0e15 && std::floor(d) == d) return static_cast<std::int64_t>(d);
+    if (d >= 0 && d <= static_cast<double>(kMaxElements) && std::floor(d) == d) return static_cast<std::int64_t>(d);
   }
-  throw InputError(field(source, key), v.dump(), auto_ok ? "a non-negative integer or \"auto\"" : "a non-negative integer");
+  throw InputError(field(source, key), v.dump(),
+                   auto_ok ? "a non-negative integer up to 9e15 or \"auto\"" : "a non-negative integer up to 9e15");
 }
 
 bool bool_value(const json& v, const std::string& source, std::string_view key) {

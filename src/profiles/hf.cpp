@@ -124,6 +124,14 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
   if (auto e = refuse_fsdp2_options("hf", t)) return e;
   if (auto e = refuse_finetune("hf", t, true, {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion})) return e;
   if (t.fp8 != Fp8Recipe::none) return InputError("--fp8", std::string(name_of(t.fp8)), "none with the hf profile");
+  // DeepSpeed offloads the whole optimizer partition, and only from ZeRO stage 1 up
+  // (zero/offload_config.py; stage_1_and_2.py cpu_offload), with the staging buffers hf_deepspeed.cpp adds.
+  if (t.optimizer_offload > 0 && (t.zero < 1 || t.optimizer_offload != 1.0)) {
+    return InputError("--optimizer-cpu-offload/--optimizer-offload-fraction",
+                      fmt::format("fraction {} at ZeRO {}", t.optimizer_offload, t.zero),
+                      "fraction 1 at --zero 1, 2 or 3 with the hf profile (DeepSpeed's offload_optimizer moves the "
+                      "whole optimizer partition)");
+  }
   if (t.recompute == Recompute::selective) {
     return InputError("--recompute", "selective",
                       "none or full with the hf profile (gradient_checkpointing checkpoints whole decoder layers)");

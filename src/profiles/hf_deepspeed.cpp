@@ -97,6 +97,9 @@ DeepSpeedBuffers settings(const TrainingConfig& t) {
   if (t.deepspeed) return *t.deepspeed;
   DeepSpeedBuffers d;
   d.overlap_comm = t.zero == 3;
+  // --optimizer-cpu-offload without a config is offload_optimizer to the CPU, with its staging
+  // buffers, as the config key would give.
+  d.offload_optimizer = t.optimizer_offload > 0;
   return d;
 }
 

@@ -1,6 +1,8 @@
 // --deepspeed ds_config.json (hf profile): the keys read, their effect on the run's settings,
 // and every refusal naming its key (exit 2). The configs in tests/data/deepspeed follow the
 // Hugging Face Trainer's documented ZeRO-2 offload and ZeRO-3 examples ("auto" values included).
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -145,3 +147,52 @@ TEST(DeepSpeed, CliErrorsExit2) {
 }
 
 }  // namespace
+
+// One bound (9e15 elements) for integers and floats, so that no size wraps or overflows the byte
+// arithmetic; the refusal names the key and the bound.
+TEST(DeepSpeed, SizesAboveTheBoundAreRefusedByKey) {
+  for (const char* size : {"1000000000000000000", "1e18", "9223372036854775807", "18446744073709551615"}) {
+    const std::string text = std::string(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1,"reduce_bucket_size":)") +
+                             size + "}}";
+    try {
+      (void)moemem::parse_deepspeed_config(text, "x");
+      ADD_FAILURE() << "accepted: " << size;
+    } catch (const moemem::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("zero_optimization.reduce_bucket_size"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("up to 9e15"), std::string::npos) << e.what();
+    }
+  }
+  // At the bound: accepted as given (9e15 elements).
+  const auto at = moemem::parse_deepspeed_config(
+      R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1,"reduce_bucket_size":9000000000000000}})", "x");
+  EXPECT_EQ(at.reduce_bucket_size, 9'000'000'000'000'000);
+}
+
+// --optimizer-cpu-offload without a config under hf is DeepSpeed's offload_optimizer: the same
+// host column and staging buffers as the config key gives; below ZeRO 1 or with a fraction, refused.
+TEST(DeepSpeed, OffloadFlagMatchesTheConfigKey) {
+  const auto flag = hf_run({"--zero", "2", "--optimizer-cpu-offload"});
+  // The config equivalent of a bare --zero 2 with offload: DeepSpeed's defaults (5e8 bucket,
+  // overlap_comm off below stage 3) and offload_optimizer.device cpu.
+  const std::string path = ::testing::TempDir() + "moemem_ds_zero2_offload_defaults.json";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":2,"offload_optimizer":{"device":"cpu"}}})", f);
+    std::fclose(f);
+  }
+  const auto config = hf_run({"--deepspeed", path});
+  EXPECT_EQ(stage_bytes(flag, "host"), stage_bytes(config, "host"));
+  EXPECT_EQ(stage_bytes(flag, "buffers"), stage_bytes(config, "buffers"));
+  // One 5e8 x 2-byte bucket plus the GPU staging buffer of the largest parameter (16384 x 2).
+  EXPECT_EQ(stage_bytes(flag, "buffers"), 1'000'000'000u + 32'768u);
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--zero", "0", "--optimizer-cpu-offload"},
+        std::vector<std::string>{"--zero", "2", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "0.5"}}) {
+    std::vector<std::string> args = {"analyze", "--model", kLlama, "--profile", "hf", "--seq-len", "16"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("--optimizer-cpu-offload/--optimizer-offload-fraction"), std::string::npos) << r.err;
+  }
+}
