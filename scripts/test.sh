@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs dependencies (Debian packages), then builds and runs every test twice: an optimised
-# build with warnings as errors, and a debug build under AddressSanitizer and
-# UndefinedBehaviorSanitizer; then runs each libFuzzer target for 30 s (scripts/fuzz.sh). Also
-# checks the predictions against the public measurements (moemem validate, with ratchets at
-# today's errors) and builds the benchmarks and runs each once, briefly.
+# build with warnings as errors (gcc), and a clang build at -O1 under AddressSanitizer and
+# UndefinedBehaviorSanitizer that also holds the libFuzzer targets; then runs each of those for 30 s
+# (scripts/fuzz.sh, which reuses the sanitizer build). Also checks the predictions against the
+# public measurements (moemem validate, with ratchets at today's errors), builds the web calculator
+# (WebAssembly) and checks it in headless Chromium, runs each benchmark once, briefly, and checks
+# the hf profile against PyTorch autograd on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -31,7 +33,7 @@ echo "== web calculator: WebAssembly build, page against the CLI in headless Chr
 echo "== benchmarks build and run (smoke run, not a measurement)"
 ./build/release/bench/moemem_bench --benchmark_min_time=0.01 >/dev/null
 
-echo "== sanitizer build (ASan + UBSan)"
+echo "== sanitizer build (clang -O1, ASan + UBSan, with the libFuzzer targets)"
 cmake --preset sanitize >/dev/null
 cmake --build --preset sanitize -j "$jobs"
 ctest --preset sanitize -j "$jobs"

@@ -22,6 +22,8 @@ other_hash="model=mixtral-8x7b&tp=2&pp=4&dp=8&ep=8&sp=1&recompute=full&zero=1&gp
 other=(--model mixtral-8x7b --tp 2 --pp 4 --dp 8 --ep 8 --sp --recompute full --zero 1 --gpu h100-80g)
 "$cli" analyze "${ref[@]}" --format json >build/web/cli-reference.json
 "$cli" analyze "${other[@]}" --format json >build/web/cli-other.json
+# The CLI's own HTML report of the reference configuration, opened in the same browser.
+"$cli" analyze "${ref[@]}" --format html >build/web/site/report.html
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 python3 -m http.server "$port" --bind 127.0.0.1 -d build/web/site >build/web/server.log 2>&1 &
@@ -33,7 +35,7 @@ for _ in $(seq 50); do
 done
 
 MOEMEM_SITE="http://127.0.0.1:$port/" MOEMEM_CLI_REF=build/web/cli-reference.json \
-  MOEMEM_CLI_OTHER=build/web/cli-other.json MOEMEM_OTHER_HASH="$other_hash" \
+  MOEMEM_CLI_OTHER=build/web/cli-other.json MOEMEM_OTHER_HASH="$other_hash" MOEMEM_HTML_REPORT=report.html \
   MOEMEM_CONFIG=data/models/deepseek-v3.json \
   MOEMEM_SCREENSHOT="$PWD/build/web/screenshot.png" node web/test/browser-test.mjs
 echo "web-test: wasm build $((built - start)) s, npm ci $((installed - built)) s, browser test $((SECONDS - installed)) s; screenshot build/web/screenshot.png"

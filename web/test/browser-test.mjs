@@ -109,6 +109,20 @@ try {
   check(await page.$$eval("#stage-chart", (e) => e.length) === 0, "no chart for bad input");
   check((await page.textContent("#error")).includes("--tp"), "the error is shown on the page");
 
+  // analyze --format html (issue 17's report, written by the CLI): renders here with nothing
+  // fetched from outside, one bar per stage, and the CLI's peak in its text.
+  const report = await browser.newPage();
+  report.on("pageerror", (e) => errors.push(`report: ${e}`));
+  report.on("request", (r) => { if (!r.url().startsWith(site)) errors.push(`report: request outside the site: ${r.url()}`); });
+  await report.goto(site + env("MOEMEM_HTML_REPORT"));
+  const bars = await report.$$eval("svg rect.stage", (r) => r.length);
+  check(bars === cliRef.stages.length, `the HTML report draws one bar per stage (${bars} of ${cliRef.stages.length})`);
+  const peakLine = await report.textContent("p.peak");
+  check(peakLine.includes(`${cliRef.peak.total_bytes.toLocaleString("en-US")}`) || peakLine.includes(String(cliRef.peak.total_bytes)),
+    `the HTML report states the CLI's peak (${peakLine.trim()})`);
+  await report.screenshot({ path: env("MOEMEM_SCREENSHOT").replace(/\.png$/, "-report.png"), fullPage: false });
+  await report.close();
+
   check(errors.length === 0, `no page errors or outside requests${errors.length ? ": " + errors.join("; ") : ""}`);
 } finally {
   await browser.close();
