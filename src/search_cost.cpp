@@ -3,20 +3,12 @@
 // from the compiled model's tensors, the same inventory every memory figure folds over.
 #include <algorithm>
 
+#include "mla_roles.hpp"
 #include "moemem/search.hpp"
 
 namespace moemem {
 
 namespace {
-
-// Whether a tensor of an MLA layer is an up-projection from a latent (Megatron's mla_up_proj):
-// kv_b_proj's parts always; q_b_proj's parts only with a query latent (q_lora_rank), since
-// without one the q_up/q_rope rows are a plain q_proj reading the hidden state.
-bool is_mla_up(const ModelSpec& m, Role role) {
-  if (m.attention != AttentionKind::mla) return false;
-  if (role == Role::k_up || role == Role::v_up) return true;
-  return (role == Role::q_up || role == Role::q_rope) && m.mla.q_lora_rank > 0;
-}
 
 LayerGemms gemms_of(const ModelSpec& m, const std::vector<Tensor>& layer) {
   LayerGemms g;
@@ -30,7 +22,7 @@ LayerGemms gemms_of(const ModelSpec& m, const std::vector<Tensor>& layer) {
     switch (t.module) {
       case Module::attention:
         g.attention += per_token;
-        if (is_mla_up(m, t.role)) g.mla_up += per_token;
+        if (detail::is_mla_up(m, t.role)) g.mla_up += per_token;
         break;
       case Module::dense_mlp: g.mlp += per_token; break;
       case Module::router:

@@ -64,7 +64,6 @@ Token quoted_token(const std::string& text, std::int64_t line) {
 
 namespace {
 
-bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 bool is_ifs(char c) { return c == ' ' || c == '\t' || c == '\n'; }
 
 // The index of the bracket closing the one at `open` in `r`, quotes and nesting respected.

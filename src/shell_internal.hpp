@@ -8,6 +8,7 @@
 // refuse exactly the memory-relevant flags that depend on it. Expansion is bounded.
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -29,6 +30,9 @@ inline constexpr std::int64_t kMaxShellCommands = std::int64_t{1} << 16;      //
 inline constexpr int kMaxShellDepth = 32;  // nesting of source, functions, bash FILE, $(...)
 inline constexpr int kMaxShellNesting = 200;  // nesting of if/case/loops/groups, ${...}, $((...)), test parentheses
 inline constexpr std::size_t kMaxShellArrayIndex = std::size_t{1} << 16;
+
+// A character of a shell variable name after its first: a letter, a digit or an underscore.
+inline bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 // Text that remembers the script line of each of its characters: a mark where the line changes,
 // at most kMaxTextMarks of them (a value pieced together from many lines, "$a $a" doubled, would

@@ -13,7 +13,6 @@ namespace moemem::detail {
 namespace {
 
 bool is_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 bool is_op_char(char c) { return c == ';' || c == '&' || c == '|' || c == '(' || c == ')' || c == '<' || c == '>'; }
 

@@ -15,8 +15,6 @@ namespace moemem::detail {
 
 namespace {
 
-bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-
 // NAME=, NAME+=, NAME[i]= at the start of a raw word: the length of the name part, else 0.
 std::size_t assignment_name(const std::string& w) {
   if (w.empty() || !(std::isalpha(static_cast<unsigned char>(w[0])) || w[0] == '_')) return 0;

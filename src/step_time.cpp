@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "mla_roles.hpp"
 #include "moemem/errors.hpp"
 
 namespace moemem {
@@ -14,13 +15,6 @@ namespace moemem {
 namespace {
 
 double d(std::int64_t v) { return static_cast<double>(v); }
-
-// MLA's up-projections from a latent (Megatron's mla_up_proj recompute module): search_cost.cpp's rule.
-bool is_mla_up(const ModelSpec& m, Role role) {
-  if (m.attention != AttentionKind::mla) return false;
-  if (role == Role::k_up || role == Role::v_up) return true;
-  return (role == Role::q_up || role == Role::q_rope) && m.mla.q_lora_rank > 0;
-}
 
 // Forward FLOPs per token (2 x parameters for every GEMM a token passes: routed experts top_k of
 // them), parameters, and memory-bound bytes of one layer's tensors.
@@ -37,7 +31,7 @@ StepTimeModel::Kind kind_of(const ModelSpec& m, const std::vector<Tensor>& tenso
       k.gemm += per_token;
       k.params += params;
     }
-    if (is_mla_up(m, t.role)) k.mla_up += per_token;
+    if (detail::is_mla_up(m, t.role)) k.mla_up += per_token;
     if (t.module == Module::dense_mlp) k.mlp += per_token;
     if (t.module == Module::router || t.module == Module::routed_experts || t.module == Module::shared_experts) k.moe += per_token;
     if (t.module == Module::shared_experts) k.shared += per_token;
