@@ -12,22 +12,15 @@
 #include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
 
+#include "unit/inventory_helpers.hpp"
+
 namespace {
 
 using namespace moemem;
-
-std::string config_path(const std::string& name) {
-  return std::string(MOEMEM_TEST_DATA_DIR) + "/configs/" + name + ".config.json";
-}
+using namespace moemem::test;
 
 bool has_tensor(const Inventory& inv, const std::string& name) {
   return std::any_of(inv.tensors.begin(), inv.tensors.end(), [&](const Tensor& t) { return t.name == name; });
-}
-
-const Tensor& tensor(const Inventory& inv, const std::string& name) {
-  const auto it = std::find_if(inv.tensors.begin(), inv.tensors.end(), [&](const Tensor& t) { return t.name == name; });
-  if (it == inv.tensors.end()) throw std::runtime_error("no tensor " + name);
-  return *it;
 }
 
 TEST(ModelTypes, Llama) {
@@ -158,13 +151,6 @@ TEST(ModelTypes, ContradictoryFieldsAreNamed) {
                "num_experts_per_tok");
 }
 
-
-std::string text_of(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // GLM-4.5-Air (zai-org/GLM-4.5-Air config.json, tests/data/configs; data/models/SOURCES.md): by
 // hand from the config. h 4096, 96 heads and 8 KV heads of 128, q/k/v biases (no o bias, no

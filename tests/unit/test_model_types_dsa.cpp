@@ -18,38 +18,14 @@
 #include "moemem/profile.hpp"
 #include "moemem/training.hpp"
 
+#include "unit/inventory_helpers.hpp"
+
 namespace {
 
 using namespace moemem;
+using namespace moemem::test;
 
-std::string config_text() {
-  std::ifstream in(std::string(MOEMEM_TEST_DATA_DIR) + "/configs/deepseek-v3.2.config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-const Tensor& tensor(const Inventory& inv, const std::string& name) {
-  const auto it = std::find_if(inv.tensors.begin(), inv.tensors.end(), [&](const Tensor& t) { return t.name == name; });
-  if (it == inv.tensors.end()) throw std::runtime_error("no tensor " + name);
-  return *it;
-}
-
-std::uint64_t role_total(const Inventory& inv, Role r) {
-  std::uint64_t n = 0;
-  for (const auto& t : inv.tensors) {
-    if (t.role == r) n += t.params().value();
-  }
-  return n;
-}
-
-std::uint64_t module_total(const Inventory& inv, Module m) {
-  std::uint64_t n = 0;
-  for (const auto& t : inv.tensors) {
-    if (t.module == m) n += t.params().value();
-  }
-  return n;
-}
+std::string config_text() { return text_of(config_path("deepseek-v3.2")); }
 
 void expect_error(const std::string& json_text, const std::string& word) {
   try {

@@ -13,34 +13,12 @@
 #include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
 
+#include "unit/inventory_helpers.hpp"
+
 namespace {
 
 using namespace moemem;
-
-std::string config_path(const std::string& name) {
-  return std::string(MOEMEM_TEST_DATA_DIR) + "/configs/" + name + ".config.json";
-}
-
-std::string text_of(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-const Tensor& tensor(const Inventory& inv, const std::string& name) {
-  const auto it = std::find_if(inv.tensors.begin(), inv.tensors.end(), [&](const Tensor& t) { return t.name == name; });
-  if (it == inv.tensors.end()) throw std::runtime_error("no tensor " + name);
-  return *it;
-}
-
-std::uint64_t module_total(const Inventory& inv, Module m) {
-  std::uint64_t n = 0;
-  for (const auto& t : inv.tensors) {
-    if (t.module == m) n += t.params().value();
-  }
-  return n;
-}
+using namespace moemem::test;
 
 std::uint64_t tensor_count(const Inventory& inv) {
   std::uint64_t n = 0;

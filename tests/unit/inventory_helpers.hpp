@@ -1,0 +1,49 @@
+// Lookups the model-type tests share: a tensor by name, per-role and per-module parameter totals,
+// and the text of a config file under tests/data/configs.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "moemem/inventory.hpp"
+
+namespace moemem::test {
+
+inline std::string config_path(const std::string& name) {
+  return std::string(MOEMEM_TEST_DATA_DIR) + "/configs/" + name + ".config.json";
+}
+
+inline std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline const Tensor& tensor(const Inventory& inv, const std::string& name) {
+  const auto it = std::find_if(inv.tensors.begin(), inv.tensors.end(), [&](const Tensor& t) { return t.name == name; });
+  if (it == inv.tensors.end()) throw std::runtime_error("no tensor " + name);
+  return *it;
+}
+
+inline std::uint64_t role_total(const Inventory& inv, Role r) {
+  std::uint64_t n = 0;
+  for (const auto& t : inv.tensors) {
+    if (t.role == r) n += t.params().value();
+  }
+  return n;
+}
+
+inline std::uint64_t module_total(const Inventory& inv, Module m) {
+  std::uint64_t n = 0;
+  for (const auto& t : inv.tensors) {
+    if (t.module == m) n += t.params().value();
+  }
+  return n;
+}
+
+}  // namespace moemem::test
