@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (the fuzz preset: clang, ASan + UBSan) and runs each for a bounded
+# Builds the libFuzzer targets (part of the sanitize preset: clang, ASan + UBSan) and runs each for a bounded
 # time (MOEMEM_FUZZ_SECONDS, default 30), seeded from tests/data (fuzz/CMakeLists.txt names the
 # seed directories of each target). A crash, sanitizer report, leak, timeout (10 s per input) or
-# out-of-memory (2 GB) fails the run; the input is left in build/fuzz/fuzz/artifacts/<target>/:
+# out-of-memory (2 GB) fails the run; the input is left in build/sanitize/fuzz/artifacts/<target>/:
 # fix the bug and keep the input in tests/data/fuzz/<target>/ as a regression case.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${MOEMEM_FUZZ_SECONDS:-30}
 jobs=$(nproc)
 
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "$jobs"
-dir=build/fuzz/fuzz
+cmake --preset sanitize >/dev/null
+cmake --build --preset sanitize -j "$jobs"
+dir=build/sanitize/fuzz
 
 # validation_line's seeds: the public measurement set, one record per file.
 rm -rf "$dir/seeds/validation_line"
