@@ -1,5 +1,5 @@
-// Lookups the model-type tests share: a tensor by name, per-role and per-module parameter totals,
-// and the text of a config file under tests/data/configs.
+// What the model-type tests share: a tensor by name, per-role and per-module parameter totals,
+// the text of a config file under tests/data/configs, and the check that a config is refused.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +9,10 @@
 #include <stdexcept>
 #include <string>
 
+#include <gtest/gtest.h>
+
+#include "moemem/config.hpp"
+#include "moemem/errors.hpp"
 #include "moemem/inventory.hpp"
 
 namespace moemem::test {
@@ -44,6 +48,16 @@ inline std::uint64_t module_total(const Inventory& inv, Module m) {
     if (t.module == m) n += t.params().value();
   }
   return n;
+}
+
+// The config text is refused, and the message names `word` (the field).
+inline void expect_error(const std::string& json_text, const std::string& word) {
+  try {
+    (void)parse_hf_config(json_text, "bad.json");
+    FAIL() << "accepted: " << json_text;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace moemem::test

@@ -131,15 +131,6 @@ TEST(ModelTypes, TextConfigNestingAndKimiAlias) {
 }
 
 // Contradictory fields get named errors.
-void expect_error(const std::string& json_text, const std::string& field_word) {
-  try {
-    (void)parse_hf_config(json_text, "bad.json");
-    FAIL() << "accepted: " << json_text;
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(field_word), std::string::npos) << e.what();
-  }
-}
-
 TEST(ModelTypes, ContradictoryFieldsAreNamed) {
   const std::string base = R"("model_type": "llama", "vocab_size": 1000, "num_hidden_layers": 2, "intermediate_size": 128)";
   expect_error("{" + base + R"(, "hidden_size": 100, "num_attention_heads": 3})", "num_attention_heads");

@@ -27,15 +27,6 @@ using namespace moemem::test;
 
 std::string config_text() { return text_of(config_path("deepseek-v3.2")); }
 
-void expect_error(const std::string& json_text, const std::string& word) {
-  try {
-    (void)parse_hf_config(json_text, "bad.json");
-    FAIL() << "accepted: " << json_text;
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
-  }
-}
-
 // The indexer of one layer, by hand from DeepSeek-V3.2-Exp inference/model.py Indexer.__init__
 // (q_lora_rank 1536, hidden 7168, index_n_heads 64, index_head_dim 128):
 //   wq_b          64 x 128 = 8192 rows x 1536   = 12,582,912

@@ -26,15 +26,6 @@ std::uint64_t tensor_count(const Inventory& inv) {
   return n;
 }
 
-void expect_error(const std::string& json_text, const std::string& word) {
-  try {
-    (void)parse_hf_config(json_text, "bad.json");
-    FAIL() << "accepted: " << json_text;
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
-  }
-}
-
 // OLMoE-1B-7B-0924 (allenai): h 2048, 16 heads = 16 KV heads of 128 (hidden / heads), no
 // biases, q_norm over 16 x 128 = 2048 channels and k_norm over 16 x 128 = 2048 (full width, not
 // per head), 16 layers all MoE with 64 experts of 1024 and a 64 x 2048 router, vocab 50304
