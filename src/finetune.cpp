@@ -88,17 +88,39 @@ std::string_view module_name(const Tensor& t) {
   return dot == std::string_view::npos ? n : n.substr(dot + 1);
 }
 
-bool all_linear_target(const Tensor& t) {
+bool all_linear_target(const Tensor& t, bool linear_routers) {
   if (!is_weight_matrix(t) || t.adapter != Adapter::none) return false;
   if (t.placement != Placement::decoder && t.placement != Placement::mtp) return false;
   switch (t.role) {
     case Role::router:              // the MoE router (Megatron-Bridge's default targets leave it out)
     case Role::shared_expert_gate:  // Qwen2-MoE's 1 x h sigmoid gate, a router of its own kind
+      return linear_routers;
     case Role::mtp_embedding:
     case Role::mtp_output_head: return false;
     default: return true;
   }
 }
+
+bool hf_router_is_linear(std::string_view model_type) {
+  // modeling_mixtral.py MixtralSparseMoeBlock and modeling_qwen3_moe.py Qwen3MoeSparseMoeBlock:
+  // self.gate = nn.Linear(hidden, num_experts, bias=False) (transformers 4.x).
+  return model_type == "mixtral" || model_type == "qwen3_moe";
+}
+
+namespace {
+
+// QLoRA: bitsandbytes' Linear4bit quantises each replaced module's weight whole, so the parts of a
+// fused checkpoint matrix, base[first, last), are one NF4 tensor per expert; its bytes go on the
+// first part.
+void quantize(const std::vector<Tensor>& base, std::size_t first, std::size_t last, Inventory& out) {
+  std::uint64_t per_copy = 0;
+  for (std::size_t i = first; i < last; ++i) per_copy = checked_add(per_copy, base[i].params().value() / static_cast<std::uint64_t>(base[i].copies), "nf4");
+  for (std::size_t k = out.tensors.size() - (last - first); k < out.tensors.size(); ++k) out.tensors[k].nf4 = true;
+  Tensor& head = out.tensors[out.tensors.size() - (last - first)];
+  head.nf4_bytes = checked_mul(nf4_bytes(Count(per_copy)).value(), static_cast<std::uint64_t>(base[first].copies), "nf4");
+}
+
+}  // namespace
 
 Inventory apply_finetune(const Inventory& base, const FinetuneSettings& s) {
   if (s.finetune == Finetune::full) return base;
@@ -110,7 +132,7 @@ Inventory apply_finetune(const Inventory& base, const FinetuneSettings& s) {
   const std::vector<std::string> names = all ? std::vector<std::string>{} : split_targets(s.lora_targets);
   std::vector<bool> matched(names.size(), false);
   const auto targeted = [&](const Tensor& t) {
-    if (all) return all_linear_target(t);
+    if (all) return all_linear_target(t, s.linear_routers);
     if (!is_weight_matrix(t)) return false;
     const auto it = std::find(names.begin(), names.end(), module_name(t));
     if (it == names.end()) return false;
@@ -127,6 +149,7 @@ Inventory apply_finetune(const Inventory& base, const FinetuneSettings& s) {
       out.tensors.push_back(ts[k]);
       out.tensors.back().trainable = false;
     }
+    if (s.finetune == Finetune::qlora && all_linear_target(ts[i], s.linear_routers)) quantize(ts, i, j, out);
     if (targeted(ts[i])) add_adapters(ts, i, j, s.lora_rank, out);
     i = j;
   }

@@ -32,6 +32,10 @@ struct FinetuneSettings {
   OptimizerKind optimizer = OptimizerKind::adamw;
   // SGD's momentum (Megatron's --sgd-momentum, default 0.9): nonzero keeps a momentum buffer.
   double sgd_momentum = 0.9;
+  // PEFT's all-linear on Hugging Face modules (the hf profile): every nn.Linear but the output
+  // head, so also a router that is an nn.Linear there (Mixtral's and Qwen3-MoE's `gate`); false:
+  // Megatron-Bridge's all-linear, which leaves the router out. Set by make_scenario.
+  bool linear_routers = false;
   auto operator<=>(const FinetuneSettings&) const = default;
 };
 
@@ -40,13 +44,22 @@ struct FinetuneSettings {
 [[nodiscard]] std::string_view module_name(const Tensor& t);
 // Whether `all-linear` targets the tensor: every 2-D weight of a decoder layer or MTP depth (the
 // attention projections, dense MLP, shared and routed experts, MTP's eh_proj), not the embedding,
-// the output head, the router or Qwen2-MoE's shared_expert_gate.
-[[nodiscard]] bool all_linear_target(const Tensor& t);
+// the output head, or (unless `linear_routers`) the router and Qwen2-MoE's shared_expert_gate.
+[[nodiscard]] bool all_linear_target(const Tensor& t, bool linear_routers = false);
+
+// Whether Hugging Face's modeling code (transformers 4.x, the hf profile's) builds the MoE router
+// of `model_type` as an nn.Linear, which PEFT's all-linear and bitsandbytes' 4-bit replacement
+// then take in: Mixtral's and Qwen3-MoE's `gate`; DeepSeek-V3's DeepseekV3TopkRouter holds a bare
+// nn.Parameter and is neither.
+[[nodiscard]] bool hf_router_is_linear(std::string_view model_type);
 
 // The inventory with `s` applied. Full: unchanged. LoRA/QLoRA: every base tensor frozen, and
 // after each targeted linear its adapters "<module>.lora_A.weight" (r x in) and
 // "<module>.lora_B.weight" (out x r, one entry per part of a fused checkpoint matrix), trainable;
-// one pair per routed expert (PEFT wraps each expert's nn.Linear). Throws InputError for a rank
+// one pair per routed expert (PEFT wraps each expert's nn.Linear). QLoRA also stores every frozen
+// linear that bitsandbytes replaces (transformers' replace_with_bnb_linear: each nn.Linear but the
+// output head, i.e. all-linear's set with linear routers) as NF4 (Tensor::nf4_bytes, per expert
+// for routed experts). Throws InputError for a rank
 // below 1, a dropout outside [0, 1) or a target name no linear of the model has.
 [[nodiscard]] Inventory apply_finetune(const Inventory& base, const FinetuneSettings& s);
 

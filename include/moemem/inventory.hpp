@@ -82,6 +82,11 @@ struct Tensor {
   bool shared_in_training = false;
   Adapter adapter = Adapter::none;  // a LoRA matrix (apply_finetune), else none
   bool trainable = true;            // false: frozen (the base model under LoRA), no gradient, no optimizer state
+  // QLoRA: stored as bitsandbytes NF4, in nf4_bytes (finetune.hpp nf4_bytes; a fused checkpoint
+  // matrix's bytes on its first part, 0 on the others).
+  bool nf4 = false;
+  std::uint64_t nf4_bytes = 0;
+  [[nodiscard]] bool quantized() const { return nf4; }
 
   [[nodiscard]] Count params() const;
   [[nodiscard]] bool is_vector() const { return cols == 1; }

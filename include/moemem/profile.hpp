@@ -92,6 +92,9 @@ struct Profile {
   bool recompute_transient;  // full recomputation also holds one layer's activations while recomputing
   // --- what the allocator and the device add
   OverheadModel overhead;  // buffers, fragmentation, memory outside the allocator
+  // LoRA as PEFT applies it to Hugging Face modules (all-linear takes every nn.Linear but the
+  // head, routers included where they are one: FinetuneSettings::linear_routers).
+  bool peft_modules = false;
 };
 
 [[nodiscard]] const Profile& get_profile(std::string_view name);

@@ -69,6 +69,8 @@ struct StageReport {
   Bytes combined_forward;  // EP all-to-all overlap: a layer of the next micro-batch's forward beside the backward
   Bytes fp8_weight_copies;                            // part of bytes.weights
   Count fp8_weight_params;                            // parameters whose GEMMs run in FP8
+  Count nf4_params;                                   // QLoRA: parameters stored as NF4 (part of params)
+  Bytes nf4_bytes;                                    // their bytes (part of bytes.weights)
   std::int64_t in_flight_microbatches = 1;
   std::int64_t model_chunks = 1;
   LossPeak loss;                                      // the loss's transient (stages holding the head)

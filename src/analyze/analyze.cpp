@@ -116,7 +116,8 @@ void StageReport::reset(std::int64_t s) {
   chunk_in_flight.clear();
   transient = LayerTransient{};
   activations_per_microbatch = cp_ring_buffers = combined_forward = fp8_weight_copies = Bytes{};
-  fp8_weight_params = Count{};
+  fp8_weight_params = nf4_params = Count{};
+  nf4_bytes = Bytes{};
   in_flight_microbatches = model_chunks = 1;
   loss = LossPeak{};
   fsdp.reset();

@@ -23,6 +23,8 @@ struct Share {
   std::array<Count, kModuleCount> by_module{};
   ParamSplit fp8;  // parameters whose GEMMs run in FP8, by ZeRO group
   TrainableSplit trainable;  // what trains (all of params but under LoRA), as the optimizers count it
+  Count nf4_params;          // QLoRA: parameters stored as NF4, and their bytes
+  Bytes nf4_bytes;
   void add(const Share& o, std::int64_t times, bool modules);
 };
 

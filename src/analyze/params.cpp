@@ -82,6 +82,8 @@ void Share::add(const Share& o, std::int64_t n, bool modules) {
   fp8.expert += mul(o.fp8.expert);
   trainable.non_expert += o.trainable.non_expert.times(k);
   trainable.expert += o.trainable.expert.times(k);
+  nf4_params += mul(o.nf4_params);
+  nf4_bytes += Bytes(checked_mul(o.nf4_bytes.value(), k, "nf4 bytes"));
 }
 
 namespace {
@@ -129,6 +131,10 @@ Share share_of(const std::vector<Tensor>& ts, const Profile& profile, const Para
     (expert ? s.params.expert : s.params.non_expert) += c;
     s.by_module[static_cast<std::size_t>(t.module)] += c;
     if (fp8 && fp8_gemm_weight(t.role) && t.adapter == Adapter::none) (expert ? s.fp8.expert : s.fp8.non_expert) += c;
+    if (t.quantized()) {  // the profiles that accept QLoRA split no tensor: c is the whole entry
+      s.nf4_params += c;
+      s.nf4_bytes += Bytes(t.nf4_bytes);
+    }
     if (t.trainable) {
       (expert ? s.trainable.expert : s.trainable.non_expert) += optimizer_counts(t, device_shape(t, profile, p, vocab), c);
     }
@@ -185,6 +191,8 @@ void assign_params(const EvalContext& c, const Shares& sh, MemoryReport& r) {
     st.trainable = total.trainable;
     st.params_by_module = total.by_module;
     st.fp8_weight_params = total.fp8.non_expert + total.fp8.expert;
+    st.nf4_params = total.nf4_params;
+    st.nf4_bytes = total.nf4_bytes;
     // ZeRO-3 shards the working weights, and with them their FP8 copies.
     if (c.t.zero >= 3) st.fp8_weight_params = zero_shard(total.fp8, layout.config.dp * layout.config.cp, layout.edp);
   }
@@ -195,17 +203,23 @@ namespace {
 // Parameters on this device by (module, role [part]), in the order the checkpoint first names them.
 class RoleCounts {
  public:
-  void add(const Tensor& t, Count c) {
+  // `c` parameters of `t` on this device, `n` copies of the entry (its NF4 bytes n times).
+  void add(const Tensor& t, Count c, std::uint64_t n) {
     std::string module(name_of(t.module));
     std::string role = std::string(name_of(t.role)) + (t.part.empty() ? "" : fmt::format(" [{}]", t.part));
-    const auto it = std::find_if(rows_.begin(), rows_.end(),
-                                 [&](const Row& r) { return r.module == module && r.role == role; });
-    if (it != rows_.end()) it->count += c;
-    else rows_.push_back({std::move(module), std::move(role), c});
+    auto it = std::find_if(rows_.begin(), rows_.end(), [&](const Row& r) { return r.module == module && r.role == role; });
+    if (it == rows_.end()) it = rows_.insert(rows_.end(), Row{std::move(module), std::move(role), Count{}, Count{}, Bytes{}});
+    it->count += c;
+    if (t.quantized()) {
+      it->nf4 += c;
+      it->nf4_bytes += Bytes(checked_mul(t.nf4_bytes, n, "nf4 bytes"));
+    }
   }
   struct Row {
     std::string module, role;
     Count count;
+    Count nf4;  // of count, stored as NF4 (QLoRA), in nf4_bytes
+    Bytes nf4_bytes;
   };
   [[nodiscard]] const std::vector<Row>& rows() const { return rows_; }
 
@@ -234,7 +248,8 @@ void record_weights_by_role(const EvalContext& c, const StageReport& st, Ledger&
   const auto walk = [&](const std::vector<Tensor>& group, std::int64_t n) {
     for (const auto& t : group) {
       if (t.shared_in_training && (t.role == Role::mtp_embedding ? holds_embedding : holds_loss)) continue;
-      roles.add(t, Count(checked_mul(device_params(t, c.profile, p, c.vocab).value(), static_cast<std::uint64_t>(n), "parameters")));
+      const auto times = static_cast<std::uint64_t>(n);
+      roles.add(t, Count(checked_mul(device_params(t, c.profile, p, c.vocab).value(), times, "parameters")), times);
     }
   };
   if (holds_embedding) walk(c.cm.embedding, 1);
@@ -246,6 +261,20 @@ void record_weights_by_role(const EvalContext& c, const StageReport& st, Ledger&
   if (st.mtp_depths > 0) walk(c.cm.mtp_depth, st.mtp_depths);
   const DType w = c.t.precision.weights;
   for (const auto& row : roles.rows()) {
+    if (row.nf4.value() > 0) {
+      const Count rest(row.count.value() - row.nf4.value());
+      ledger.add(Category::weights, bytes_of(rest, w) + row.nf4_bytes, [&] {
+        return ledger_item(row.module, row.role,
+                           fmt::format("{} parameters as bitsandbytes NF4 ({}){}", row.nf4.value(),
+                                       row.nf4_bytes.value() > 0
+                                           ? fmt::format("{} bytes: 4-bit codes, blocks of 64 with double-quantised absmax",
+                                                         row.nf4_bytes.value())
+                                           : std::string("counted with the first part of their checkpoint matrix"),
+                                       rest.value() > 0 ? fmt::format(" + {} x {}", rest.value(), name_of(w)) : ""),
+                           row.count);
+      });
+      continue;
+    }
     ledger.add(Category::weights, bytes_of(row.count, w), [&] {
       return ledger_item(row.module, row.role, fmt::format("{} parameters on this device x {}", row.count.value(), name_of(w)),
                          row.count, w);

@@ -105,7 +105,9 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
       states += offload_optimizer_bytes(off, pr);
       grads += bytes_of(off, pr.gradients);
     }
-    ledger.add(param_offload(t) ? Category::host : Category::weights, sb.weights, none);
+    // QLoRA (below ZeRO-3, which the hf profile refuses with it): the NF4 part in its own bytes.
+    const Bytes weights = Bytes(sb.weights.value() - bytes_of(st.nf4_params, pr.weights).value()) + st.nf4_bytes;
+    ledger.add(param_offload(t) ? Category::host : Category::weights, weights, none);
     ledger.add(Category::weights, st.fp8_weight_copies, none);
     ledger.add(Category::gradients, sb.gradients, none);
     ledger.add(Category::optimizer, Bytes(sb.optimizer.value() - states.value()), none);  // states <= optimizer

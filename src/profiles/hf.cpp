@@ -122,7 +122,14 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
   if (auto e = refuse_dropout("hf", t)) return e;
   if (auto e = refuse_megatron_options("hf", t)) return e;
   if (auto e = refuse_fsdp2_options("hf", t)) return e;
-  if (auto e = refuse_finetune("hf", t, true, {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion})) return e;
+  if (auto e = refuse_finetune("hf", t, true, {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion}, true)) return e;
+  // ZeRO-3 with 4-bit weights needs bnb_4bit_quant_storage set to the float dtype so that DeepSpeed
+  // can flatten and partition them: a different storage, not modelled.
+  if (t.finetune == Finetune::qlora && t.zero >= 3) {
+    return InputError("--zero", std::to_string(t.zero),
+                      "0, 1 or 2 with --finetune qlora under the hf profile (QLoRA under ZeRO-3 stores the NF4 codes in "
+                      "bnb_4bit_quant_storage and partitions them: not modelled)");
+  }
   if (t.fp8 != Fp8Recipe::none) return InputError("--fp8", std::string(name_of(t.fp8)), "none with the hf profile");
   // DeepSpeed offloads the whole optimizer partition, and only from ZeRO stage 1 up
   // (zero/offload_config.py; stage_1_and_2.py cpu_offload), with the staging buffers hf_deepspeed.cpp adds.
@@ -148,7 +155,7 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
 const Profile kHf{
     .name = "hf",
     .summary = "Hugging Face transformers modeling code (eager or flash-attention-2), data-parallel under DeepSpeed "
-               "ZeRO 0-3 (--zero or --deepspeed ds_config.json), gradient checkpointing per decoder layer, LoRA",
+               "ZeRO 0-3 (--zero or --deepspeed ds_config.json), gradient checkpointing per decoder layer, LoRA and QLoRA",
     .assumptions =
         {
             "decoder layers save what HF's modeling code saves under eager autograd (checked tensor by tensor against "
@@ -164,6 +171,9 @@ const Profile kHf{
             "overlap_comm below stage 3), ZeRO-3's persistent parameters and its gathered module plus prefetch bucket; "
             "parameters kept gathered by stage3_max_reuse_distance are not counted",
             "loss: ForCausalLMLoss upcasts the logits; log_softmax keeps fp32 log-probabilities",
+            "LoRA as PEFT: all-linear adapts every nn.Linear but lm_head (Mixtral's and Qwen3-MoE's router gate too); "
+            "QLoRA stores those linears as bitsandbytes NF4 (blocks of 64, double-quantised absmax), everything else "
+            "bf16; prepare_model_for_kbit_training's fp32 upcast of the other parameters (TRL, axolotl) is not modelled",
         },
     .check = hf_check,
     .tp_split = megatron_tp_split,
@@ -196,6 +206,7 @@ const Profile kHf{
                  .cuda_context = Bytes::from_gib(0.52),
                  .nccl_world = Bytes::from_gib(0.39),
                  .nccl_per_group = Bytes::from_gib(0.4)},
+    .peft_modules = true,
 };
 
 }  // namespace moemem::profiles

@@ -50,6 +50,7 @@ namespace {
 struct ParamStats {
   std::int64_t largest = 0;           // elements of the largest parameter
   std::int64_t largest_trainable = 0;
+  std::int64_t largest_nf4 = 0;       // QLoRA: elements of the largest NF4-stored weight
   std::uint64_t persistent = 0;       // elements of the parameters at or under the threshold
   std::uint64_t persistent_count = 0;
 };
@@ -59,16 +60,18 @@ void add_group(const std::vector<Tensor>& tensors, std::int64_t times, std::int6
   for (std::size_t i = 0; i < tensors.size();) {
     std::size_t j = i;
     std::int64_t numel = 0;  // one copy (one expert) of the parameter named tensors[i].name
-    bool trains = false, counted = false;
+    bool trains = false, counted = false, nf4 = false;
     for (; j < tensors.size() && tensors[j].name == tensors[i].name; ++j) {
       if (!p.accounts(tensors[j])) continue;
       counted = true;
       numel += tensors[j].rows * tensors[j].cols;
       trains = trains || tensors[j].trainable;
+      nf4 = nf4 || tensors[j].quantized();
     }
     if (counted) {
       const auto copies = static_cast<std::uint64_t>(tensors[i].copies);
       s.largest = std::max(s.largest, numel);
+      if (nf4) s.largest_nf4 = std::max(s.largest_nf4, numel);
       if (trains) s.largest_trainable = std::max(s.largest_trainable, numel);
       if (numel <= threshold) {
         const std::uint64_t n = checked_mul(copies, static_cast<std::uint64_t>(times), "persistent parameters");
@@ -150,6 +153,14 @@ void record_stage3(const EvalContext& c, const DeepSpeedBuffers& b, const DeepSp
 
 void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   kZeroStates.record(c, st, ledger);
+  if (c.t.finetune == Finetune::qlora) {
+    // bitsandbytes MatMul4Bit (autograd/_functions.py) dequantises the whole weight to the compute
+    // dtype for the forward GEMM and again for the input gradient; the copy lives for that GEMM.
+    const Count largest(static_cast<std::uint64_t>(param_stats(c, 0).largest_nf4));
+    add_buffer(ledger, Category::buffers, largest, c.t.activation_dtype, 1, "dequantised NF4 weight (bitsandbytes, transient)",
+               fmt::format("largest NF4 weight {} x {} (MatMul4Bit dequantises it for each forward and input-gradient GEMM)",
+                           largest.value(), name_of(c.t.activation_dtype)));
+  }
   if (c.t.zero < 1) return;
   const DeepSpeedBuffers b = settings(c.t);
   const DeepSpeedSizes z = resolve_sizes(b, c.model.hidden);

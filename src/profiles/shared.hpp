@@ -149,11 +149,11 @@ inline std::optional<InputError> refuse_dropout(std::string_view profile, const 
 // bitsandbytes 8-bit Adam, no Adafactor. torchtitan and the paper's analysis: full AdamW only
 // (torchtitan's LoRA and DistMuon are not modelled under FSDP2).
 inline std::optional<InputError> refuse_finetune(std::string_view profile, const TrainingConfig& t, bool lora,
-                                                 std::initializer_list<OptimizerKind> optimizers) {
-  if (t.finetune == Finetune::qlora || (t.finetune == Finetune::lora && !lora)) {
+                                                 std::initializer_list<OptimizerKind> optimizers, bool qlora = false) {
+  if ((t.finetune == Finetune::qlora && !qlora) || (t.finetune == Finetune::lora && !lora)) {
     return InputError("--finetune", std::string(name_of(t.finetune)),
-                     fmt::format("{} with the {} profile (QLoRA's NF4 base weights belong to Hugging Face + bitsandbytes, a "
-                                 "future hf profile)",
+                     fmt::format("{} with the {} profile (QLoRA's NF4 base weights belong to Hugging Face + bitsandbytes: "
+                                 "--profile hf)",
                                  lora ? "full or lora" : "full", profile));
   }
   if (std::find(optimizers.begin(), optimizers.end(), t.optimizer) == optimizers.end()) {

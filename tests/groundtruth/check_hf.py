@@ -32,7 +32,7 @@ DTYPE = torch.bfloat16
 
 # Small configs in Hugging Face's config.json form (moemem reads the same files).
 MODELS = ["llama", "qwen3_moe", "mixtral", "deepseek_v3"]
-# LoRA runs: every linear (moemem's all-linear), and a few targets, which leave the other linears
+# LoRA runs: every linear (PEFT's all-linear), and a few targets, which leave the other linears
 # frozen and saving no input (HF Mixtral's experts are named w1/w2/w3: attention only there).
 TARGETS = {"llama": "q_proj,v_proj,down_proj", "qwen3_moe": "q_proj,v_proj,down_proj", "mixtral": "q_proj,v_proj",
            "deepseek_v3": "q_b_proj,kv_b_proj,down_proj"}

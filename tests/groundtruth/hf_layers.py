@@ -72,8 +72,8 @@ def eager_attention(q, k, v, mask, scaling, groups, dropout):
     return out.transpose(1, 2).contiguous()
 
 
-# PEFT's target_modules: None targets every linear of a decoder layer (moemem's all-linear: not the
-# router), else a set of module names.
+# PEFT's target_modules: None targets every nn.Linear of a decoder layer (PEFT's all-linear: the
+# softmax routers too; DeepSeek-V3's router is a bare parameter), else a set of module names.
 LORA_TARGETS = None
 
 
@@ -179,7 +179,8 @@ class SoftmaxMoe(nn.Module):
         super().__init__()
         h, n = c["hidden_size"], c["num_experts"]
         self.top_k, self.norm = c["num_experts_per_tok"], c["norm_topk_prob"]
-        self.gate = nn.Linear(h, n, bias=False)
+        # nn.Linear in HF's code, so PEFT's all-linear adapts it too (only the output head is left out)
+        self.gate = Linear(h, n, lora, "gate")
         self.experts = nn.ModuleList([MLP(h, c["moe_intermediate_size"], lora) for _ in range(n)])
 
     def forward(self, x):

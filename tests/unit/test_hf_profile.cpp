@@ -72,7 +72,7 @@ TEST(HfProfile, RefusesWhatItDoesNotModel) {
       {{"--cp", "2"}, "--cp"},
       {{"--recompute", "selective"}, "--recompute"},
       {{"--fp8", "tensorwise"}, "--fp8"},
-      {{"--finetune", "qlora", "--lora-rank", "8"}, "--finetune"},
+      {{"--finetune", "qlora", "--lora-rank", "8", "--zero", "3", "--dp", "2"}, "--zero"},
   };
   for (const auto& [flags, field] : cases) {
     auto args = base;
