@@ -30,7 +30,7 @@ using nlohmann::json;
 // experts), not the parameters, which train in the training dtype; layer_types is checked to
 // name only full or sliding-window attention (config_keys.cpp), which have the same tensors.
 const std::set<std::string, std::less<>> kNoMemoryEffect = {
-    "architectures", "auto_map", "model_type", "torch_dtype", "transformers_version",
+    "architectures", "auto_map", "model_type", "torch_dtype", "dtype", "transformers_version",
     "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act", "initializer_range",
     "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "use_cache",
     "attention_dropout", "routed_scaling_factor", "topk_method", "n_group", "topk_group",
@@ -374,6 +374,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_deepseek_v1(j, source, m, used);
   } else if (m.model_type == "glm4_moe") {
     parse_glm4_moe(j, source, m, used);
+  } else if (m.model_type == "glm4_moe_lite") {
+    parse_glm4_moe_lite(j, source, m, used);
   } else if (m.model_type == "gpt_oss") {
     parse_gpt_oss(j, source, m, used);
   } else if (m.model_type == "olmoe") {

@@ -47,5 +47,6 @@ void parse_deepseek_v32(const nlohmann::json& j, const std::string& source, Mode
 void parse_olmoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_dots1(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_ernie4_5_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_glm4_moe_lite(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
 }  // namespace moemem::config_detail

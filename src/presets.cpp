@@ -29,6 +29,7 @@ const std::vector<PresetSource>& preset_sources() {
       {"ernie-4.5-21b-a3b", "baidu/ERNIE-4.5-21B-A3B-PT"},
       {"glm-4.5", "zai-org/GLM-4.5"},
       {"glm-4.5-air", "zai-org/GLM-4.5-Air"},
+      {"glm-4.7-flash", "zai-org/GLM-4.7-Flash"},
       {"gpt-oss-120b", "openai/gpt-oss-120b"},
       {"gpt-oss-20b", "openai/gpt-oss-20b"},
       {"llama-3.1-405b", "meta-llama/Llama-3.1-405B"},

@@ -239,7 +239,7 @@ TEST(ModelTypes, AnUnknownTypeNamesTheNearestSupportedOne) {
   expect_error(R"({"model_type": "deepseekv3")" + rest, "nearest: deepseek_v3");
   expect_error(R"({"model_type": "Llama")" + rest, "nearest: llama");
   expect_error(R"({"model_type": "mixtral_x")" + rest, "one of: deepseek, deepseek_v2");
-  expect_error(R"({"model_type": "glm4_moe_lite")" + rest, "nearest: glm4_moe");
+  expect_error(R"({"model_type": "glm4_moe_light")" + rest, "nearest: glm4_moe_lite");
 }
 
 // Issue 14: keys that add tensors the type's reader does not model are refused by name, never

@@ -141,4 +141,52 @@ TEST(MoeFamilies, Ernie45ByHand) {
   expect_error(c.dump(), "use_bias");
 }
 
+// GLM-4.7-Flash (glm4_moe_lite): h 2048, 47 layers, MLA with 20 heads (q_lora 768, kv_lora 512,
+// nope 192, rope 64, v 256), layer 0 dense (ffn 10240), 46 MoE layers of 64 experts (1536) with
+// one shared expert and a router bias, one MTP layer, vocab 154880 untied. A layer's attention:
+// q_a 768 x 2048 = 1,572,864, q_b 20 x 256 x 768 = 3,932,160, kv_a 576 x 2048 = 1,179,648,
+// kv_b 20 x 448 x 512 = 4,587,520, o 2048 x 5120 = 10,485,760: 21,757,952; norms 768 + 512 +
+// 2 x 2048 = 5,376. 48 decoder layers (the MTP layer's is MoE): attention 1,044,381,696, norms
+// 258,048; dense MLP 3 x 2048 x 10240 = 62,914,560; 47 MoE layers: router 47 x (64 x 2048 + 64)
+// = 6,163,392, experts 47 x 64 x 3 x 2048 x 1536 = 28,387,049,472, shared 47 x 3 x 2048 x 1536
+// = 443,547,648; embedding and head 154880 x 2048 = 317,194,240 each (+ final norm 2048); MTP:
+// enorm, hnorm, shared_head.norm 3 x 2048, eh_proj 2048 x 4096 = 8,388,608 and the stored
+// embedding and head copies 634,388,480: 642,783,232. Total 31,221,488,576. No exact published
+// total was found (data/models/SOURCES.md): the decoder layers without the MTP layer,
+// 29,309,003,392, are the 29.3B a public re-quantisation lists for its quantised tensors.
+TEST(MoeFamilies, Glm47FlashByHand) {
+  const ModelSpec m = load_model(config_path("glm-4.7-flash"));
+  EXPECT_EQ(m.model_type, "glm4_moe_lite");
+  EXPECT_EQ(m.attention, AttentionKind::mla);
+  EXPECT_EQ(m.num_moe_layers(), 46);
+  EXPECT_EQ(m.mtp_layers, 1);
+  EXPECT_TRUE(m.moe.router_bias);
+  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(module_total(inv, Module::attention), 1044381696u);
+  EXPECT_EQ(module_total(inv, Module::norms), 258048u);
+  EXPECT_EQ(module_total(inv, Module::dense_mlp), 62914560u);
+  EXPECT_EQ(module_total(inv, Module::router), 6163392u);
+  EXPECT_EQ(module_total(inv, Module::routed_experts), 28387049472u);
+  EXPECT_EQ(module_total(inv, Module::shared_experts), 443547648u);
+  EXPECT_EQ(module_total(inv, Module::embedding), 317194240u);
+  EXPECT_EQ(module_total(inv, Module::output_head), 317196288u);
+  EXPECT_EQ(module_total(inv, Module::mtp), 642783232u);
+  EXPECT_EQ(inv.total().value(), 31221488576u);
+  // The router bias is there whatever topk_method says (Glm4MoeTopkRouter registers it).
+  nlohmann::json c = nlohmann::json::parse(text_of(config_path("glm-4.7-flash")));
+  c.erase("topk_method");
+  EXPECT_TRUE(parse_hf_config(c.dump(), "g.json").moe.router_bias);
+  // transformers 5's mlp_layer_types must spell the same split.
+  std::vector<std::string> types(47, "sparse");
+  types[0] = "dense";
+  c["mlp_layer_types"] = types;
+  EXPECT_EQ(parse_hf_config(c.dump(), "g.json").num_moe_layers(), 46);
+  types[5] = "dense";
+  c["mlp_layer_types"] = types;
+  expect_error(c.dump(), "mlp_layer_types");
+  c.erase("mlp_layer_types");
+  c["attention_bias"] = true;
+  expect_error(c.dump(), "attention_bias");
+}
+
 }  // namespace
