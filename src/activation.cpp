@@ -188,7 +188,14 @@ std::string_view name_of(Recompute r) {
   return "?";
 }
 
-std::string_view name_of(AttentionKernel a) { return a == AttentionKernel::eager ? "eager" : "flash"; }
+std::string_view name_of(AttentionKernel a) {
+  switch (a) {
+    case AttentionKernel::eager: return "eager";
+    case AttentionKernel::flash: return "flash";
+    case AttentionKernel::sdpa: return "sdpa";
+  }
+  return "?";
+}
 
 std::string_view name_of(Fp8Recipe f) {
   switch (f) {

@@ -11,8 +11,8 @@ constexpr std::array<EnumName<RecomputeMethod>, 2> kRecomputeMethod{
     {{RecomputeMethod::uniform, "uniform"}, {RecomputeMethod::block, "block"}}};
 constexpr std::array<EnumName<OverheadPoint>, 3> kOverheadPoint{
     {{OverheadPoint::none, "none"}, {OverheadPoint::low, "low"}, {OverheadPoint::high, "high"}}};
-constexpr std::array<EnumName<AttentionKernel>, 2> kAttention{
-    {{AttentionKernel::flash, "flash"}, {AttentionKernel::eager, "eager"}}};
+constexpr std::array<EnumName<AttentionKernel>, 3> kAttention{
+    {{AttentionKernel::flash, "flash"}, {AttentionKernel::eager, "eager"}, {AttentionKernel::sdpa, "sdpa"}}};
 constexpr std::array<EnumName<Dispatcher>, 2> kDispatcher{{{Dispatcher::alltoall, "alltoall"}, {Dispatcher::deepep, "deepep"}}};
 
 }  // namespace
@@ -28,7 +28,7 @@ OverheadPoint parse_overhead_point(std::string_view text, std::string_view field
   return parse_enum(text, field, kOverheadPoint, "none, low or high");
 }
 AttentionKernel parse_attention_kernel(std::string_view text, std::string_view field) {
-  return parse_enum(text, field, kAttention, "flash or eager");
+  return parse_enum(text, field, kAttention, "flash, eager or sdpa");
 }
 Dispatcher parse_dispatcher(std::string_view text, std::string_view field) {
   return parse_enum(text, field, kDispatcher, "alltoall or deepep");

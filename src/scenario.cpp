@@ -64,6 +64,12 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   resolve_states(r, profile, t);
   t.vocab_multiple = r.vocab_multiple;
   t.attention = r.attention;
+  if (t.attention == AttentionKernel::sdpa && !profile.supports_sdpa) {
+    throw InputError("--attention", "sdpa",
+                     fmt::format("flash or eager with the {} profile (sdpa names Hugging Face's attn_implementation: "
+                                 "--profile hf)",
+                                 profile.name));
+  }
   t.logits_dtype = r.logits_dtype;
   t.fp8 = r.fp8.value_or(Fp8Recipe::none);
   if (r.recipe) {

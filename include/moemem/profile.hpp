@@ -95,6 +95,8 @@ struct Profile {
   // LoRA as PEFT applies it to Hugging Face modules (all-linear takes every nn.Linear but the
   // head, routers included where they are one: FinetuneSettings::linear_routers).
   bool peft_modules = false;
+  // --attention sdpa (PyTorch's scaled_dot_product_attention as HF's sdpa_attention_forward calls it).
+  bool supports_sdpa = false;
 };
 
 [[nodiscard]] const Profile& get_profile(std::string_view name);

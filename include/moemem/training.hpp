@@ -44,7 +44,8 @@ enum RecomputeModule : std::uint16_t {
 enum class RecomputeMethod : std::uint8_t { uniform, block };
 
 // Attention kernel: eager keeps the score and softmax matrices, flash only output and log-sum-exp.
-enum class AttentionKernel : std::uint8_t { eager, flash };
+// sdpa: PyTorch scaled_dot_product_attention as Hugging Face calls it (the hf profile only).
+enum class AttentionKernel : std::uint8_t { eager, flash, sdpa };
 
 // FP8 training recipes (Transformer Engine's names): per-tensor scaling (current or delayed),
 // DeepSeek-V3's blockwise scaling (1x128 activation tiles, 128x128 weight blocks, fp32 scales),

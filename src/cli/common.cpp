@@ -103,7 +103,7 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_flag("--distributed-optimizer,--use-distributed-optimizer", o.states.distributed_optimizer,
                "Megatron's distributed optimizer: shard master weights and moments (= --zero 1)");
   add_optional_int(app, "--global-batch", o.batch.global_batch, "Sequences per optimizer step (gives the micro-batches per step)");
-  app.add_option("--attention", o.numerics.attention, "Attention kernel: flash|eager (profile default)");
+  app.add_option("--attention", o.numerics.attention, "Attention kernel: flash|eager|sdpa (profile default; sdpa: --profile hf, HF's attn_implementation sdpa)");
   app.add_option("--logits-dtype", o.numerics.logits_dtype, "Dtype in which the loss keeps the logits")->capture_default_str();
   add_optional_int(app, "--make-vocab-size-divisible-by", o.numerics.vocab_multiple,
                    "Pad the vocabulary to a multiple of this x tp (megatron default 128)");

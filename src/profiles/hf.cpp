@@ -154,7 +154,7 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
 
 const Profile kHf{
     .name = "hf",
-    .summary = "Hugging Face transformers modeling code (eager or flash-attention-2), data-parallel under DeepSpeed "
+    .summary = "Hugging Face transformers modeling code (eager, sdpa or flash-attention-2), data-parallel under DeepSpeed "
                "ZeRO 0-3 (--zero or --deepspeed ds_config.json), gradient checkpointing per decoder layer, LoRA and QLoRA",
     .assumptions =
         {
@@ -162,7 +162,9 @@ const Profile kHf{
             "PyTorch on the CPU for llama, qwen3_moe, mixtral and deepseek_v3: tests/groundtruth/check_hf.py); the "
             "MoE blocks loop over experts, b*s*top_k gathered rows in all",
             "RMSNorm keeps an fp32 copy of its input; eager attention keeps the fp32 softmax and its bf16 cast, K and V "
-            "repeated to every head; flash-attention-2 keeps q, k, v, output and log-sum-exp",
+            "repeated to every head; flash-attention-2 keeps q, k, v, output and log-sum-exp; sdpa (no padding mask, "
+            "torch >= 2.5: is_causal and enable_gqa) runs PyTorch's flash kernel and keeps the same, or its "
+            "memory-efficient kernel where v's head size differs (MLA: no padding of v)",
             "Qwen3-MoE renormalises the top-k weights (norm_topk_prob true, as its released configs)",
             "gradient checkpointing (--recompute full) keeps each decoder layer's input; one layer is recomputed at a "
             "time",
@@ -207,6 +209,7 @@ const Profile kHf{
                  .nccl_world = Bytes::from_gib(0.39),
                  .nccl_per_group = Bytes::from_gib(0.4)},
     .peft_modules = true,
+    .supports_sdpa = true,
 };
 
 }  // namespace moemem::profiles

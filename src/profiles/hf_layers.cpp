@@ -67,6 +67,24 @@ void swiglu(const HfLayerContext& h, Terms& t, Module mod, std::int64_t rows, st
 // with v (repeated, or v_proj's transposed view reshaped: a copy). The kernels of flash-attention-2
 // (_flash_attention_forward -> flash_attn_func, FlashAttnFunc.forward) save q, k and v as they
 // come (not repeated), the output (which o_proj's input views) and the fp32 log-sum-exp.
+// sdpa when v's head size differs from q's and k's (MLA, which HF pads for flash-attention-2
+// only): PyTorch's flash kernel needs one head size, so scaled_dot_product_attention takes the
+// memory-efficient kernel (_scaled_dot_product_efficient_attention), which saves q, k, v, the output
+// and its log-sum-exp, padded to a multiple of 32 positions (kAlignLSE), and the philox seed and
+// offset. Not checked on the CPU (Debian's torch 1.13 has no scaled_dot_product_attention).
+void sdpa_unequal_heads(const HfLayerContext& h, Terms& t, std::int64_t qk, std::int64_t v_dim) {
+  const auto& m = h.c.model;
+  const std::int64_t b = h.c.training.micro_batch, s = h.c.training.seq_len, heads = m.num_heads;
+  t.add("attn.q", Module::attention, elems({b, s, heads, qk}), t.a, kNone, "b*s x heads x qk_dim");
+  t.add("attn.k", Module::attention, elems({b, s, heads, qk}), t.a, kNone, "b*s x heads x qk_dim");
+  t.add("attn.v", Module::attention, elems({b, s, heads, v_dim}), t.a, kNone, "b*s x heads x v_dim");
+  t.add("attn.output (o_proj input)", Module::attention, elems({b, s, heads, v_dim}), t.a, kNone,
+        "b*s x heads x v_dim (o_proj's input is a view of it)");
+  t.add("attn.logsumexp", Module::attention, elems({b, heads, (s + 31) / 32 * 32}), DType::fp32, kNone,
+        "b x heads x ceil(s/32)*32, fp32");
+  t.add("attn.rng_state", Module::attention, elems({2}), DType::int64, kNone, "philox seed and offset");
+}
+
 void core_attention(const HfLayerContext& h, Terms& t, std::int64_t qk, std::int64_t v_dim, std::int64_t kv_heads,
                     bool mla) {
   const auto& m = h.c.model;
@@ -87,16 +105,25 @@ void core_attention(const HfLayerContext& h, Terms& t, std::int64_t qk, std::int
     }
     return;
   }
+  if (h.c.attention == AttentionKernel::sdpa && qk != v_dim) {
+    sdpa_unequal_heads(h, t, qk, v_dim);
+    return;
+  }
   // flash-attention-2. MLA pads v to the q/k head size (modeling_deepseek_v3.py:
   // F.pad(value_states, [0, qk_head_dim - v_head_dim])) and slices the output back, a copy.
-  const std::int64_t v_saved = mla ? qk : v_dim;
+  // sdpa (integrations/sdpa_attention.py) with no padding mask passes is_causal and, from torch 2.5,
+  // enable_gqa (use_gqa_in_sdpa: K and V not repeated), so PyTorch runs its flash kernel
+  // (_scaled_dot_product_flash_attention), which saves the same: q, k, v, the output (o_proj's input
+  // is its transpose(1, 2).contiguous(), already contiguous: a view), the fp32 log-sum-exp and the
+  // philox seed and offset.
+  const std::int64_t v_saved = mla && h.c.attention == AttentionKernel::flash ? qk : v_dim;
   t.add("attn.q", Module::attention, elems({b, s, heads, qk}), t.a, kNone, "b*s x heads x qk_dim");
   t.add("attn.k", Module::attention, elems({b, s, kv_heads, qk}), t.a, kNone, "b*s x kv_heads x qk_dim");
-  t.add(mla ? "attn.v (padded to qk_dim)" : "attn.v", Module::attention, elems({b, s, kv_heads, v_saved}), t.a, kNone,
+  t.add(v_saved != v_dim ? "attn.v (padded to qk_dim)" : "attn.v", Module::attention, elems({b, s, kv_heads, v_saved}), t.a, kNone,
         "b*s x kv_heads x v_dim");
   t.add("attn.output (o_proj input)", Module::attention, elems({b, s, heads, v_saved}), t.a, kNone,
         "b*s x heads x v_dim (flash output; o_proj's input is a view of it)");
-  if (mla && h.saves_input(Role::o_proj)) {
+  if (v_saved != v_dim && h.saves_input(Role::o_proj)) {
     t.add("attn.o_proj_input (sliced copy)", Module::attention, elems({b, s, heads, v_dim}), t.a, kNone,
           "b*s x heads x v_dim");
   }

@@ -53,6 +53,22 @@ TEST(HfProfile, LlamaLayerByHand) {
   EXPECT_EQ(layer_bytes("llama.json", moemem::LayerKind::dense, {"--attention", "flash"}), 78608u);
 }
 
+// sdpa: with no padding mask PyTorch's flash kernel saves what flash-attention-2 does (Llama as
+// above, 78608). DeepSeek-V3's MLA (4 heads, q/k 24, v 12; 32 tokens) under flash-attention-2 pads
+// v: q, k, padded v, output 4 x 32*4*24*2 = 24576, o_proj's sliced copy 32*4*12*2 = 3072, lse
+// 2*4*16*4 = 512, rng 16: 28176. sdpa's memory-efficient kernel: q, k 2 x 6144, v and output
+// 2 x 3072, lse padded to 32 positions 2*4*32*4 = 1024, seed and offset 16: 19472. 8704 fewer.
+TEST(HfProfile, SdpaKernelByHand) {
+  EXPECT_EQ(layer_bytes("llama.json", moemem::LayerKind::dense, {"--attention", "sdpa"}), 78608u);
+  const auto flash = layer_bytes("deepseek_v3.json", moemem::LayerKind::dense, {"--attention", "flash"});
+  const auto sdpa = layer_bytes("deepseek_v3.json", moemem::LayerKind::dense, {"--attention", "sdpa"});
+  EXPECT_EQ(flash - sdpa, 8704u);
+  const auto megatron = run_cli({"analyze", "--model", "llama-3.1-8b", "--attention", "sdpa"});
+  EXPECT_EQ(megatron.code, 2);
+  EXPECT_NE(megatron.err.find("--attention"), std::string::npos) << megatron.err;
+  EXPECT_NE(megatron.err.find("--profile hf"), std::string::npos) << megatron.err;
+}
+
 // Mixtral MoE layer, 4 experts of ffn 48, top-2, 1 KV head: 64 routed rows. The experts' loop:
 //   token index pairs 64*2*8 = 1024, gathered input 64*64*2 = 8192, 4 * 64*48*2 = 24576,
 //   output 8192, indexed weight 64*2 = 128, index_add_ source 8192                        50304
