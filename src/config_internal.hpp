@@ -47,5 +47,8 @@ void parse_deepseek_v32(const nlohmann::json& j, const std::string& source, Mode
 void parse_olmoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_dots1(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_ernie4_5_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+// Gemma-2 and Gemma-3 text-only, in src/config_gemma.cpp.
+void parse_gemma2(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_gemma3_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
 }  // namespace moemem::config_detail
