@@ -394,6 +394,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_gemma2(j, source, m, used);
   } else if (m.model_type == "gemma3_text") {
     parse_gemma3_text(j, source, m, used);
+  } else if (m.model_type == "phimoe") {
+    parse_phimoe(j, source, m, used);
   } else if (m.model_type == "llama" || m.model_type == "mistral") {
     parse_llama(j, source, m, used);
   } else if (m.model_type == "mixtral") {

@@ -50,5 +50,7 @@ void parse_ernie4_5_moe(const nlohmann::json& j, const std::string& source, Mode
 // Gemma-2 and Gemma-3 text-only, in src/config_gemma.cpp.
 void parse_gemma2(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_gemma3_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+// Phi-3.5-MoE, in src/config_phimoe.cpp.
+void parse_phimoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
 }  // namespace moemem::config_detail

@@ -352,6 +352,8 @@ Inventory build_inventory(const ModelSpec& m) {
   b.add("norm.weight", "", Role::final_norm, Placement::head, -1, h, 1);
   if (m.norm_bias) b.add("norm.bias", "", Role::norm_bias, Placement::head, -1, h, 1);
   if (!m.tie_embeddings) b.add("lm_head.weight", "", Role::output_head, Placement::head, -1, m.vocab, h);
+  // PhimoeForCausalLM (lm_head_bias): one per vocabulary entry, split over the vocabulary like the head.
+  if (m.head_bias) b.add("lm_head.bias", "", Role::output_head, Placement::head, -1, m.vocab, 1);
   // DeepSeek-V3 MTP depth k is stored as decoder index num_layers + k: its own norms of the
   // embedding (enorm) and hidden state (hnorm), a 2h -> h projection, a full decoder layer (MoE
   // like the last main layer), a norm before the head, and copies of embedding and head.

@@ -43,6 +43,7 @@ const std::vector<PresetSource>& preset_sources() {
       {"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1"},
       {"moonlight-16b", "moonshotai/Moonlight-16B-A3B-Instruct"},
       {"olmoe-1b-7b", "allenai/OLMoE-1B-7B-0924"},
+      {"phi-3.5-moe", "microsoft/Phi-3.5-MoE-instruct"},
       {"qwen2-57b-a14b", "Qwen/Qwen2-57B-A14B"},
       {"qwen2-7b", "Qwen/Qwen2-7B"},
       {"qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B"},

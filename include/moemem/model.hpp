@@ -86,6 +86,8 @@ struct ModelSpec {
   // no tensor but change what training saves (src/analyze/model_variants.cpp).
   double attn_logit_softcap = 0;
   double final_logit_softcap = 0;
+  // Phi-3.5-MoE's lm_head_bias: a bias of vocab entries on the output head.
+  bool head_bias = false;
   // Config keys that were present but are not understood; reported, never silently dropped.
   std::vector<std::string> unrecognised_keys;
 

@@ -1,8 +1,8 @@
 // Model variants whose saved tensors are the same under every profile that trains them, added to
 // the profile's own layer and chunk terms: Gemma's norms on the attention and MLP outputs, and
 // Gemma-2's tanh soft-capping of attention scores and logits. Where a profile's framework does
-// not train such a model, or trains it on a path moemem does not model, the analysis is refused
-// by name.
+// not train such a model (Gemma under torchtitan, Phi-3.5-MoE but under paper), or trains it on a
+// path moemem does not model, the analysis is refused by name.
 #include <fmt/format.h>
 
 #include "analyze/internal.hpp"
@@ -26,6 +26,14 @@ bool is_paper(const Profile& profile) { return profile.name == "paper"; }
 }  // namespace
 
 std::optional<InputError> check_model_variants(const ModelSpec& m, const Profile& profile, AttentionKernel attention) {
+  // Phi-3.5-MoE: Megatron-Bridge has no Phi-MoE bridge (src/megatron/bridge/models) and torchtitan
+  // no Phi model; its SparseMixer router (modeling_phimoe.py sparsemixer, PhimoeMultiplier, a
+  // custom autograd function saving its own gates) is none of Megatron-Core's routers.
+  if (m.model_type == "phimoe" && !is_paper(profile)) {
+    return InputError("--profile", std::string(profile.name),
+                      "paper for model_type phimoe: neither Megatron-Bridge nor torchtitan trains Phi-3.5-MoE, and its "
+                      "SparseMixer router's saved tensors are not modelled");
+  }
   if (!m.sandwich_norms) return std::nullopt;
   // torchtitan has no Gemma model (torchtitan/models: llama3, qwen3, deepseek_v3, gpt_oss, ...);
   // the hf profile refuses model types whose modelling code it does not follow in its own check,
