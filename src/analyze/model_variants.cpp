@@ -25,7 +25,8 @@ bool is_paper(const Profile& profile) { return profile.name == "paper"; }
 
 }  // namespace
 
-std::optional<InputError> check_model_variants(const ModelSpec& m, const Profile& profile, AttentionKernel attention) {
+std::optional<InputError> check_model_variants(const ModelSpec& m, const Profile& profile, const Layout& layout,
+                                                AttentionKernel attention) {
   // Phi-3.5-MoE: Megatron-Bridge has no Phi-MoE bridge (src/megatron/bridge/models) and torchtitan
   // no Phi model; its SparseMixer router (modeling_phimoe.py sparsemixer, PhimoeMultiplier, a
   // custom autograd function saving its own gates) is none of Megatron-Core's routers.
@@ -54,6 +55,12 @@ std::optional<InputError> check_model_variants(const ModelSpec& m, const Profile
                                   "scores runs in Megatron-Bridge's unfused Gemma2DotProductAttention (its "
                                   "FlexAttention path is not modelled)",
                                   m.model_type));
+  }
+  // Gemma2DotProductAttention.__init__ raises unless context_parallel_size is 1.
+  if (m.attn_logit_softcap > 0 && is_megatron(profile) && layout.config.cp > 1) {
+    return InputError("--cp", std::to_string(layout.config.cp),
+                      "1 for a model with attn_logit_softcapping under the megatron profile: Megatron-Bridge's "
+                      "Gemma2DotProductAttention supports no context parallelism");
   }
   return std::nullopt;
 }

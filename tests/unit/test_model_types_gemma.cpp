@@ -222,6 +222,14 @@ TEST(GemmaModelTypes, Gemma2SoftcappingUnderMegatron) {
   }
   TrainingConfig eager = training(1024);
   eager.attention = AttentionKernel::eager;
+  ParallelConfig cp2;
+  cp2.cp = 2;
+  try {  // Gemma2DotProductAttention refuses context parallelism
+    (void)analyze(m, build_inventory(m), megatron, resolve_layout(m, cp2), eager);
+    ADD_FAILURE() << "cp 2 accepted with soft-capping";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "--cp");
+  }
   ModelSpec uncapped = m;
   uncapped.attn_logit_softcap = 0;
   EXPECT_EQ(bytes_of_terms(layer_activation_terms(megatron, m, layout, eager, LayerKind::dense)).value() -
