@@ -39,7 +39,8 @@ void parse_gemma_common(const json& j, const std::string& source, ModelSpec& m, 
   const bool has_head_dim = j.contains("head_dim") && !j.at("head_dim").is_null();
   parse_gqa_common(j, source, m, used);
   if (!has_head_dim) m.head_dim = 256;
-  // No silent default for the key/value heads (Gemma2Config's is 4, unlike Llama's).
+  // No silent default for the key/value heads: parse_core_sizes falls back to the query heads (as
+  // Llama does), Gemma2Config and Gemma3TextConfig to 4.
   (void)get_int(j, "num_key_value_heads", source);
   for (const char* k : {"attention_bias", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
                         "hidden_activation", "sliding_window_size", "cache_implementation", "rope_local_base_freq",

@@ -20,6 +20,8 @@ const ActivationTerm* find_term(const std::vector<ActivationTerm>& terms, std::s
   return nullptr;
 }
 
+// Profiles are plain tables of rules (profile.hpp); these variants are told apart by the profile's
+// stable name (cli-contract.md) rather than by a new field every profile would have to set.
 bool is_megatron(const Profile& profile) { return profile.name == "megatron"; }
 bool is_paper(const Profile& profile) { return profile.name == "paper"; }
 
@@ -81,6 +83,7 @@ void layer_terms(const Profile& profile, const ActivationContext& c, LayerKind k
     }
   }
   if (!m.sandwich_norms) return;
+  // (Gemma's embedding scaling by sqrt(h) multiplies by a number and saves nothing.)
   // Gemma's post_attention_layernorm and post_feedforward_layernorm each save their input, the
   // residual-stream-sized output of o_proj and of down_proj: under Megatron-Bridge
   // (TERowParallelLinearLayerNorm, models/common/te_layers.py) a TENorm after the row-parallel
