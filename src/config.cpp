@@ -355,8 +355,16 @@ ModelSpec parse_text_config(const json& j, const json& tc, const std::string& so
 
 ModelSpec parse_config_object(const json& j, const std::string& source) {
   if (!j.is_object()) throw InputError(source, j.type_name(), "a JSON object (a Hugging Face config.json)");
-  if (const auto tc = j.find("text_config"); tc != j.end() && tc->is_object()) return parse_text_config(j, *tc, source);
   const auto mt = j.find("model_type");
+  // Gemma-3's multimodal config (Gemma3ForConditionalGeneration) wraps gemma3_text with a SigLIP
+  // vision tower and a multimodal projector, whose tensors moemem does not build: refused rather
+  // than narrowed to the text part.
+  if (mt != j.end() && *mt == "gemma3") {
+    throw InputError(source_field(source, "model_type"), "gemma3",
+                     "gemma3_text (the text-only model): a gemma3 config adds a SigLIP vision tower (vision_config) "
+                     "and a multimodal projector, which moemem does not model");
+  }
+  if (const auto tc = j.find("text_config"); tc != j.end() && tc->is_object()) return parse_text_config(j, *tc, source);
   if (mt == j.end() || !mt->is_string()) {
     throw InputError(source_field(source, "model_type"), mt == j.end() ? "missing" : mt->dump(),
                      fmt::format("a string naming a supported model type ({})", config_keys::supported_types()));
@@ -384,6 +392,12 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_dots1(j, source, m, used);
   } else if (m.model_type == "ernie4_5_moe") {
     parse_ernie4_5_moe(j, source, m, used);
+  } else if (m.model_type == "gemma2") {
+    parse_gemma2(j, source, m, used);
+  } else if (m.model_type == "gemma3_text") {
+    parse_gemma3_text(j, source, m, used);
+  } else if (m.model_type == "phimoe") {
+    parse_phimoe(j, source, m, used);
   } else if (m.model_type == "llama" || m.model_type == "mistral") {
     parse_llama(j, source, m, used);
   } else if (m.model_type == "mixtral") {
@@ -394,7 +408,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
   } else {
     config_keys::refuse_type(source_field(source, "model_type"), m.model_type);
   }
-  m.tie_embeddings = get_bool(j, "tie_word_embeddings", source, false);
+  // Absent: the family's default (Gemma ties, the others do not).
+  m.tie_embeddings = get_bool(j, "tie_word_embeddings", source, m.tie_embeddings);
   config_keys::refuse_tensor_keys(j, used, source, m.model_type);
   for (const auto& [key, value] : j.items()) {
     if (!used.contains(key) && !kNoMemoryEffect.contains(key)) note_unrecognised(m, key);

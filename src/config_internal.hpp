@@ -48,5 +48,10 @@ void parse_olmoe(const nlohmann::json& j, const std::string& source, ModelSpec& 
 void parse_dots1(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_ernie4_5_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_glm4_moe_lite(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+// Gemma-2 and Gemma-3 text-only, in src/config_gemma.cpp.
+void parse_gemma2(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_gemma3_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+// Phi-3.5-MoE, in src/config_phimoe.cpp.
+void parse_phimoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
 }  // namespace moemem::config_detail

@@ -167,7 +167,9 @@ struct Builder {
     norm(p + "input_layernorm", Role::input_norm, pl, i);
     attention(p, pl, i);
     norm(p + "post_attention_layernorm", Role::post_attn_norm, pl, i);
+    if (m.sandwich_norms) norm(p + "pre_feedforward_layernorm", Role::pre_ffn_norm, pl, i);
     mlp(p, pl, i, kind);
+    if (m.sandwich_norms) norm(p + "post_feedforward_layernorm", Role::post_ffn_norm, pl, i);
   }
 };
 
@@ -229,7 +231,9 @@ Module module_of(Role r) {
     case Role::indexer_wk:
     case Role::indexer_weights_proj: return Module::attention;
     case Role::indexer_k_norm:
-    case Role::indexer_k_norm_bias: return Module::norms;
+    case Role::indexer_k_norm_bias:
+    case Role::pre_ffn_norm:
+    case Role::post_ffn_norm: return Module::norms;
     case Role::mlp_gate:
     case Role::mlp_up:
     case Role::mlp_down:
@@ -314,6 +318,8 @@ std::string_view name_of(Role r) {
     case Role::indexer_k_norm: return "indexer_k_norm";
     case Role::indexer_k_norm_bias: return "indexer_k_norm_bias";
     case Role::indexer_weights_proj: return "indexer_weights_proj";
+    case Role::pre_ffn_norm: return "pre_ffn_norm";
+    case Role::post_ffn_norm: return "post_ffn_norm";
   }
   return "?";
 }
@@ -346,6 +352,8 @@ Inventory build_inventory(const ModelSpec& m) {
   b.add("norm.weight", "", Role::final_norm, Placement::head, -1, h, 1);
   if (m.norm_bias) b.add("norm.bias", "", Role::norm_bias, Placement::head, -1, h, 1);
   if (!m.tie_embeddings) b.add("lm_head.weight", "", Role::output_head, Placement::head, -1, m.vocab, h);
+  // PhimoeForCausalLM (lm_head_bias): one per vocabulary entry, split over the vocabulary like the head.
+  if (m.head_bias) b.add("lm_head.bias", "", Role::output_head, Placement::head, -1, m.vocab, 1);
   // DeepSeek-V3 MTP depth k is stored as decoder index num_layers + k: its own norms of the
   // embedding (enorm) and hidden state (hnorm), a 2h -> h projection, a full decoder layer (MoE
   // like the last main layer), a norm before the head, and copies of embedding and head.

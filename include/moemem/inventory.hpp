@@ -46,8 +46,12 @@ enum class Role : std::uint8_t {
   // the compressed query), wk (one key from the hidden state), k_norm (a LayerNorm: weight and
   // bias), weights_proj (one weight per index head from the hidden state).
   indexer_wq_b, indexer_wk, indexer_k_norm, indexer_k_norm_bias, indexer_weights_proj,
+  // Gemma-2/3: the pre-MLP norm (pre_feedforward_layernorm) and the norm on the MLP's output
+  // (post_feedforward_layernorm); Gemma's post_attention_layernorm, on the attention's output,
+  // keeps the post_attn_norm role.
+  pre_ffn_norm, post_ffn_norm,
 };
-inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::indexer_weights_proj) + 1;
+inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::post_ffn_norm) + 1;
 
 // Coarse grouping for reports (`count --by module`).
 enum class Module : std::uint8_t {

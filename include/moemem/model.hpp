@@ -78,6 +78,16 @@ struct ModelSpec {
   bool qk_norm_full_width = false;
   // ERNIE-4.5's MTP layers (mtp_block.<k>): a dense decoder layer, whatever the main layers are.
   bool mtp_dense = false;
+  // Gemma-2/3 (transformers Gemma2DecoderLayer, Gemma3DecoderLayer): two RMSNorms more per layer,
+  // post_attention_layernorm on the attention's output and post_feedforward_layernorm on the
+  // MLP's, beside input_layernorm and pre_feedforward_layernorm (the usual pre-norms).
+  bool sandwich_norms = false;
+  // Gemma-2: tanh soft-capping of the attention scores and of the final logits (0: none). They add
+  // no tensor but change what training saves (src/analyze/model_variants.cpp).
+  double attn_logit_softcap = 0;
+  double final_logit_softcap = 0;
+  // Phi-3.5-MoE's lm_head_bias: a bias of vocab entries on the output head.
+  bool head_bias = false;
   // Config keys that were present but are not understood; reported, never silently dropped.
   std::vector<std::string> unrecognised_keys;
 

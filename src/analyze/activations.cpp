@@ -52,8 +52,8 @@ std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const
                                                    const TrainingConfig& t, LayerKind kind) {
   std::vector<ActivationTerm> terms;
   const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
-  profile.layer_activations(ActivationContext{m, layout, t, t.attention.value_or(profile.default_attention), vocab},
-                            kind, terms);
+  detail::layer_terms(profile, ActivationContext{m, layout, t, t.attention.value_or(profile.default_attention), vocab},
+                      kind, terms);
   return terms;
 }
 
@@ -67,7 +67,7 @@ std::array<KindBytes, 2> kind_bytes(const EvalContext& c) {
     if (kind == LayerKind::moe && !c.model.is_moe()) continue;
     thread_local std::vector<ActivationTerm> terms;
     terms.clear();
-    c.profile.layer_activations(c.activation_context(), kind, terms);
+    layer_terms(c.profile, c.activation_context(), kind, terms);
     auto& k = kinds[static_cast<std::size_t>(kind)];
     k.all = kept_bytes(terms, Recompute::none);
     k.kept = kept_bytes(terms, c.t.recompute, c.t.recompute_modules);
@@ -201,7 +201,7 @@ Bytes chunk_extras(const EvalContext& c, const Chunk& ch, Acts& acts) {
   if (found == acts.extras.end()) {
     thread_local std::vector<ActivationTerm> extra;
     extra.clear();
-    c.profile.chunk_activations(c.activation_context(), ch, extra);
+    chunk_terms(c.profile, c.activation_context(), ch, extra);
     found = acts.extras.emplace(key, kept_bytes(extra, Recompute::none)).first;
   }
   return found->second;
@@ -313,7 +313,7 @@ void record_chunk_terms(const EvalContext& c, std::int64_t chunk, std::int64_t m
     }
   }
   std::vector<ActivationTerm> extra;
-  c.profile.chunk_activations(c.activation_context(), ch, extra);
+  chunk_terms(c.profile, c.activation_context(), ch, extra);
   for (const auto& term : extra) {
     ledger.add(Category::activations, times(term.bytes(), mb, "activations"), [&] {
       return ledger_item(std::string(name_of(term.module)), std::string(term.name),

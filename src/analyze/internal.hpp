@@ -147,6 +147,13 @@ void record_cuda_graphs(const EvalContext& c, const StageReport& st, Ledger& led
 // userbuffers.cpp: --tp-comm-overlap's userbuffers (runtime) and --delay-wgrad-compute's held tensors.
 void record_userbuffers_and_wgrad(const EvalContext& c, const StageReport& st, Ledger& ledger);
 
+// model_variants.cpp: a profile's layer and chunk terms with what model variants add to them
+// (Gemma's output norms, soft-capping), and the refusal of a variant a profile does not model.
+std::optional<InputError> check_model_variants(const ModelSpec& m, const Profile& profile, const Layout& layout,
+                                                AttentionKernel attention);
+void layer_terms(const Profile& profile, const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out);
+void chunk_terms(const Profile& profile, const ActivationContext& c, const Chunk& chunk, std::vector<ActivationTerm>& out);
+
 }  // namespace moemem::detail
 
 namespace moemem {
