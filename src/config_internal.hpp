@@ -47,5 +47,7 @@ void parse_deepseek_v32(const nlohmann::json& j, const std::string& source, Mode
 void parse_olmoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_dots1(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_ernie4_5_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+// Family readers in src/config_moe_families2.cpp.
+void parse_granitemoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
 }  // namespace moemem::config_detail

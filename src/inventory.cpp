@@ -118,6 +118,10 @@ struct Builder {
       gpt_oss_moe(p, pl, layer);
       return;
     }
+    if (m.naming == NamingStyle::granite) {
+      granite_moe(p, pl, layer);
+      return;
+    }
     const auto& e = m.moe;
     const bool mixtral = m.naming == NamingStyle::mixtral;
     const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
@@ -154,6 +158,24 @@ struct Builder {
     add(p + "mlp.experts.gate_up_proj_bias", "", Role::expert_gate_up_bias, pl, layer, dim(2, f, "2 x expert ffn"), 1, n);
     add(p + "mlp.experts.down_proj", "", Role::expert_down, pl, layer, h, f, n);
     add(p + "mlp.experts.down_proj_bias", "", Role::expert_down_bias, pl, layer, h, 1, n);
+  }
+
+  // Granite MoE (transformers GraniteMoeMoE, from JetMoe's JetMoeParallelExperts and
+  // JetMoeTopKGating): router.layer [E, h] without a bias; input_linear [E, 2f, h] holding each
+  // expert's gate and up rows (chunked in two in forward); output_linear [E, h, f]. The shared
+  // variant (GraniteMoeSharedMLP) adds shared_mlp.input_linear [2s, h] and output_linear [h, s],
+  // bias-free, beside block_sparse_moe.
+  void granite_moe(const std::string& p, Placement pl, std::int64_t layer) {
+    const std::int64_t h = m.hidden, n = m.moe.num_routed_experts, f = m.moe.expert_ffn, s = m.moe.shared_ffn;
+    const std::string moe = p + "block_sparse_moe.";
+    add(moe + "router.layer.weight", "", Role::router, pl, layer, n, h);
+    add(moe + "input_linear.weight", "gate", Role::expert_gate, pl, layer, f, h, n);
+    add(moe + "input_linear.weight", "up", Role::expert_up, pl, layer, f, h, n);
+    add(moe + "output_linear.weight", "", Role::expert_down, pl, layer, h, f, n);
+    if (s == 0) return;
+    add(p + "shared_mlp.input_linear.weight", "gate", Role::shared_gate, pl, layer, s, h);
+    add(p + "shared_mlp.input_linear.weight", "up", Role::shared_up, pl, layer, s, h);
+    add(p + "shared_mlp.output_linear.weight", "", Role::shared_down, pl, layer, h, s);
   }
 
   void norm(const std::string& name, Role role, Placement pl, std::int64_t layer) {
