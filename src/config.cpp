@@ -384,6 +384,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_ernie4_5_moe(j, source, m, used);
   } else if (m.model_type == "granitemoe" || m.model_type == "granitemoeshared") {
     parse_granitemoe(j, source, m, used);
+  } else if (m.model_type == "dbrx") {
+    parse_dbrx(j, source, m, used);
   } else if (m.model_type == "llama" || m.model_type == "mistral") {
     parse_llama(j, source, m, used);
   } else if (m.model_type == "mixtral") {

@@ -49,5 +49,6 @@ void parse_dots1(const nlohmann::json& j, const std::string& source, ModelSpec& 
 void parse_ernie4_5_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 // Family readers in src/config_moe_families2.cpp.
 void parse_granitemoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_dbrx(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
 }  // namespace moemem::config_detail

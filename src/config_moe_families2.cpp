@@ -1,7 +1,7 @@
 // Readers for MoE families added with issue 14 whose expert tensors are stored fused or under
-// their own names: IBM Granite MoE (granitemoe, granitemoeshared). Each names the Hugging Face
+// their own names: IBM Granite MoE (granitemoe, granitemoeshared) and DBRX. Each names the Hugging Face
 // modelling file it follows; src/config.cpp dispatches on model_type and src/inventory.cpp
-// spells the tensors (NamingStyle::granite).
+// spells the tensors (NamingStyle::granite, NamingStyle::dbrx).
 #include <fmt/format.h>
 
 #include "config_internal.hpp"
@@ -45,6 +45,82 @@ void parse_granitemoe(const json& j, const std::string& source, ModelSpec& m, Ke
     // GraniteMoeConfig has no shared MLP; a config that names one is granitemoeshared's.
     throw InputError(source_field(source, "shared_intermediate_size"), std::to_string(shared),
                      "absent or 0 for model_type granitemoe (a shared MLP is model_type granitemoeshared)");
+  }
+}
+
+namespace {
+
+// A nested config object (DBRX's attn_config, ffn_config): absent or null reads as empty, so
+// each key takes DbrxAttentionConfig's / DbrxFFNConfig's default.
+json nested(const json& j, std::string_view key, const std::string& source) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return json::object();
+  if (!it->is_object()) throw InputError(source_field(source, key), it->dump(), "a JSON object");
+  return *it;
+}
+
+// The nested keys DBRX's reader does not use are reported like top-level ones; those that add
+// tensors in MosaicML's llm-foundry (q/k LayerNorms, an FFN other than its mb_dmoe) are refused.
+void check_nested(const json& sub, const std::string& source, std::string_view name, const Keys& read, ModelSpec& m) {
+  for (const auto& [key, value] : sub.items()) {
+    if (read.contains(key)) continue;
+    const bool adds = ((key == "qk_ln" || key == "qk_gn") && value != false && !value.is_null()) ||
+                      (key == "ffn_type" && value != "mb_dmoe");
+    if (adds) {
+      throw InputError(source_field(source, fmt::format("{}.{}", name, key)), value.dump(),
+                       "absent or false for model_type dbrx: the key adds tensors DbrxBlock does not have");
+    }
+    if (m.unrecognised_keys.size() < 100) m.unrecognised_keys.push_back(fmt::format("{}.{}", name, key));
+  }
+}
+
+}  // namespace
+
+// DBRX (transformers models/dbrx/modeling_dbrx.py; databricks/dbrx-base). Sizes under their own
+// names (d_model, n_heads, n_layers) with attention and FFN keys nested: DbrxAttention is one
+// fused Wqkv [d_model + 2 x kv_n_heads x head_dim, d_model] and out_proj, no biases, head_dim =
+// d_model / n_heads; every block's DbrxFFN is a bias-free router.layer [moe_num_experts,
+// d_model] and DbrxExpertGLU's w1, v1, w2, each [moe_num_experts x ffn_hidden_size, d_model];
+// norm_1, norm_2 and norm_f are LayerNorms without a bias (weights only). clip_qkv clamps
+// activations; moe_jitter_eps, moe_loss_weight, moe_normalize_expert_weights and
+// uniform_expert_assignment steer routing; none adds a tensor. DbrxConfig refuses tied
+// embeddings, and so does this reader.
+void parse_dbrx(const json& j, const std::string& source, ModelSpec& m, Keys& used) {
+  for (const char* k : {"d_model", "n_heads", "n_layers", "vocab_size", "max_seq_len", "attn_config", "ffn_config",
+                        "resid_pdrop", "emb_pdrop"}) {
+    used.insert(k);
+  }
+  m.attention = AttentionKind::gqa;
+  m.naming = NamingStyle::dbrx;
+  m.hidden = get_int(j, "d_model", source);
+  m.vocab = get_int(j, "vocab_size", source);
+  m.num_layers = get_int(j, "n_layers", source, std::nullopt, 1, kMaxCount);
+  m.num_heads = get_int(j, "n_heads", source);
+  if (m.hidden % m.num_heads != 0) {
+    throw InputError(source_field(source, "n_heads"), std::to_string(m.num_heads),
+                     fmt::format("a divisor of d_model ({}): DbrxAttention's head_dim is d_model / n_heads", m.hidden));
+  }
+  m.head_dim = m.hidden / m.num_heads;
+  const std::string attn_source = source + ": attn_config";
+  const json attn = nested(j, "attn_config", source);
+  m.num_kv_heads = get_int(attn, "kv_n_heads", attn_source, 1);  // DbrxAttentionConfig's default
+  if (m.num_heads % m.num_kv_heads != 0) {
+    throw InputError(source_field(attn_source, "kv_n_heads"), std::to_string(m.num_kv_heads),
+                     fmt::format("a divisor of n_heads ({})", m.num_heads));
+  }
+  check_nested(attn, source, "attn_config", {"kv_n_heads", "clip_qkv", "rope_theta", "attn_pdrop", "model_type"}, m);
+  const std::string ffn_source = source + ": ffn_config";
+  const json ffn = nested(j, "ffn_config", source);
+  m.dense_ffn = m.moe.expert_ffn = get_int(ffn, "ffn_hidden_size", ffn_source, 3584);  // DbrxFFNConfig's defaults
+  m.moe.num_routed_experts = get_int(ffn, "moe_num_experts", ffn_source, 4, 1, kMaxCount);
+  m.moe.top_k = get_int(ffn, "moe_top_k", ffn_source, 1);
+  check_nested(ffn, source, "ffn_config",
+               {"ffn_hidden_size", "moe_num_experts", "moe_top_k", "ffn_act_fn", "moe_jitter_eps", "moe_loss_weight",
+                "moe_normalize_expert_weights", "uniform_expert_assignment", "model_type"},
+               m);
+  m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::moe);
+  if (get_bool(j, "tie_word_embeddings", source, false)) {
+    throw InputError(source_field(source, "tie_word_embeddings"), "true", "false (DbrxConfig refuses tied embeddings)");
   }
 }
 

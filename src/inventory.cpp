@@ -178,14 +178,42 @@ struct Builder {
     add(p + "shared_mlp.output_linear.weight", "", Role::shared_down, pl, layer, h, s);
   }
 
+  // DBRX (transformers DbrxBlock): DbrxNormAttentionNorm's norm_1 and norm_2, LayerNorms without
+  // a bias; DbrxAttention's fused Wqkv [n_h d + 2 n_kv d, h] (q, k, v rows in that order) and
+  // out_proj, no biases; DbrxFFN's router.layer [E, h] and DbrxExpertGLU's w1 (gate), v1 (up) and
+  // w2 (down), each [E x f, h] parameters. w2 is held here as E copies of h x f, the down
+  // projection's [out, in] shape that sharding splits by columns; the count is the same.
+  void dbrx_block(const std::string& p, std::int64_t i, Placement pl) {
+    const std::int64_t h = m.hidden, q = dim(m.num_heads, m.head_dim, "heads x head_dim");
+    const std::int64_t kv = dim(m.num_kv_heads, m.head_dim, "key/value heads x head_dim");
+    const std::int64_t n = m.moe.num_routed_experts, f = m.moe.expert_ffn;
+    const std::string a = p + "norm_attn_norm.";
+    add(a + "norm_1.weight", "", Role::input_norm, pl, i, h, 1);
+    add(a + "attn.Wqkv.weight", "q", Role::q_proj, pl, i, q, h);
+    add(a + "attn.Wqkv.weight", "k", Role::k_proj, pl, i, kv, h);
+    add(a + "attn.Wqkv.weight", "v", Role::v_proj, pl, i, kv, h);
+    add(a + "attn.out_proj.weight", "", Role::o_proj, pl, i, h, q);
+    add(a + "norm_2.weight", "", Role::post_attn_norm, pl, i, h, 1);
+    add(p + "ffn.router.layer.weight", "", Role::router, pl, i, n, h);
+    add(p + "ffn.experts.mlp.w1", "", Role::expert_gate, pl, i, f, h, n);
+    add(p + "ffn.experts.mlp.v1", "", Role::expert_up, pl, i, f, h, n);
+    add(p + "ffn.experts.mlp.w2", "", Role::expert_down, pl, i, h, f, n);
+  }
+
   void norm(const std::string& name, Role role, Placement pl, std::int64_t layer) {
     add(name + ".weight", "", role, pl, layer, m.hidden, 1);
     if (m.norm_bias) add(name + ".bias", "", Role::norm_bias, pl, layer, m.hidden, 1);
   }
 
-  void decoder_layer(std::int64_t i, Placement pl, LayerKind kind) { decoder_layer(fmt::format("layers.{}.", i), i, pl, kind); }
+  void decoder_layer(std::int64_t i, Placement pl, LayerKind kind) {
+    decoder_layer(fmt::format("{}.{}.", m.naming == NamingStyle::dbrx ? "blocks" : "layers", i), i, pl, kind);
+  }
 
   void decoder_layer(const std::string& p, std::int64_t i, Placement pl, LayerKind kind) {
+    if (m.naming == NamingStyle::dbrx) {
+      dbrx_block(p, i, pl);
+      return;
+    }
     norm(p + "input_layernorm", Role::input_norm, pl, i);
     attention(p, pl, i);
     norm(p + "post_attention_layernorm", Role::post_attn_norm, pl, i);
@@ -358,14 +386,15 @@ std::string_view name_of(Module m) {
 Inventory build_inventory(const ModelSpec& m) {
   Builder b{m, {}};
   const std::int64_t h = m.hidden;
-  b.add("embed_tokens.weight", "", Role::embedding, Placement::embedding, -1, m.vocab, h);
+  const bool dbrx = m.naming == NamingStyle::dbrx;  // DbrxModel: wte, blocks, norm_f
+  b.add(dbrx ? "wte.weight" : "embed_tokens.weight", "", Role::embedding, Placement::embedding, -1, m.vocab, h);
   if (m.learned_positions > 0) {
     b.add("position_embeddings.weight", "", Role::position_embedding, Placement::embedding, -1, m.learned_positions, h);
   }
   for (std::int64_t i = 0; i < m.num_layers; ++i) {
     b.decoder_layer(i, Placement::decoder, m.layer_kinds[static_cast<std::size_t>(i)]);
   }
-  b.add("norm.weight", "", Role::final_norm, Placement::head, -1, h, 1);
+  b.add(dbrx ? "norm_f.weight" : "norm.weight", "", Role::final_norm, Placement::head, -1, h, 1);
   if (m.norm_bias) b.add("norm.bias", "", Role::norm_bias, Placement::head, -1, h, 1);
   if (!m.tie_embeddings) b.add("lm_head.weight", "", Role::output_head, Placement::head, -1, m.vocab, h);
   // DeepSeek-V3 MTP depth k is stored as decoder index num_layers + k: its own norms of the

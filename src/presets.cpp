@@ -20,6 +20,7 @@ bool same_ignoring_case(std::string_view a, std::string_view b) {
 const std::vector<PresetSource>& preset_sources() {
   // data/models/SOURCES.md: the repository each preset's config.json was taken from.
   static const std::vector<PresetSource> sources = {
+      {"dbrx-base", "databricks/dbrx-base"},
       {"deepseek-moe-16b", "deepseek-ai/deepseek-moe-16b-chat"},
       {"deepseek-v2", "deepseek-ai/DeepSeek-V2"},
       {"deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite"},

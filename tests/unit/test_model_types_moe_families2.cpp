@@ -1,8 +1,9 @@
 // Model types added with issue 14 whose experts are stored fused or under their own names (IBM
-// Granite MoE), each read from a config.json under tests/data/configs (provenance:
+// Granite MoE, DBRX), each read from a config.json under tests/data/configs (provenance:
 // data/models/SOURCES.md), with its exact total and per-module totals by hand against the
 // published figure, an analyze run under each profile that supports it, and the keys that add
 // tensors moemem does not model refused by name.
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -127,6 +128,85 @@ TEST(MoeFamilies2, GraniteAnalysesUnderMegatron) {
   const auto hf = run_cli({"analyze", "--model", "granite-3.1-1b-a400m", "--profile", "hf"});
   EXPECT_EQ(hf.code, 2);
   EXPECT_NE(hf.err.find("granitemoe"), std::string::npos) << hf.err;
+}
+
+// DBRX (databricks/dbrx-base): d_model 6144, 48 heads of 128 and 8 KV heads in one fused Wqkv,
+// 40 blocks of 16 experts of 10752 (top 4), LayerNorms without a bias, vocab 100352 untied. No
+// published safetensors total was found; the model card gives 132B total, 36B active (by hand
+// 131.60 B and 36.47 B).
+TEST(MoeFamilies2, DbrxByHand) {
+  const ModelSpec m = load_model("dbrx-base");
+  EXPECT_EQ(m.model_type, "dbrx");
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.num_kv_heads, 8);
+  EXPECT_EQ(m.num_moe_layers(), 40);
+  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(tensor(inv, "wte.weight").rows, 100352);
+  EXPECT_EQ(tensor(inv, "blocks.39.norm_attn_norm.norm_2.weight").rows, 6144);
+  EXPECT_EQ(tensor(inv, "blocks.0.ffn.router.layer.weight").rows, 16);
+  EXPECT_EQ(tensor(inv, "blocks.0.ffn.experts.mlp.v1").copies, 16);
+  EXPECT_EQ(tensor(inv, "norm_f.weight").rows, 6144);
+  // Wqkv: (6144 + 2 x 8 x 128) x 6144 = 50,331,648 over its q, k and v parts.
+  EXPECT_EQ(role_total(inv, Role::q_proj) + role_total(inv, Role::k_proj) + role_total(inv, Role::v_proj), 40ull * 50331648);
+  // Per module: attention 40 x (50,331,648 + 6144^2) = 40 x 88,080,384 = 3,523,215,360; norms
+  // 40 x 2 x 6144 = 491,520; router 40 x 16 x 6144 = 3,932,160; experts 40 x 3 x 16 x 10752 x
+  // 6144 = 126,835,752,960; embedding 100352 x 6144 = 616,562,688; head that + norm_f 6144.
+  EXPECT_EQ(module_total(inv, Module::attention), 3523215360u);
+  EXPECT_EQ(module_total(inv, Module::norms), 491520u);
+  EXPECT_EQ(module_total(inv, Module::router), 3932160u);
+  EXPECT_EQ(module_total(inv, Module::routed_experts), 126835752960u);
+  EXPECT_EQ(module_total(inv, Module::embedding), 616562688u);
+  EXPECT_EQ(module_total(inv, Module::output_head), 616568832u);
+  EXPECT_EQ(inv.total().value(), 131596523520u);
+  EXPECT_GE(inv.total().value(), 131500000000u);  // the card's "132B total"
+  // Active: 4 of 16 experts: 131,596,523,520 - 40 x 12 x 3 x 10752 x 6144 = 36,469,708,800 ("36B").
+  EXPECT_EQ(active_params(inv, m).value(), 36469708800u);
+  // 40 x (norm_1, Wqkv, out_proj, norm_2, router, w1, v1, w2) + wte, norm_f, lm_head.
+  EXPECT_EQ(distinct_names(inv), 40u * 8 + 3);
+}
+
+TEST(MoeFamilies2, DbrxRefusesWhatItDoesNotModel) {
+  const json base = json::parse(text_of(config_path("dbrx-base")));
+  json c = base;
+  c["tie_word_embeddings"] = true;  // DbrxConfig raises on it
+  expect_error(c.dump(), "tie_word_embeddings");
+  c = base;
+  c["attn_config"]["qk_ln"] = true;  // llm-foundry's q/k LayerNorms: tensors DbrxAttention lacks
+  expect_error(c.dump(), "attn_config.qk_ln");
+  c = base;
+  c["ffn_config"]["ffn_type"] = "mptglu";  // a dense FFN, not DBRX's experts
+  expect_error(c.dump(), "ffn_config.ffn_type");
+  c = base;
+  c["n_heads"] = 47;  // head_dim is d_model / n_heads
+  expect_error(c.dump(), "n_heads");
+  c = base;
+  c["attn_config"]["kv_n_heads"] = 5;
+  expect_error(c.dump(), "kv_n_heads");
+  c = base;
+  c["attn_config"] = 8;
+  expect_error(c.dump(), "attn_config");
+  // Absent nested configs take DbrxFFNConfig's defaults (3584, 4 experts, top 1) and
+  // DbrxAttentionConfig's (1 KV head); an unknown nested key is reported, not dropped.
+  c = base;
+  c.erase("ffn_config");
+  c["attn_config"].erase("kv_n_heads");
+  c["attn_config"]["rope_impl"] = "dail";
+  const ModelSpec d = parse_hf_config(c.dump(), "d.json");
+  EXPECT_EQ(d.moe.num_routed_experts, 4);
+  EXPECT_EQ(d.moe.expert_ffn, 3584);
+  EXPECT_EQ(d.num_kv_heads, 1);
+  EXPECT_NE(std::find(d.unrecognised_keys.begin(), d.unrecognised_keys.end(), "attn_config.rope_impl"),
+            d.unrecognised_keys.end());
+}
+
+// DBRX: GQA and MoE without a shared expert, as Megatron-Core's GPTModel builds it (no DBRX
+// bridge in Megatron-Bridge, no DBRX model in torchtitan); torchtitan refuses it by name.
+TEST(MoeFamilies2, DbrxAnalysesUnderMegatron) {
+  const auto r = run_cli({"analyze", "--model", "databricks/dbrx-base", "--profile", "megatron", "--tp", "8", "--ep", "8",
+                          "--pp", "4", "--dp", "8", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(json::parse(r.out).contains("stages"));
+  EXPECT_EQ(run_cli({"analyze", "--model", "dbrx-base", "--profile", "torchtitan"}).code, 2);
 }
 
 }  // namespace
