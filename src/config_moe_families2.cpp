@@ -1,5 +1,5 @@
 // Readers for MoE families added with issue 14 whose expert tensors are stored fused or under
-// their own names: IBM Granite MoE (granitemoe, granitemoeshared) and DBRX. Each names the Hugging Face
+// their own names: IBM Granite MoE (granitemoe, granitemoeshared), DBRX and MiniMax-M2. Each names the Hugging Face
 // modelling file it follows; src/config.cpp dispatches on model_type and src/inventory.cpp
 // spells the tensors (NamingStyle::granite, NamingStyle::dbrx).
 #include <fmt/format.h>
@@ -122,6 +122,58 @@ void parse_dbrx(const json& j, const std::string& source, ModelSpec& m, Keys& us
   if (get_bool(j, "tie_word_embeddings", source, false)) {
     throw InputError(source_field(source, "tie_word_embeddings"), "true", "false (DbrxConfig refuses tied embeddings)");
   }
+}
+
+// MiniMax-M2 (transformers models/minimax_m2/modular_minimax_m2.py; MiniMaxAI/MiniMax-M2).
+// MiniMaxM2Attention is FlexOlmo's: bias-free q, k, v, o of head_dim and q_norm / k_norm RMSNorms
+// over the whole projection (num_attention_heads x head_dim and num_key_value_heads x head_dim
+// weights: qk_norm_type "per_layer"); rotary_dim rotates part of each head and adds nothing.
+// Every layer is MiniMaxM2SparseMoeBlock, stored as Mixtral's block_sparse_moe (gate, experts
+// w1 / w3 / w2 of intermediate_size) plus its e_score_correction_bias buffer (num_local_experts
+// values, sigmoid routing). use_mtp, num_mtp_modules and mtp_transformer_layers describe MTP
+// modules that neither the published checkpoint (its 228,689,764,864 parameters are the main
+// model's) nor transformers' MiniMaxM2ForCausalLM nor Megatron-Bridge's MiniMaxM2Bridge holds:
+// they are read and counted as none. Keys that would add other tensors are refused by name: a
+// shared MLP (shared_intermediate_size), per-head q/k norms, attention biases and
+// attn_type_list's linear (lightning) attention layers, which are MiniMax-01's.
+void parse_minimax_m2(const json& j, const std::string& source, ModelSpec& m, Keys& used) {
+  parse_gqa_common(j, source, m, used);
+  for (const char* k : {"attention_bias", "num_local_experts", "num_experts_per_tok", "use_qk_norm", "qk_norm_type",
+                        "use_routing_bias", "shared_intermediate_size", "attn_type_list", "use_mtp", "num_mtp_modules",
+                        "mtp_transformer_layers", "rotary_dim", "rope_parameters"}) {
+    used.insert(k);
+  }
+  m.naming = NamingStyle::mixtral;  // block_sparse_moe.{gate, experts.<e>.{w1, w3, w2}}
+  if (get_bool(j, "attention_bias", source, false)) {
+    throw InputError(source_field(source, "attention_bias"), "true", "false (MiniMaxM2Attention's projections have no bias)");
+  }
+  if (const std::int64_t shared = get_int(j, "shared_intermediate_size", source, 0, 0); shared > 0) {
+    throw InputError(source_field(source, "shared_intermediate_size"), std::to_string(shared),
+                     "absent or 0 for model_type minimax_m2 (MiniMaxM2SparseMoeBlock has no shared MLP)");
+  }
+  m.qk_norm = get_bool(j, "use_qk_norm", source, true);
+  if (const auto it = j.find("qk_norm_type"); m.qk_norm && it != j.end() && !it->is_null() && *it != "per_layer") {
+    throw InputError(source_field(source, "qk_norm_type"), it->dump(),
+                     "per_layer (q/k norms over the whole projection, as MiniMaxM2Attention builds them)");
+  }
+  m.qk_norm_full_width = m.qk_norm;
+  if (const auto it = j.find("attn_type_list"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw InputError(source_field(source, "attn_type_list"), it->dump(), "a list of 1s");
+    for (const auto& v : *it) {
+      if (v != 1) {
+        throw InputError(source_field(source, "attn_type_list"), v.dump(),
+                         "1 (softmax attention) for every layer: MiniMax-01's linear attention layers are not modelled");
+      }
+    }
+  }
+  m.moe.num_routed_experts = get_int(j, "num_local_experts", source, std::nullopt, 1, kMaxCount);
+  m.moe.top_k = get_int(j, "num_experts_per_tok", source);
+  m.moe.expert_ffn = m.dense_ffn;
+  m.moe.router_bias = get_bool(j, "use_routing_bias", source, true);
+  m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::moe);
+  (void)get_int(j, "num_mtp_modules", source, 0, 0, 16);  // checked, counted as none (above)
+  (void)get_int(j, "mtp_transformer_layers", source, 0, 0, 16);
+  (void)get_bool(j, "use_mtp", source, false);
 }
 
 }  // namespace moemem::config_detail

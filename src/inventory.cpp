@@ -126,9 +126,11 @@ struct Builder {
     const bool mixtral = m.naming == NamingStyle::mixtral;
     const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
     add(moe + "gate.weight", "", Role::router, pl, layer, e.num_routed_experts, h);
-    if (e.router_bias) {  // ERNIE-4.5 keeps it in Ernie4_5_MoeStatics, shaped [1, experts]
-      add(moe + (m.naming == NamingStyle::ernie ? "moe_statics.e_score_correction_bias" : "gate.e_score_correction_bias"), "",
-          Role::router_bias, pl, layer, e.num_routed_experts, 1);
+    if (e.router_bias) {  // ERNIE-4.5 keeps it in Ernie4_5_MoeStatics, shaped [1, experts]; MiniMax-M2 beside the gate
+      const char* bias = m.naming == NamingStyle::ernie ? "moe_statics.e_score_correction_bias"
+                         : mixtral                      ? "e_score_correction_bias"
+                                                        : "gate.e_score_correction_bias";
+      add(moe + bias, "", Role::router_bias, pl, layer, e.num_routed_experts, 1);
     }
     const std::int64_t n = e.num_routed_experts, f = e.expert_ffn;
     add(moe + (mixtral ? "experts.*.w1.weight" : "experts.*.gate_proj.weight"), "", Role::expert_gate, pl, layer, f, h, n);

@@ -1,5 +1,5 @@
 // Model types added with issue 14 whose experts are stored fused or under their own names (IBM
-// Granite MoE, DBRX), each read from a config.json under tests/data/configs (provenance:
+// Granite MoE, DBRX, MiniMax-M2), each read from a config.json under tests/data/configs (provenance:
 // data/models/SOURCES.md), with its exact total and per-module totals by hand against the
 // published figure, an analyze run under each profile that supports it, and the keys that add
 // tensors moemem does not model refused by name.
@@ -207,6 +207,69 @@ TEST(MoeFamilies2, DbrxAnalysesUnderMegatron) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(json::parse(r.out).contains("stages"));
   EXPECT_EQ(run_cli({"analyze", "--model", "dbrx-base", "--profile", "torchtitan"}).code, 2);
+}
+
+// MiniMax-M2 (MiniMaxAI): h 3072, 48 heads and 8 KV heads of 128 with q/k norms over the whole
+// projection (6144 and 1024 weights), 62 layers of 256 experts of 1536 (top 8) with a router and
+// a 256-value correction bias, vocab 200064 untied; the config's 3 MTP modules are not in the
+// checkpoint. Published: 228,689,764,864 parameters (the Hub's count for MiniMax-M2 and M2.1 in a
+// public model table, and llama.cpp's n_params for M2.7; SOURCES.md).
+TEST(MoeFamilies2, MiniMaxM2IsExactAgainstThePublishedCount) {
+  const ModelSpec m = load_model("minimax-m2");
+  EXPECT_EQ(m.model_type, "minimax_m2");
+  EXPECT_EQ(m.mtp_layers, 0);
+  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.q_norm.weight").rows, 6144);
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.k_norm.weight").rows, 1024);
+  EXPECT_EQ(tensor(inv, "layers.0.block_sparse_moe.e_score_correction_bias").rows, 256);
+  EXPECT_EQ(tensor(inv, "layers.61.block_sparse_moe.experts.*.w3.weight").copies, 256);
+  // Per module: attention 62 x (2 x 6144 x 3072 + 2 x 1024 x 3072) = 2,730,491,904; norms 62 x
+  // (2 x 3072 + 6144 + 1024) = 825,344; router 62 x (256 x 3072 + 256) = 48,774,656; experts
+  // 62 x 256 x 3 x 3072 x 1536 = 224,680,476,672; embedding 200064 x 3072 = 614,596,608; head
+  // that + 3072.
+  EXPECT_EQ(module_total(inv, Module::attention), 2730491904u);
+  EXPECT_EQ(module_total(inv, Module::norms), 825344u);
+  EXPECT_EQ(module_total(inv, Module::router), 48774656u);
+  EXPECT_EQ(module_total(inv, Module::routed_experts), 224680476672u);
+  EXPECT_EQ(module_total(inv, Module::embedding), 614596608u);
+  EXPECT_EQ(module_total(inv, Module::output_head), 614599680u);
+  EXPECT_EQ(inv.total().value(), 228689764864u);
+  // Active: 8 of 256 experts: 228,689,764,864 - 62 x 248 x 3 x 3072 x 1536 = 11,030,553,088.
+  EXPECT_EQ(active_params(inv, m).value(), 11030553088u);
+}
+
+TEST(MoeFamilies2, MiniMaxM2RefusesWhatItDoesNotModel) {
+  const json base = json::parse(text_of(config_path("minimax-m2")));
+  json c = base;
+  c["shared_intermediate_size"] = 512;
+  expect_error(c.dump(), "shared_intermediate_size");
+  c = base;
+  c["qk_norm_type"] = "per_head";
+  expect_error(c.dump(), "qk_norm_type");
+  c = base;
+  c["attn_type_list"][3] = 0;  // MiniMax-01's lightning attention
+  expect_error(c.dump(), "attn_type_list");
+  c = base;
+  c["attention_bias"] = true;
+  expect_error(c.dump(), "attention_bias");
+  // Without the correction bias (use_routing_bias false): 62 x 256 fewer.
+  c = base;
+  c["use_routing_bias"] = false;
+  EXPECT_EQ(build_inventory(parse_hf_config(c.dump(), "m.json")).total().value(), 228689764864ull - 62ull * 256);
+}
+
+// MiniMax-M2: Megatron-Bridge's MiniMaxM2Bridge builds it as Megatron-Core's GPTModel (GQA,
+// full-dimension q/k norms, sigmoid routing with expert bias, no MTP mapped); torchtitan has no
+// MiniMax model and refuses it by name, as does --mtp.
+TEST(MoeFamilies2, MiniMaxM2AnalysesUnderMegatron) {
+  const auto r = run_cli({"analyze", "--model", "MiniMaxAI/MiniMax-M2", "--profile", "megatron", "--tp", "4", "--ep", "16",
+                          "--pp", "2", "--dp", "16", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(json::parse(r.out).contains("stages"));
+  EXPECT_EQ(run_cli({"analyze", "--model", "minimax-m2", "--profile", "torchtitan"}).code, 2);
+  const auto mtp = run_cli({"analyze", "--model", "minimax-m2", "--profile", "megatron", "--mtp", "1", "--ep", "16", "--dp", "16"});
+  EXPECT_EQ(mtp.code, 2);
+  EXPECT_NE(mtp.err.find("--mtp"), std::string::npos) << mtp.err;
 }
 
 }  // namespace
