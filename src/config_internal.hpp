@@ -51,5 +51,6 @@ void parse_ernie4_5_moe(const nlohmann::json& j, const std::string& source, Mode
 void parse_granitemoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_dbrx(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_minimax_m2(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_hunyuan_v1_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
 }  // namespace moemem::config_detail

@@ -1,7 +1,7 @@
 // Readers for MoE families added with issue 14 whose expert tensors are stored fused or under
-// their own names: IBM Granite MoE (granitemoe, granitemoeshared), DBRX and MiniMax-M2. Each names the Hugging Face
+// their own names: IBM Granite MoE (granitemoe, granitemoeshared), DBRX, MiniMax-M2 and Hunyuan-A13B. Each names the Hugging Face
 // modelling file it follows; src/config.cpp dispatches on model_type and src/inventory.cpp
-// spells the tensors (NamingStyle::granite, NamingStyle::dbrx).
+// spells the tensors (NamingStyle::granite, NamingStyle::dbrx, NamingStyle::hunyuan).
 #include <fmt/format.h>
 
 #include "config_internal.hpp"
@@ -174,6 +174,74 @@ void parse_minimax_m2(const json& j, const std::string& source, ModelSpec& m, Ke
   (void)get_int(j, "num_mtp_modules", source, 0, 0, 16);  // checked, counted as none (above)
   (void)get_int(j, "mtp_transformer_layers", source, 0, 0, 16);
   (void)get_bool(j, "use_mtp", source, false);
+}
+
+namespace {
+
+// A Hunyuan per-layer key: one integer, or a list of num_hidden_layers integers, which moemem
+// accepts when all are equal (one expert layout for every layer).
+std::int64_t uniform_int(const json& j, std::string_view key, const std::string& source, std::int64_t fallback,
+                         std::int64_t layers, std::int64_t min, std::int64_t max) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_array()) return get_int(j, key, source, fallback, min, max);
+  if (it->size() != static_cast<std::size_t>(layers)) {
+    throw InputError(source_field(source, key), fmt::format("a list of {} values", it->size()),
+                     fmt::format("one integer or a list of num_hidden_layers ({}) integers", layers));
+  }
+  const json first = json{{"v", it->empty() ? json(fallback) : it->front()}};
+  const std::int64_t v = get_int(first, "v", source_field(source, key), std::nullopt, min, max);
+  for (const auto& e : *it) {
+    if (e != it->front()) {
+      throw InputError(source_field(source, key), it->dump(), "the same value for every layer (per-layer expert layouts are not modelled)");
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+// Hunyuan-A13B (transformers models/hunyuan_v1_moe/modular_hunyuan_v1_moe.py; the checkpoint's
+// remote modeling_hunyuan.py for the per-layer lists). HunYuanMoEV1Attention is Llama's q, k, v,
+// o of head_dim with per-head RMSNorms query_layernorm / key_layernorm (head_dim weights, after
+// RoPE). Every layer is HunYuanMoE: a bias-free router gate.wg [num_experts, h], num_experts
+// SwiGLU experts of moe_intermediate_size (absent: intermediate_size) and, when
+// use_mixed_mlp_moe, shared_mlp of intermediate_size x num_shared_expert. num_experts, moe_topk,
+// moe_intermediate_size and num_shared_expert may be per-layer lists; unequal entries, cross-layer
+// attention (use_cla: k/v shared between layers), dense leading layers (moe_layer_num_skipped) and
+// biases are refused by name. Transformers builds wg in float32; the megatron profile keeps
+// Megatron-Core's router, in the training dtype (moe_router_dtype changes the compute only).
+void parse_hunyuan_v1_moe(const json& j, const std::string& source, ModelSpec& m, Keys& used) {
+  parse_gqa_common(j, source, m, used);
+  for (const char* k : {"attention_head_dim", "num_experts", "moe_topk", "moe_intermediate_size", "num_shared_expert",
+                        "use_mixed_mlp_moe", "use_qk_norm", "use_cla", "cla_share_factor", "moe_layer_num_skipped",
+                        "attention_bias", "mlp_bias", "use_rotary_pos_emb", "moe_drop_tokens",
+                        "moe_random_routing_dropped_token", "eod_token_id", "sep_token_id", "use_mla"}) {
+    used.insert(k);
+  }
+  m.naming = NamingStyle::hunyuan;
+  if (get_int(j, "attention_head_dim", source, m.head_dim) != m.head_dim) {
+    throw InputError(source_field(source, "attention_head_dim"), j.at("attention_head_dim").dump(),
+                     fmt::format("head_dim ({}), which it repeats", m.head_dim));
+  }
+  for (const char* k : {"attention_bias", "mlp_bias", "use_cla", "use_mla"}) {
+    if (get_bool(j, k, source, false)) {
+      throw InputError(source_field(source, k), "true",
+                       "false for model_type hunyuan_v1_moe (biases, cross-layer and latent attention are not modelled)");
+    }
+  }
+  if (const std::int64_t skipped = get_int(j, "moe_layer_num_skipped", source, 0, 0); skipped > 0) {
+    throw InputError(source_field(source, "moe_layer_num_skipped"), std::to_string(skipped), "0 (every layer MoE)");
+  }
+  m.qk_norm = get_bool(j, "use_qk_norm", source, true);
+  const std::int64_t layers = m.num_layers;
+  m.moe.num_routed_experts = uniform_int(j, "num_experts", source, 1, layers, 1, kMaxCount);
+  m.moe.top_k = uniform_int(j, "moe_topk", source, 1, layers, 1, kMaxDim);
+  m.moe.expert_ffn = uniform_int(j, "moe_intermediate_size", source, m.dense_ffn, layers, 1, kMaxDim);
+  if (get_bool(j, "use_mixed_mlp_moe", source, true)) {
+    m.moe.num_shared_experts = uniform_int(j, "num_shared_expert", source, 1, layers, 0, kMaxCount);
+    m.moe.shared_ffn = m.moe.num_shared_experts * m.dense_ffn;
+  }
+  m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::moe);
 }
 
 }  // namespace moemem::config_detail

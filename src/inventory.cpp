@@ -69,9 +69,10 @@ struct Builder {
       if (m.qkv_bias) add(p + "self_attn.v_proj.bias", "", Role::v_bias, pl, layer, kv, 1);
       add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, hd, "heads x head_dim"));
       if (m.o_bias) add(p + "self_attn.o_proj.bias", "", Role::o_bias, pl, layer, h, 1);
-      if (m.qk_norm) {  // per head (Qwen3, GLM), or over the whole projection (OLMoE)
-        add(p + "self_attn.q_norm.weight", "", Role::q_norm, pl, layer, m.qk_norm_full_width ? dim(nh, hd, "heads x head_dim") : hd, 1);
-        add(p + "self_attn.k_norm.weight", "", Role::k_norm, pl, layer, m.qk_norm_full_width ? kv : hd, 1);
+      if (m.qk_norm) {  // per head (Qwen3, GLM, Hunyuan's query/key_layernorm), or over the whole projection (OLMoE)
+        const bool hy = m.naming == NamingStyle::hunyuan;
+        add(p + (hy ? "self_attn.query_layernorm.weight" : "self_attn.q_norm.weight"), "", Role::q_norm, pl, layer, m.qk_norm_full_width ? dim(nh, hd, "heads x head_dim") : hd, 1);
+        add(p + (hy ? "self_attn.key_layernorm.weight" : "self_attn.k_norm.weight"), "", Role::k_norm, pl, layer, m.qk_norm_full_width ? kv : hd, 1);
       }
       // gpt-oss (transformers GptOssAttention.sinks): one logit per head added to the softmax.
       if (m.attention_sinks) add(p + "self_attn.sinks", "", Role::attn_sink, pl, layer, nh, 1);
@@ -125,7 +126,8 @@ struct Builder {
     const auto& e = m.moe;
     const bool mixtral = m.naming == NamingStyle::mixtral;
     const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
-    add(moe + "gate.weight", "", Role::router, pl, layer, e.num_routed_experts, h);
+    // Hunyuan's HunYuanTopKGate holds the router as gate.wg.
+    add(moe + (m.naming == NamingStyle::hunyuan ? "gate.wg.weight" : "gate.weight"), "", Role::router, pl, layer, e.num_routed_experts, h);
     if (e.router_bias) {  // ERNIE-4.5 keeps it in Ernie4_5_MoeStatics, shaped [1, experts]; MiniMax-M2 beside the gate
       const char* bias = m.naming == NamingStyle::ernie ? "moe_statics.e_score_correction_bias"
                          : mixtral                      ? "e_score_correction_bias"
@@ -138,7 +140,9 @@ struct Builder {
     add(moe + (mixtral ? "experts.*.w2.weight" : "experts.*.down_proj.weight"), "", Role::expert_down, pl, layer, h, f, n);
     if (e.shared_ffn > 0) {
       const std::int64_t sf = e.shared_ffn;
-      const std::string sh = moe + (m.naming == NamingStyle::qwen_moe ? "shared_expert." : "shared_experts.");
+      const std::string sh = moe + (m.naming == NamingStyle::qwen_moe  ? "shared_expert."
+                                    : m.naming == NamingStyle::hunyuan ? "shared_mlp."
+                                                                       : "shared_experts.");
       add(sh + "gate_proj.weight", "", Role::shared_gate, pl, layer, sf, h);
       add(sh + "up_proj.weight", "", Role::shared_up, pl, layer, sf, h);
       add(sh + "down_proj.weight", "", Role::shared_down, pl, layer, h, sf);

@@ -33,6 +33,7 @@ const std::vector<PresetSource>& preset_sources() {
       {"gpt-oss-120b", "openai/gpt-oss-120b"},
       {"gpt-oss-20b", "openai/gpt-oss-20b"},
       {"granite-3.1-1b-a400m", "ibm-granite/granite-3.1-1b-a400m-instruct"},
+      {"hunyuan-a13b", "tencent/Hunyuan-A13B-Instruct"},
       {"llama-3.1-405b", "meta-llama/Llama-3.1-405B"},
       {"llama-3.1-70b", "meta-llama/Llama-3.1-70B"},
       {"llama-3.1-8b", "meta-llama/Llama-3.1-8B"},

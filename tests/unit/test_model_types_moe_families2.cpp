@@ -1,5 +1,5 @@
 // Model types added with issue 14 whose experts are stored fused or under their own names (IBM
-// Granite MoE, DBRX, MiniMax-M2), each read from a config.json under tests/data/configs (provenance:
+// Granite MoE, DBRX, MiniMax-M2, Hunyuan-A13B), each read from a config.json under tests/data/configs (provenance:
 // data/models/SOURCES.md), with its exact total and per-module totals by hand against the
 // published figure, an analyze run under each profile that supports it, and the keys that add
 // tensors moemem does not model refused by name.
@@ -270,6 +270,72 @@ TEST(MoeFamilies2, MiniMaxM2AnalysesUnderMegatron) {
   const auto mtp = run_cli({"analyze", "--model", "minimax-m2", "--profile", "megatron", "--mtp", "1", "--ep", "16", "--dp", "16"});
   EXPECT_EQ(mtp.code, 2);
   EXPECT_NE(mtp.err.find("--mtp"), std::string::npos) << mtp.err;
+}
+
+// Hunyuan-A13B (tencent, -Instruct): h 4096, 32 heads and 8 KV heads of 128 with per-head
+// query/key_layernorm, 32 layers of 64 experts of 3072 (top 8) and one shared MLP of 3072, vocab
+// 128167 tied. No published exact total was found; the Hub's safetensors API rounds it to 80.4B
+// (SOURCES.md), which by hand is 80.39 B (untied would be 80.92 B).
+TEST(MoeFamilies2, HunyuanByHand) {
+  const ModelSpec m = load_model("hunyuan-a13b");
+  EXPECT_EQ(m.model_type, "hunyuan_v1_moe");
+  EXPECT_EQ(m.moe.top_k, 8);
+  EXPECT_EQ(m.moe.shared_ffn, 3072);
+  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.query_layernorm.weight").rows, 128);
+  EXPECT_EQ(tensor(inv, "layers.0.self_attn.key_layernorm.weight").rows, 128);
+  EXPECT_EQ(tensor(inv, "layers.0.mlp.gate.wg.weight").rows, 64);
+  EXPECT_EQ(tensor(inv, "layers.31.mlp.shared_mlp.down_proj.weight").cols, 3072);
+  // Per module: attention 32 x (2 x 4096^2 + 2 x 1024 x 4096) = 1,342,177,280; norms 32 x
+  // (2 x 4096 + 2 x 128) = 270,336; router 32 x 64 x 4096 = 8,388,608; experts 32 x 64 x 3 x
+  // 4096 x 3072 = 77,309,411,328; shared 32 x 3 x 4096 x 3072 = 1,207,959,552; embedding
+  // 128167 x 4096 = 524,972,032; head: the final norm, 4096.
+  EXPECT_EQ(module_total(inv, Module::attention), 1342177280u);
+  EXPECT_EQ(module_total(inv, Module::norms), 270336u);
+  EXPECT_EQ(module_total(inv, Module::router), 8388608u);
+  EXPECT_EQ(module_total(inv, Module::routed_experts), 77309411328u);
+  EXPECT_EQ(module_total(inv, Module::shared_experts), 1207959552u);
+  EXPECT_EQ(module_total(inv, Module::embedding), 524972032u);
+  EXPECT_EQ(module_total(inv, Module::output_head), 4096u);
+  EXPECT_EQ(inv.total().value(), 80393183232u);
+  // Active: 8 of 64 experts: 80,393,183,232 - 32 x 56 x 3 x 4096 x 3072 = 12,747,448,320 ("A13B").
+  EXPECT_EQ(active_params(inv, m).value(), 12747448320u);
+}
+
+TEST(MoeFamilies2, HunyuanRefusesWhatItDoesNotModel) {
+  const json base = json::parse(text_of(config_path("hunyuan-a13b")));
+  json c = base;
+  c["use_cla"] = true;  // k/v shared between layers: fewer projections than counted
+  expect_error(c.dump(), "use_cla");
+  c = base;
+  c["moe_topk"][5] = 2;  // per-layer top-k
+  expect_error(c.dump(), "moe_topk");
+  c = base;
+  c["num_shared_expert"] = json::array({1, 1});  // not one entry per layer
+  expect_error(c.dump(), "num_shared_expert");
+  c = base;
+  c["moe_layer_num_skipped"] = 2;
+  expect_error(c.dump(), "moe_layer_num_skipped");
+  c = base;
+  c["attention_head_dim"] = 64;
+  expect_error(c.dump(), "attention_head_dim");
+  // Plain integers read as the lists do; without the mixed MLP there is no shared MLP.
+  c = base;
+  c["moe_topk"] = 8;
+  c["moe_intermediate_size"] = 3072;
+  c["use_mixed_mlp_moe"] = false;
+  EXPECT_EQ(build_inventory(parse_hf_config(c.dump(), "h.json")).total().value(), 80393183232ull - 1207959552ull);
+}
+
+// Hunyuan-A13B: GQA with per-head q/k norms, MoE with a shared expert; neither Megatron-Bridge
+// nor torchtitan has a Hunyuan model, so the megatron profile analyses what Megatron-Core's
+// GPTModel builds from flags; torchtitan refuses it by name.
+TEST(MoeFamilies2, HunyuanAnalysesUnderMegatron) {
+  const auto r = run_cli({"analyze", "--model", "tencent/Hunyuan-A13B-Instruct", "--profile", "megatron", "--tp", "2", "--ep", "8",
+                          "--pp", "2", "--dp", "8", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(json::parse(r.out).contains("stages"));
+  EXPECT_EQ(run_cli({"analyze", "--model", "hunyuan-a13b", "--profile", "torchtitan"}).code, 2);
 }
 
 }  // namespace
