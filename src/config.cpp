@@ -398,6 +398,14 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_gemma3_text(j, source, m, used);
   } else if (m.model_type == "phimoe") {
     parse_phimoe(j, source, m, used);
+  } else if (m.model_type == "granitemoe" || m.model_type == "granitemoeshared") {
+    parse_granitemoe(j, source, m, used);
+  } else if (m.model_type == "dbrx") {
+    parse_dbrx(j, source, m, used);
+  } else if (m.model_type == "minimax_m2") {
+    parse_minimax_m2(j, source, m, used);
+  } else if (m.model_type == "hunyuan_v1_moe") {
+    parse_hunyuan_v1_moe(j, source, m, used);
   } else if (m.model_type == "llama" || m.model_type == "mistral") {
     parse_llama(j, source, m, used);
   } else if (m.model_type == "mixtral") {

@@ -53,5 +53,10 @@ void parse_gemma2(const nlohmann::json& j, const std::string& source, ModelSpec&
 void parse_gemma3_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 // Phi-3.5-MoE, in src/config_phimoe.cpp.
 void parse_phimoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+// Family readers in src/config_moe_families2.cpp.
+void parse_granitemoe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_dbrx(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_minimax_m2(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_hunyuan_v1_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
 }  // namespace moemem::config_detail

@@ -69,9 +69,10 @@ struct Builder {
       if (m.qkv_bias) add(p + "self_attn.v_proj.bias", "", Role::v_bias, pl, layer, kv, 1);
       add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, hd, "heads x head_dim"));
       if (m.o_bias) add(p + "self_attn.o_proj.bias", "", Role::o_bias, pl, layer, h, 1);
-      if (m.qk_norm) {  // per head (Qwen3, GLM), or over the whole projection (OLMoE)
-        add(p + "self_attn.q_norm.weight", "", Role::q_norm, pl, layer, m.qk_norm_full_width ? dim(nh, hd, "heads x head_dim") : hd, 1);
-        add(p + "self_attn.k_norm.weight", "", Role::k_norm, pl, layer, m.qk_norm_full_width ? kv : hd, 1);
+      if (m.qk_norm) {  // per head (Qwen3, GLM, Hunyuan's query/key_layernorm), or over the whole projection (OLMoE)
+        const bool hy = m.naming == NamingStyle::hunyuan;
+        add(p + (hy ? "self_attn.query_layernorm.weight" : "self_attn.q_norm.weight"), "", Role::q_norm, pl, layer, m.qk_norm_full_width ? dim(nh, hd, "heads x head_dim") : hd, 1);
+        add(p + (hy ? "self_attn.key_layernorm.weight" : "self_attn.k_norm.weight"), "", Role::k_norm, pl, layer, m.qk_norm_full_width ? kv : hd, 1);
       }
       // gpt-oss (transformers GptOssAttention.sinks): one logit per head added to the softmax.
       if (m.attention_sinks) add(p + "self_attn.sinks", "", Role::attn_sink, pl, layer, nh, 1);
@@ -118,13 +119,20 @@ struct Builder {
       gpt_oss_moe(p, pl, layer);
       return;
     }
+    if (m.naming == NamingStyle::granite) {
+      granite_moe(p, pl, layer);
+      return;
+    }
     const auto& e = m.moe;
     const bool mixtral = m.naming == NamingStyle::mixtral;
     const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
-    add(moe + "gate.weight", "", Role::router, pl, layer, e.num_routed_experts, h);
-    if (e.router_bias) {  // ERNIE-4.5 keeps it in Ernie4_5_MoeStatics, shaped [1, experts]
-      add(moe + (m.naming == NamingStyle::ernie ? "moe_statics.e_score_correction_bias" : "gate.e_score_correction_bias"), "",
-          Role::router_bias, pl, layer, e.num_routed_experts, 1);
+    // Hunyuan's HunYuanTopKGate holds the router as gate.wg.
+    add(moe + (m.naming == NamingStyle::hunyuan ? "gate.wg.weight" : "gate.weight"), "", Role::router, pl, layer, e.num_routed_experts, h);
+    if (e.router_bias) {  // ERNIE-4.5 keeps it in Ernie4_5_MoeStatics, shaped [1, experts]; MiniMax-M2 beside the gate
+      const char* bias = m.naming == NamingStyle::ernie ? "moe_statics.e_score_correction_bias"
+                         : mixtral                      ? "e_score_correction_bias"
+                                                        : "gate.e_score_correction_bias";
+      add(moe + bias, "", Role::router_bias, pl, layer, e.num_routed_experts, 1);
     }
     const std::int64_t n = e.num_routed_experts, f = e.expert_ffn;
     add(moe + (mixtral ? "experts.*.w1.weight" : "experts.*.gate_proj.weight"), "", Role::expert_gate, pl, layer, f, h, n);
@@ -132,7 +140,9 @@ struct Builder {
     add(moe + (mixtral ? "experts.*.w2.weight" : "experts.*.down_proj.weight"), "", Role::expert_down, pl, layer, h, f, n);
     if (e.shared_ffn > 0) {
       const std::int64_t sf = e.shared_ffn;
-      const std::string sh = moe + (m.naming == NamingStyle::qwen_moe ? "shared_expert." : "shared_experts.");
+      const std::string sh = moe + (m.naming == NamingStyle::qwen_moe  ? "shared_expert."
+                                    : m.naming == NamingStyle::hunyuan ? "shared_mlp."
+                                                                       : "shared_experts.");
       add(sh + "gate_proj.weight", "", Role::shared_gate, pl, layer, sf, h);
       add(sh + "up_proj.weight", "", Role::shared_up, pl, layer, sf, h);
       add(sh + "down_proj.weight", "", Role::shared_down, pl, layer, h, sf);
@@ -156,14 +166,60 @@ struct Builder {
     add(p + "mlp.experts.down_proj_bias", "", Role::expert_down_bias, pl, layer, h, 1, n);
   }
 
+  // Granite MoE (transformers GraniteMoeMoE, from JetMoe's JetMoeParallelExperts and
+  // JetMoeTopKGating): router.layer [E, h] without a bias; input_linear [E, 2f, h] holding each
+  // expert's gate and up rows (chunked in two in forward); output_linear [E, h, f]. The shared
+  // variant (GraniteMoeSharedMLP) adds shared_mlp.input_linear [2s, h] and output_linear [h, s],
+  // bias-free, beside block_sparse_moe.
+  void granite_moe(const std::string& p, Placement pl, std::int64_t layer) {
+    const std::int64_t h = m.hidden, n = m.moe.num_routed_experts, f = m.moe.expert_ffn, s = m.moe.shared_ffn;
+    const std::string moe = p + "block_sparse_moe.";
+    add(moe + "router.layer.weight", "", Role::router, pl, layer, n, h);
+    add(moe + "input_linear.weight", "gate", Role::expert_gate, pl, layer, f, h, n);
+    add(moe + "input_linear.weight", "up", Role::expert_up, pl, layer, f, h, n);
+    add(moe + "output_linear.weight", "", Role::expert_down, pl, layer, h, f, n);
+    if (s == 0) return;
+    add(p + "shared_mlp.input_linear.weight", "gate", Role::shared_gate, pl, layer, s, h);
+    add(p + "shared_mlp.input_linear.weight", "up", Role::shared_up, pl, layer, s, h);
+    add(p + "shared_mlp.output_linear.weight", "", Role::shared_down, pl, layer, h, s);
+  }
+
+  // DBRX (transformers DbrxBlock): DbrxNormAttentionNorm's norm_1 and norm_2, LayerNorms without
+  // a bias; DbrxAttention's fused Wqkv [n_h d + 2 n_kv d, h] (q, k, v rows in that order) and
+  // out_proj, no biases; DbrxFFN's router.layer [E, h] and DbrxExpertGLU's w1 (gate), v1 (up) and
+  // w2 (down), each [E x f, h] parameters. w2 is held here as E copies of h x f, the down
+  // projection's [out, in] shape that sharding splits by columns; the count is the same.
+  void dbrx_block(const std::string& p, std::int64_t i, Placement pl) {
+    const std::int64_t h = m.hidden, q = dim(m.num_heads, m.head_dim, "heads x head_dim");
+    const std::int64_t kv = dim(m.num_kv_heads, m.head_dim, "key/value heads x head_dim");
+    const std::int64_t n = m.moe.num_routed_experts, f = m.moe.expert_ffn;
+    const std::string a = p + "norm_attn_norm.";
+    add(a + "norm_1.weight", "", Role::input_norm, pl, i, h, 1);
+    add(a + "attn.Wqkv.weight", "q", Role::q_proj, pl, i, q, h);
+    add(a + "attn.Wqkv.weight", "k", Role::k_proj, pl, i, kv, h);
+    add(a + "attn.Wqkv.weight", "v", Role::v_proj, pl, i, kv, h);
+    add(a + "attn.out_proj.weight", "", Role::o_proj, pl, i, h, q);
+    add(a + "norm_2.weight", "", Role::post_attn_norm, pl, i, h, 1);
+    add(p + "ffn.router.layer.weight", "", Role::router, pl, i, n, h);
+    add(p + "ffn.experts.mlp.w1", "", Role::expert_gate, pl, i, f, h, n);
+    add(p + "ffn.experts.mlp.v1", "", Role::expert_up, pl, i, f, h, n);
+    add(p + "ffn.experts.mlp.w2", "", Role::expert_down, pl, i, h, f, n);
+  }
+
   void norm(const std::string& name, Role role, Placement pl, std::int64_t layer) {
     add(name + ".weight", "", role, pl, layer, m.hidden, 1);
     if (m.norm_bias) add(name + ".bias", "", Role::norm_bias, pl, layer, m.hidden, 1);
   }
 
-  void decoder_layer(std::int64_t i, Placement pl, LayerKind kind) { decoder_layer(fmt::format("layers.{}.", i), i, pl, kind); }
+  void decoder_layer(std::int64_t i, Placement pl, LayerKind kind) {
+    decoder_layer(fmt::format("{}.{}.", m.naming == NamingStyle::dbrx ? "blocks" : "layers", i), i, pl, kind);
+  }
 
   void decoder_layer(const std::string& p, std::int64_t i, Placement pl, LayerKind kind) {
+    if (m.naming == NamingStyle::dbrx) {
+      dbrx_block(p, i, pl);
+      return;
+    }
     norm(p + "input_layernorm", Role::input_norm, pl, i);
     attention(p, pl, i);
     norm(p + "post_attention_layernorm", Role::post_attn_norm, pl, i);
@@ -342,14 +398,15 @@ std::string_view name_of(Module m) {
 Inventory build_inventory(const ModelSpec& m) {
   Builder b{m, {}};
   const std::int64_t h = m.hidden;
-  b.add("embed_tokens.weight", "", Role::embedding, Placement::embedding, -1, m.vocab, h);
+  const bool dbrx = m.naming == NamingStyle::dbrx;  // DbrxModel: wte, blocks, norm_f
+  b.add(dbrx ? "wte.weight" : "embed_tokens.weight", "", Role::embedding, Placement::embedding, -1, m.vocab, h);
   if (m.learned_positions > 0) {
     b.add("position_embeddings.weight", "", Role::position_embedding, Placement::embedding, -1, m.learned_positions, h);
   }
   for (std::int64_t i = 0; i < m.num_layers; ++i) {
     b.decoder_layer(i, Placement::decoder, m.layer_kinds[static_cast<std::size_t>(i)]);
   }
-  b.add("norm.weight", "", Role::final_norm, Placement::head, -1, h, 1);
+  b.add(dbrx ? "norm_f.weight" : "norm.weight", "", Role::final_norm, Placement::head, -1, h, 1);
   if (m.norm_bias) b.add("norm.bias", "", Role::norm_bias, Placement::head, -1, h, 1);
   if (!m.tie_embeddings) b.add("lm_head.weight", "", Role::output_head, Placement::head, -1, m.vocab, h);
   // PhimoeForCausalLM (lm_head_bias): one per vocabulary entry, split over the vocabulary like the head.

@@ -20,6 +20,7 @@ bool same_ignoring_case(std::string_view a, std::string_view b) {
 const std::vector<PresetSource>& preset_sources() {
   // data/models/SOURCES.md: the repository each preset's config.json was taken from.
   static const std::vector<PresetSource> sources = {
+      {"dbrx-base", "databricks/dbrx-base"},
       {"deepseek-moe-16b", "deepseek-ai/deepseek-moe-16b-chat"},
       {"deepseek-v2", "deepseek-ai/DeepSeek-V2"},
       {"deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite"},
@@ -36,9 +37,12 @@ const std::vector<PresetSource>& preset_sources() {
       {"glm-4.7-flash", "zai-org/GLM-4.7-Flash"},
       {"gpt-oss-120b", "openai/gpt-oss-120b"},
       {"gpt-oss-20b", "openai/gpt-oss-20b"},
+      {"granite-3.1-1b-a400m", "ibm-granite/granite-3.1-1b-a400m-instruct"},
+      {"hunyuan-a13b", "tencent/Hunyuan-A13B-Instruct"},
       {"llama-3.1-405b", "meta-llama/Llama-3.1-405B"},
       {"llama-3.1-70b", "meta-llama/Llama-3.1-70B"},
       {"llama-3.1-8b", "meta-llama/Llama-3.1-8B"},
+      {"minimax-m2", "MiniMaxAI/MiniMax-M2"},
       {"mistral-7b", "mistralai/Mistral-7B-v0.1"},
       {"mixtral-8x22b", "mistral-community/Mixtral-8x22B-v0.1"},
       {"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1"},

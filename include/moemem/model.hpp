@@ -45,7 +45,12 @@ struct MoeDims {
 };
 
 // How checkpoint tensor names are spelled (they differ between model families).
-enum class NamingStyle : std::uint8_t { deepseek, llama, mixtral, qwen_moe, gpt_oss, ernie };
+enum class NamingStyle : std::uint8_t {
+  deepseek, llama, mixtral, qwen_moe, gpt_oss, ernie,
+  granite,  // block_sparse_moe.{router.layer, input_linear, output_linear}, shared_mlp (config_moe_families2.cpp)
+  dbrx,     // wte, blocks.<i>.{norm_attn_norm.{norm_1, attn.Wqkv, attn.out_proj, norm_2}, ffn}, norm_f
+  hunyuan,  // self_attn.{query,key}_layernorm, mlp.gate.wg, mlp.shared_mlp (config_moe_families2.cpp)
+};
 
 struct ModelSpec {
   std::string name;        // preset name or the path it was read from
