@@ -134,6 +134,13 @@ void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
   m.mtp_layers = get_int(j, "num_nextn_predict_layers", source, 0, 0, 16);
 }
 
+void require_derived_head_dim(const ModelSpec& m, const std::string& source, std::string_view attention) {
+  if (m.head_dim * m.num_heads == m.hidden) return;
+  throw InputError(source_field(source, "head_dim"), std::to_string(m.head_dim),
+                   fmt::format("absent or hidden_size / num_attention_heads ({}): {} derives it so", m.hidden / m.num_heads,
+                               attention));
+}
+
 // Multi-head / grouped-query attention families (Llama, Mistral, Mixtral, Qwen2/3, DeepSeek-V1).
 void parse_gqa_common(const json& j, const std::string& source, ModelSpec& m,
                       std::set<std::string, std::less<>>& used) {

@@ -39,6 +39,10 @@ void parse_deepseek_moe(const nlohmann::json& j, const std::string& source, Mode
 // Grouped-query attention sizes (head_dim, or hidden / heads), intermediate_size, all layers dense.
 void parse_gqa_common(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
+// For families whose attention derives head_dim as hidden_size / num_attention_heads (OLMoE,
+// Granite MoE, Phi-3.5-MoE): refuses a head_dim key that says otherwise, naming `attention`.
+void require_derived_head_dim(const ModelSpec& m, const std::string& source, std::string_view attention);
+
 // DeepSeek-V2/V3's MLA and MoE keys (src/config.cpp), which DeepSeek-V3.2 extends.
 void parse_deepseek(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 

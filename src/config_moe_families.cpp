@@ -19,11 +19,7 @@ using nlohmann::json;
 void parse_olmoe(const json& j, const std::string& source, ModelSpec& m, Keys& used) {
   parse_gqa_common(j, source, m, used);
   for (const char* k : {"attention_bias", "num_experts", "num_experts_per_tok", "clip_qkv"}) used.insert(k);
-  if (m.head_dim * m.num_heads != m.hidden) {
-    throw InputError(source_field(source, "head_dim"), std::to_string(m.head_dim),
-                     fmt::format("absent or hidden_size / num_attention_heads ({}): OlmoeAttention derives it so",
-                                 m.hidden / m.num_heads));
-  }
+  require_derived_head_dim(m, source, "OlmoeAttention");
   m.naming = NamingStyle::qwen_moe;  // mlp.gate, mlp.experts.<e>.{gate,up,down}_proj
   m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);
   m.qk_norm = m.qk_norm_full_width = true;

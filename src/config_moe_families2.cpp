@@ -25,11 +25,7 @@ void parse_granitemoe(const json& j, const std::string& source, ModelSpec& m, Ke
                         "attention_multiplier", "residual_multiplier", "logits_scaling"}) {
     used.insert(k);
   }
-  if (m.head_dim * m.num_heads != m.hidden) {
-    throw InputError(source_field(source, "head_dim"), std::to_string(m.head_dim),
-                     fmt::format("absent or hidden_size / num_attention_heads ({}): GraniteMoeAttention derives it so",
-                                 m.hidden / m.num_heads));
-  }
+  require_derived_head_dim(m, source, "GraniteMoeAttention");
   m.naming = NamingStyle::granite;
   m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);
   m.moe.num_routed_experts = get_int(j, "num_local_experts", source, std::nullopt, 1, kMaxCount);

@@ -22,11 +22,7 @@ void parse_phimoe(const json& j, const std::string& source, ModelSpec& m, Keys& 
                         "router_jitter_noise", "original_max_position_embeddings"}) {
     used.insert(k);
   }
-  if (m.head_dim * m.num_heads != m.hidden) {
-    throw InputError(source_field(source, "head_dim"), std::to_string(m.head_dim),
-                     fmt::format("absent or hidden_size / num_attention_heads ({}): PhimoeAttention derives it so",
-                                 m.hidden / m.num_heads));
-  }
+  require_derived_head_dim(m, source, "PhimoeAttention");
   m.naming = NamingStyle::mixtral;
   m.norm_bias = true;
   m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);

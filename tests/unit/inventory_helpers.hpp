@@ -17,6 +17,13 @@
 
 namespace moemem::test {
 
+// Tensors a checkpoint stores: each routed-expert entry counts once per expert.
+inline std::uint64_t tensor_count(const Inventory& inv) {
+  std::uint64_t n = 0;
+  for (const auto& t : inv.tensors) n += static_cast<std::uint64_t>(t.copies);
+  return n;
+}
+
 inline std::string config_path(const std::string& name) {
   return std::string(MOEMEM_TEST_DATA_DIR) + "/configs/" + name + ".config.json";
 }

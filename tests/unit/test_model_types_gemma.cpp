@@ -24,12 +24,6 @@ namespace {
 using namespace moemem;
 using namespace moemem::test;
 
-std::uint64_t tensor_count(const Inventory& inv) {
-  std::uint64_t n = 0;
-  for (const auto& t : inv.tensors) n += static_cast<std::uint64_t>(t.copies);
-  return n;
-}
-
 nlohmann::json config_json(const std::string& name) { return nlohmann::json::parse(text_of(config_path(name))); }
 
 std::uint64_t total_of(const nlohmann::json& c) { return build_inventory(parse_hf_config(c.dump(), "g.json")).total().value(); }

@@ -20,12 +20,6 @@ namespace {
 using namespace moemem;
 using namespace moemem::test;
 
-std::uint64_t tensor_count(const Inventory& inv) {
-  std::uint64_t n = 0;
-  for (const auto& t : inv.tensors) n += static_cast<std::uint64_t>(t.copies);
-  return n;
-}
-
 // OLMoE-1B-7B-0924 (allenai): h 2048, 16 heads = 16 KV heads of 128 (hidden / heads), no
 // biases, q_norm over 16 x 128 = 2048 channels and k_norm over 16 x 128 = 2048 (full width, not
 // per head), 16 layers all MoE with 64 experts of 1024 and a 64 x 2048 router, vocab 50304
