@@ -161,7 +161,8 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
       ->capture_default_str();
   add_optional_int(app, "--lora-rank", o.finetune.lora_rank, "LoRA rank r (required with --finetune lora)");
   app.add_option("--lora-targets", o.finetune.lora_targets,
-                 "Linears LoRA adapts: all-linear (default: every decoder linear but the router) or module names, e.g. "
+                 "Linears LoRA adapts: all-linear (default: every decoder linear but the router; under --profile hf, as PEFT, "
+                 "every nn.Linear but lm_head) or module names, e.g. "
                  "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (routed experts included, as PEFT matches them)");
   app.add_option("--lora-dropout", o.finetune.lora_dropout, "LoRA dropout probability (default 0; > 0 keeps a mask and a copy of each adapted input)");
   app.add_option("--optimizer", o.finetune.optimizer, "Optimizer: adamw|adam8bit|adafactor|sgd|lion|muon")->capture_default_str();

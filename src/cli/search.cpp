@@ -13,6 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "moemem/errors.hpp"
+#include "moemem/finetune.hpp"
 #include "moemem/search.hpp"
 #include "report_html.hpp"
 
@@ -163,6 +164,12 @@ void SearchCommand::setup(CLI::App& root) {
   app->add_option("--recipe", training.numerics.recipe, "deepseek-v3 or deepseek-v2 (its precision and recomputation)");
   app->add_option("--recipe-off", training.numerics.recipe_off, "The recipe's techniques to leave out, comma-separated");
   app->add_option("--attention", training.numerics.attention, "flash|eager");
+  app->add_option("--finetune", training.finetune.finetune, "What trains: full|lora (the layouts of a LoRA fine-tune)")
+      ->capture_default_str();
+  add_optional_int(*app, "--lora-rank", training.finetune.lora_rank, "LoRA rank r (required with --finetune lora)");
+  app->add_option("--lora-targets", training.finetune.lora_targets, "Linears LoRA adapts: all-linear or module names");
+  app->add_option("--lora-dropout", training.finetune.lora_dropout, "LoRA dropout probability (default 0)");
+  app->add_option("--optimizer", training.finetune.optimizer, "Optimizer: adamw|sgd|lion|muon (megatron)")->capture_default_str();
   app->add_option("--moe-imbalance", training.moe.moe_imbalance, "Hottest expert rank's tokens, times the average");
   app->add_option("--moe-token-dispatcher", training.moe.dispatcher, "alltoall|deepep")->capture_default_str();
   app->add_flag("--overlap-moe-expert-parallel-comm", training.moe.ep_overlap,
@@ -217,6 +224,11 @@ std::string base_flags(const SearchCommand& c) {
   }
   if (t.moe.dispatcher != "alltoall") out += " --moe-token-dispatcher " + t.moe.dispatcher;
   if (t.moe.ep_overlap) out += " --overlap-moe-expert-parallel-comm";
+  if (t.finetune.finetune != "full") out += " --finetune " + t.finetune.finetune;
+  if (t.finetune.lora_rank) out += fmt::format(" --lora-rank {}", *t.finetune.lora_rank);
+  if (!t.finetune.lora_targets.empty()) out += " --lora-targets " + t.finetune.lora_targets;
+  if (!t.finetune.lora_dropout.empty()) out += " --lora-dropout " + t.finetune.lora_dropout;
+  if (t.finetune.optimizer != "adamw") out += " --optimizer " + t.finetune.optimizer;
   return out;
 }
 
@@ -341,7 +353,10 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   const Profile& profile = get_profile(training.profile);
   const ModelSpec m = load_model_for(model, profile);
   const auto warnings = model_warnings(m, model, err);
-  const Inventory inv = build_inventory(m);
+  TrainingConfig base = to_training(training, profile);
+  // LoRA: the base frozen and the adapters added, as make_scenario does for analyze.
+  base.linear_routers = profile.peft_modules && hf_router_is_linear(m.model_type);
+  const Inventory inv = apply_finetune(build_inventory(m), base);
   const CompiledModel cm = compile_model(m, inv, profile);
 
   SearchSpace space;
@@ -352,7 +367,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   space.gpus_per_node = gpus_per_node;
   // A named GPU (not only --gpu-memory) has the figures the step-time model needs.
   if (!training.gpu.gpu.empty()) space.perf = lookup_gpu_perf(training.gpu.gpu);
-  space.base = to_training(training, profile);
+  space.base = std::move(base);
   space.tp_max = tp_max;
   space.pp_max = pp_max;
   space.ep_max = ep_max;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/activations_cli_helpers.hpp"
+#include "cli/run_cli.hpp"
 #include "moemem/finetune.hpp"
 
 namespace {
@@ -108,6 +109,39 @@ TEST(FinetuneCli, RefusedAndBadInputsExitTwo) {
   expect_exit_2(concat({"analyze"}, llama(concat(kLora16, {"--lora-dropout", "1"}))), {"--lora-dropout"});
   expect_exit_2(concat({"analyze"}, llama({"--finetune", "lora", "--lora-rank", "15", "--tp", "2"})), {"--lora-rank", "15", "tp = 2"});
   expect_exit_2(concat({"analyze"}, llama({"--finetune", "dora"})), {"--finetune", "dora"});
+}
+
+// search with --finetune lora: the layouts of a LoRA fine-tune. Llama-3.1-8B on one 80 GB GPU
+// does not fit a full fine-tune (8,030,261,248 parameters x 16 bytes of bf16 weights, fp32 main
+// gradients, master weights and moments is 128 GB before any activation), but fits LoRA (bf16
+// weights 16.1 GB, the adapters' states 41,943,040 x 16 bytes). The first layout's command,
+// given to analyze, reproduces its peak.
+TEST(FinetuneCli, SearchFindsTheLayoutsOfALoraFineTune) {
+  const Args base = {"search", "--model", "llama-3.1-8b", "--gpus", "1", "--gpu", "h100-80g", "--seq-len", "4096",
+                     "--global-batch", "8", "--format", "json", "--top", "1"};
+  const auto full = moemem::test::run_cli(base);
+  ASSERT_EQ(full.code, 1) << full.err;  // search's exit status when no layout fits
+  EXPECT_TRUE(json::parse(full.out).at("layouts").empty());
+  const auto lora = moemem::test::run_cli(concat(base, kLora16));
+  ASSERT_EQ(lora.code, 0) << lora.err;
+  const json best = json::parse(lora.out).at("layouts").at(0);
+  const std::string command = best.at("command").get<std::string>();
+  EXPECT_NE(command.find("--finetune lora --lora-rank 16"), std::string::npos) << command;
+  Args args = {"analyze"};
+  std::size_t start = 0;
+  while (start < command.size()) {
+    const std::size_t end = std::min(command.find(' ', start), command.size());
+    args.push_back(command.substr(start, end - start));
+    start = end + 1;
+  }
+  args.insert(args.end(), {"--format", "json"});
+  const auto again = moemem::test::run_cli(args);
+  ASSERT_EQ(again.code, 0) << again.err;
+  const json a = json::parse(again.out);
+  EXPECT_EQ(u64(a.at("model").at("trainable_params")), kLlamaLoraR16);
+  std::uint64_t peak = 0;
+  for (const auto& st : a.at("stages")) peak = std::max(peak, u64(st.at("bytes").at("total")));
+  EXPECT_EQ(peak, u64(best.at("peak_bytes")));
 }
 
 }  // namespace
