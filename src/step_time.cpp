@@ -93,16 +93,29 @@ struct Shape {
   double elementwise = 1;  // memory-bound traffic factor: unfused (eager) kernels move more
 };
 
-// The routed experts' GEMM rate: the grouped GEMM's rate, or less where one expert's GEMM is
-// memory-bound (roofline: M x N x K FLOP pairs over M K + K N + M N elements of 2 bytes). A
-// local expert receives M = tokens x top_k x ep x etp / experts rows (work conservation over
-// the expert group), with N = expert_ffn / etp columns and K = hidden.
-double expert_rate(const Shape& s) {
+// The routed experts' GEMM rates, forward (and input gradient, the same shape) and weight
+// gradient: the grouped GEMM's rate, or less where one expert's GEMM is memory-bound (roofline:
+// M x N x K FLOP pairs over the elements moved, 2 bytes each). A local expert receives
+// M = tokens x top_k x ep x etp / experts rows (work conservation over the expert group), with
+// N = expert_ffn / etp columns and K = hidden. Forward: M K + K N + M N elements. The weight
+// gradient reads the M K input and the M N output gradient and accumulates into the gradient
+// buffer, read and written in the gradients' dtype: Megatron-Core's TEGroupedLinear passes
+// fuse_wgrad_accumulation = gradient_accumulation_fusion (on unless
+// --no-gradient-accumulation-fusion; extensions/transformer_engine.py), so the GEMM adds into
+// the fp32 main_grad each micro-batch. With few rows per expert that read-modify-write, not the
+// FLOPs, sets the weight gradient's time.
+struct ExpertRates {
+  double forward, wgrad;
+};
+ExpertRates expert_rates(const Shape& s) {
   const ParallelConfig& p = s.layout.config;
   const double rows = s.tokens * d(s.m.moe.top_k) * d(p.ep * p.etp_degree()) / d(std::max<std::int64_t>(1, s.m.moe.num_routed_experts));
   const double n = d(s.m.moe.expert_ffn) / d(p.etp_degree()), k = d(s.m.hidden);
-  const double intensity = rows * n * k / (rows * k + k * n + rows * n);  // FLOPs per byte (2 FLOPs, 2 bytes per element)
-  return std::min(s.r.expert, intensity * s.r.hbm);
+  const double pairs = rows * n * k;
+  const double grad_units = d(bits_of(s.t.precision.gradients)) / 16;  // read + write, in 2-byte units
+  const double forward = pairs / (rows * k + k * n + rows * n);
+  const double wgrad = pairs / (rows * k + rows * n + 2 * grad_units * k * n);
+  return {std::min(s.r.expert, forward * s.r.hbm), std::min(s.r.expert, wgrad * s.r.hbm)};
 }
 
 // Adds `count` layers of kind `k` (and their share of the recomputation) to `mb`.
@@ -111,12 +124,14 @@ void add_layers(const Shape& s, const StepTimeModel::Kind& k, bool moe, double c
   const ParallelConfig& p = s.layout.config;
   const double imbalance = moe ? s.t.moe_imbalance : 1.0;
   const double gemm = k.gemm * s.tokens / s.r.gemm;
-  const double expert = moe && k.expert > 0 ? k.expert * s.tokens * imbalance / expert_rate(s) : 0;
+  const ExpertRates rates = moe && k.expert > 0 ? expert_rates(s) : ExpertRates{1, 1};
+  const double expert_work = moe ? k.expert * s.tokens * imbalance : 0;
+  const double expert = expert_work / rates.forward;
   const double attn = k.attn_per_seq * s.seq * s.tokens / s.r.attention;
   const double mem = s.elementwise * k.elementwise_bytes * s.tokens / s.r.hbm;
   // Backward: two GEMMs per forward GEMM (input and weight gradients); FlashAttention's backward
   // 2.5 times its forward (5 matrix products against 2).
-  const double compute = 3 * (gemm + expert + mem) + 3.5 * attn;
+  const double compute = 3 * (gemm + mem) + 2 * expert + expert_work / rates.wgrad + 3.5 * attn;
   double again = 0;
   switch (s.t.recompute) {
     case Recompute::none: break;
