@@ -157,12 +157,20 @@ struct Front {
   }
 };
 
+// One refusal message per field: the least, so that the message does not depend on which thread
+// saw which candidate first.
+void note_reason(std::map<std::string, std::string>& reasons, const std::string& field, const std::string& why) {
+  auto [it, added] = reasons.try_emplace(field, why);
+  if (!added && why < it->second) it->second = why;
+}
+
 // What one thread keeps of the candidates it evaluates (and, merged, what the search keeps).
 struct Kept {
   BestK feasible, misses;
   Front pareto;
   std::int64_t evaluated = 0, invalid = 0, feasible_count = 0;
   std::map<std::string, std::int64_t> invalid_by_field;
+  std::map<std::string, std::string> invalid_reason;
 
   Kept(std::int64_t keep_feasible, std::int64_t keep_infeasible)
       : feasible{static_cast<std::size_t>(keep_feasible), cheaper, {}}, misses{static_cast<std::size_t>(keep_infeasible), smaller, {}} {}
@@ -171,6 +179,7 @@ struct Kept {
     if (v.kind == VerdictKind::invalid) {
       ++invalid;
       ++invalid_by_field[v.field];
+      note_reason(invalid_reason, v.field, v.reason);
       return;
     }
     ++evaluated;
@@ -190,6 +199,7 @@ struct Kept {
     invalid += o.invalid;
     feasible_count += o.feasible_count;
     for (const auto& [field, n] : o.invalid_by_field) invalid_by_field[field] += n;
+    for (const auto& [field, why] : o.invalid_reason) note_reason(invalid_reason, field, why);
   }
 };
 
@@ -237,6 +247,7 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
   result.evaluated = all.evaluated;
   result.invalid = all.invalid;
   result.invalid_by_field = std::move(all.invalid_by_field);
+  result.invalid_reason = std::move(all.invalid_reason);
   result.feasible_count = all.feasible_count;
   result.feasible = perf ? collapse_equivalent(all.feasible.take_sorted(), static_cast<std::size_t>(keep_feasible))
                          : all.feasible.take_sorted();
@@ -300,6 +311,7 @@ void rank_candidates(Evaluation&& ev, std::int64_t keep_infeasible, SearchResult
     if (v.kind == VerdictKind::invalid) {
       ++result.invalid;
       ++result.invalid_by_field[v.field];
+      note_reason(result.invalid_reason, v.field, v.reason);
       continue;
     }
     ++result.evaluated;

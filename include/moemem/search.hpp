@@ -91,6 +91,7 @@ struct SearchResult {
   // Not printed by the CLI: what was refused, by the flag of the rule broken.
   std::int64_t invalid = 0;                              // candidates (enumerated - evaluated)
   std::map<std::string, std::int64_t> invalid_by_field;  // candidates
+  std::map<std::string, std::string> invalid_reason;     // per field, one message (the least, for determinism)
   std::int64_t rejected_layouts = 0;                     // degree and split combinations
   std::map<std::string, std::int64_t> rejected_by_field;
 };

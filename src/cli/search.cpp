@@ -281,6 +281,16 @@ std::string summary_line(const SearchResult& r, const RunInfo& run) {
                      format_gib(run.space.capacity), run.space.max_memory_fraction);
 }
 
+// When no candidate was valid, "no layout fits" alone hides why (a model variant every layout
+// breaks, such as Gemma-2's soft-capping without --attention eager): each rule broken, with how
+// many candidates broke it and one of its messages.
+bool all_refused(const SearchResult& r) { return r.evaluated == 0 && r.invalid > 0; }
+std::string refusals(const SearchResult& r) {
+  std::string s = "No layout fits: every candidate was refused, for these reasons (candidates refused, one message each):\n";
+  for (const auto& [field, n] : r.invalid_by_field) s += fmt::format("  {} ({}): {}\n", field, n, r.invalid_reason.at(field));
+  return s;
+}
+
 // json: one document; jsonl: one line per layout, then the summary line.
 void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, bool lines, std::ostream& out) {
   nlohmann::json feasible = nlohmann::json::array(), pareto = nlohmann::json::array(), misses = nlohmann::json::array();
@@ -302,6 +312,13 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
                       {"usable_bytes", r.usable.value()}, {"candidates", r.enumerated}, {"evaluated", r.evaluated},
                       {"feasible", r.feasible_count}, {"seconds", r.seconds}, {"threads", run.threads},
                       {"pareto", pareto}, {"nearest_infeasible", misses}};
+  if (all_refused(r)) {
+    nlohmann::json refused = nlohmann::json::array();
+    for (const auto& [field, n] : r.invalid_by_field) {
+      refused.push_back({{"field", field}, {"candidates", n}, {"reason", r.invalid_reason.at(field)}});
+    }
+    s["refused"] = refused;
+  }
   add_warnings(s, run.warnings);
   if (!lines) {
     s["layouts"] = feasible;
@@ -316,6 +333,7 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
 void print_csv(const SearchResult& r, const RunInfo& run, std::int64_t top, std::ostream& out, std::ostream& err) {
   render(entries_table("", r.feasible, top, r.usable, run.timed()), Format::csv, out);
   err << summary_line(r, run) << "\n";
+  if (all_refused(r)) err << refusals(r);
 }
 
 void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, std::ostream& out) {
@@ -327,6 +345,8 @@ void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, st
            Format::table, out);
     if (!r.feasible.empty()) out << "#1 as analyze flags: moemem analyze " << run.command(r.feasible.front()) << "\n\n";
     render(entries_table(fmt::format("Pareto front (peak memory vs {})", by), r.pareto, top, r.usable, run.timed()), Format::table, out);
+  } else if (all_refused(r)) {
+    out << refusals(r) << "\n";
   } else {
     out << "No layout fits.\n\n";
   }

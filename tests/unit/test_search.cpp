@@ -12,6 +12,8 @@
 namespace {
 
 using namespace moemem;
+using moemem::test::Args;
+using moemem::test::concat;
 using moemem::test::run_cli;
 
 struct Fixture {
@@ -122,6 +124,26 @@ TEST(Search, ImpossibleRequestSaysSoAndWhy) {
   ASSERT_FALSE(doc.at("nearest_infeasible").empty());
   // The whole model (684 B parameters at 18 bytes each) cannot fit one 80 GB GPU: short by > 10 TB.
   EXPECT_GT(doc.at("nearest_infeasible")[0].at("short_bytes").get<std::uint64_t>(), 10'000'000'000'000ull);
+}
+
+// Gemma-2's attention soft-capping is modelled with the unfused kernel only, so under the default
+// flash attention every candidate is refused: search says which rule, not just "no layout fits".
+TEST(Search, EveryCandidateRefusedNamesTheRule) {
+  const Args args = {"search", "--model", "gemma-2-9b", "--gpus", "8", "--gpu", "h100-80g", "--global-batch", "64"};
+  const auto r = run_cli(args);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.out.find("every candidate was refused"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--attention ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attn_logit_softcapping"), std::string::npos) << r.out;
+  const auto j = run_cli(concat(args, {"--format", "json"}));
+  EXPECT_EQ(j.code, 1);
+  const auto doc = nlohmann::json::parse(j.out);
+  ASSERT_EQ(doc.at("refused").size(), 1u) << j.out;
+  EXPECT_EQ(doc.at("refused")[0].at("field"), "--attention");
+  EXPECT_EQ(doc.at("refused")[0].at("candidates"), doc.at("candidates"));
+  // With the kernel it accepts, candidates are evaluated and no refusal list is printed.
+  const auto ok = run_cli(concat(args, {"--attention", "eager", "--format", "json"}));
+  EXPECT_FALSE(nlohmann::json::parse(ok.out).contains("refused")) << ok.out;
 }
 
 TEST(Search, InvalidConstraintsAreNamed) {
