@@ -167,6 +167,24 @@ void parse_gqa_common(const json& j, const std::string& source, ModelSpec& m,
   m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
 }
 
+void set_qwen_moe_layers(const json& j, const std::string& source, ModelSpec& m) {
+  const std::int64_t step = get_int(j, "decoder_sparse_step", source, 1);
+  std::set<std::int64_t> dense_only;
+  if (const auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw InputError(source_field(source, "mlp_only_layers"), it->dump(), "a list of layer indices");
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= m.num_layers) {
+        throw InputError(source_field(source, "mlp_only_layers"), v.dump(),
+                         fmt::format("layer indices from 0 to {}", m.num_layers - 1));
+      }
+      dense_only.insert(v.get<std::int64_t>());
+    }
+  }
+  for (std::int64_t i = 0; i < m.num_layers; ++i) {
+    if (!dense_only.contains(i) && (i + 1) % step == 0) m.layer_kinds[static_cast<std::size_t>(i)] = LayerKind::moe;
+  }
+}
+
 }  // namespace config_detail
 
 namespace {
@@ -220,21 +238,7 @@ void parse_qwen(const json& j, const std::string& source, ModelSpec& m, std::set
     m.moe.shared_expert_gate = m.moe.shared_ffn > 0;
     m.moe.num_shared_experts = m.moe.shared_ffn > 0 ? 1 : 0;
   }
-  const std::int64_t step = get_int(j, "decoder_sparse_step", source, 1);
-  std::set<std::int64_t> dense_only;
-  if (const auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
-    if (!it->is_array()) throw InputError(source_field(source, "mlp_only_layers"), it->dump(), "a list of layer indices");
-    for (const auto& v : *it) {
-      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= m.num_layers) {
-        throw InputError(source_field(source, "mlp_only_layers"), v.dump(),
-                         fmt::format("layer indices from 0 to {}", m.num_layers - 1));
-      }
-      dense_only.insert(v.get<std::int64_t>());
-    }
-  }
-  for (std::int64_t i = 0; i < m.num_layers; ++i) {
-    if (!dense_only.contains(i) && (i + 1) % step == 0) m.layer_kinds[static_cast<std::size_t>(i)] = LayerKind::moe;
-  }
+  set_qwen_moe_layers(j, source, m);
 }
 
 // DeepSeek-MoE (V1): multi-head attention with DeepSeek's MoE layout.
@@ -411,6 +415,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_dbrx(j, source, m, used);
   } else if (m.model_type == "minimax_m2") {
     parse_minimax_m2(j, source, m, used);
+  } else if (m.model_type == "qwen3_next") {
+    parse_qwen3_next(j, source, m, used);
   } else if (m.model_type == "hunyuan_v1_moe") {
     parse_hunyuan_v1_moe(j, source, m, used);
   } else if (m.model_type == "llama" || m.model_type == "mistral") {

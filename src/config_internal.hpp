@@ -39,6 +39,10 @@ void parse_deepseek_moe(const nlohmann::json& j, const std::string& source, Mode
 // Grouped-query attention sizes (head_dim, or hidden / heads), intermediate_size, all layers dense.
 void parse_gqa_common(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
+// Qwen2-MoE's layer pattern: layer i is sparse unless listed in mlp_only_layers, when
+// (i + 1) % decoder_sparse_step == 0 (Qwen2-MoE, Qwen3-MoE, Qwen3-Next).
+void set_qwen_moe_layers(const nlohmann::json& j, const std::string& source, ModelSpec& m);
+
 // For families whose attention derives head_dim as hidden_size / num_attention_heads (OLMoE,
 // Granite MoE, Phi-3.5-MoE): refuses a head_dim key that says otherwise, naming `attention`.
 void require_derived_head_dim(const ModelSpec& m, const std::string& source, std::string_view attention);
@@ -62,5 +66,7 @@ void parse_granitemoe(const nlohmann::json& j, const std::string& source, ModelS
 void parse_dbrx(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_minimax_m2(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_hunyuan_v1_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+// Qwen3-Next, in src/config_qwen3_next.cpp.
+void parse_qwen3_next(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 
 }  // namespace moemem::config_detail

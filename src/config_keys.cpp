@@ -18,7 +18,7 @@ constexpr auto kTypes = std::to_array<std::string_view>({
     "deepseek", "deepseek_v2", "deepseek_v3", "kimi_k2", "llama", "mistral",
     "mixtral",  "qwen2",       "qwen2_moe",   "qwen3",   "qwen3_moe", "glm4_moe", "gpt_oss",
     "olmoe",    "dots1",       "ernie4_5_moe", "deepseek_v32", "glm4_moe_lite", "gemma2", "gemma3_text",
-    "phimoe", "granitemoe", "granitemoeshared", "dbrx", "minimax_m2", "hunyuan_v1_moe"});
+    "phimoe", "granitemoe", "granitemoeshared", "dbrx", "minimax_m2", "hunyuan_v1_moe", "qwen3_next"});
 
 // Keys that add or reshape tensors in the Hugging Face families that use them, with what they
 // add. A family that reads one lists it in `used`; in any other family a set value is refused
@@ -46,6 +46,7 @@ constexpr auto kTensorKeys = std::to_array<TensorKey>({
     {"num_nextn_predict_layers", "multi-token-prediction layers"},
     {"num_mtp_modules", "multi-token-prediction modules"},
     {"mtp_num_layers", "multi-token-prediction layers"},
+    {"mtp_num_hidden_layers", "multi-token-prediction layers"},
     {"n_routed_experts", "routed experts"},
     {"num_experts", "routed experts"},
     {"num_local_experts", "routed experts"},
@@ -153,7 +154,7 @@ void refuse_tensor_keys(const nlohmann::json& j, const KeySet& used, const std::
   }
   // Per-layer attention kinds: full and sliding-window attention have the same tensors; any
   // other kind (Qwen3-Next's linear_attention, hybrid Mamba layers) has its own.
-  if (const auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+  if (const auto it = j.find("layer_types"); !used.contains("layer_types") && it != j.end() && !it->is_null()) {
     if (!it->is_array()) throw InputError(fmt::format("{}: layer_types", source), it->dump(), "a list of layer kinds");
     for (const auto& kind : *it) {
       if (kind != "full_attention" && kind != "sliding_attention") {

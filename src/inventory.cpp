@@ -61,7 +61,9 @@ struct Builder {
       if (m.has_indexer()) indexer(p, pl, layer);
     } else {
       const std::int64_t hd = m.head_dim, kv = dim(m.num_kv_heads, hd, "key/value heads x head_dim");
-      add(p + "self_attn.q_proj.weight", "", Role::q_proj, pl, layer, dim(nh, hd, "heads x head_dim"), h);
+      // Qwen3-Next's q_proj holds, per head, the query then its output gate (rows interleaved by head).
+      add(p + "self_attn.q_proj.weight", m.attn_output_gate ? "query" : "", Role::q_proj, pl, layer, dim(nh, hd, "heads x head_dim"), h);
+      if (m.attn_output_gate) add(p + "self_attn.q_proj.weight", "gate", Role::q_gate, pl, layer, dim(nh, hd, "heads x head_dim"), h);
       if (m.qkv_bias) add(p + "self_attn.q_proj.bias", "", Role::q_bias, pl, layer, dim(nh, hd, "heads x head_dim"), 1);
       add(p + "self_attn.k_proj.weight", "", Role::k_proj, pl, layer, kv, h);
       if (m.qkv_bias) add(p + "self_attn.k_proj.bias", "", Role::k_bias, pl, layer, kv, 1);
@@ -92,6 +94,25 @@ struct Builder {
     add(x + "k_norm.weight", "", Role::indexer_k_norm, pl, layer, d.index_head_dim, 1);
     add(x + "k_norm.bias", "", Role::indexer_k_norm_bias, pl, layer, d.index_head_dim, 1);
     add(x + "weights_proj.weight", "", Role::indexer_weights_proj, pl, layer, d.index_n_heads, m.hidden);
+  }
+
+  // Qwen3-Next's Gated DeltaNet (transformers Qwen3NextGatedDeltaNet): in_proj_qkvz [2 key_dim +
+  // 2 value_dim, h] (q, k, v, z), in_proj_ba [2 v_heads, h], conv1d [2 key_dim + value_dim, 1,
+  // kernel] without a bias, dt_bias and A_log [v_heads], a gated RMSNorm over one value head
+  // [v_head_dim], out_proj [h, value_dim]; no biases.
+  void gated_delta_net(const std::string& p, Placement pl, std::int64_t layer) {
+    const auto& g = m.gdn;
+    const std::string x = p + "linear_attn.";
+    const std::int64_t key = dim(g.num_k_heads, g.k_head_dim, "linear key heads x head dim");
+    const std::int64_t value = dim(g.num_v_heads, g.v_head_dim, "linear value heads x head dim");
+    const std::int64_t conv = dim(2, key, "2 x key dim") + value;
+    add(x + "in_proj_qkvz.weight", "", Role::gdn_in_qkvz, pl, layer, conv + value, m.hidden);
+    add(x + "in_proj_ba.weight", "", Role::gdn_in_ba, pl, layer, dim(2, g.num_v_heads, "2 x linear value heads"), m.hidden);
+    add(x + "conv1d.weight", "", Role::gdn_conv, pl, layer, conv, g.conv_kernel);
+    add(x + "dt_bias", "", Role::gdn_dt_bias, pl, layer, g.num_v_heads, 1);
+    add(x + "A_log", "", Role::gdn_a_log, pl, layer, g.num_v_heads, 1);
+    add(x + "norm.weight", "", Role::gdn_norm, pl, layer, g.v_head_dim, 1);
+    add(x + "out_proj.weight", "", Role::gdn_out, pl, layer, m.hidden, value);
   }
 
   void mlp(const std::string& p, Placement pl, std::int64_t layer, LayerKind kind) {
@@ -221,7 +242,8 @@ struct Builder {
       return;
     }
     norm(p + "input_layernorm", Role::input_norm, pl, i);
-    attention(p, pl, i);
+    if (pl == Placement::decoder && m.mixer_at(i) == MixerKind::gated_delta_net) gated_delta_net(p, pl, i);
+    else attention(p, pl, i);
     norm(p + "post_attention_layernorm", Role::post_attn_norm, pl, i);
     if (m.sandwich_norms) norm(p + "pre_feedforward_layernorm", Role::pre_ffn_norm, pl, i);
     mlp(p, pl, i, kind);
@@ -283,13 +305,21 @@ Module module_of(Role r) {
     case Role::v_bias:
     case Role::o_bias:
     case Role::attn_sink:
+    case Role::q_gate:
+    case Role::gdn_in_qkvz:
+    case Role::gdn_in_ba:
+    case Role::gdn_conv:
+    case Role::gdn_dt_bias:
+    case Role::gdn_a_log:
+    case Role::gdn_out:
     case Role::indexer_wq_b:
     case Role::indexer_wk:
     case Role::indexer_weights_proj: return Module::attention;
     case Role::indexer_k_norm:
     case Role::indexer_k_norm_bias:
     case Role::pre_ffn_norm:
-    case Role::post_ffn_norm: return Module::norms;
+    case Role::post_ffn_norm:
+    case Role::gdn_norm: return Module::norms;
     case Role::mlp_gate:
     case Role::mlp_up:
     case Role::mlp_down:
@@ -376,6 +406,14 @@ std::string_view name_of(Role r) {
     case Role::indexer_weights_proj: return "indexer_weights_proj";
     case Role::pre_ffn_norm: return "pre_ffn_norm";
     case Role::post_ffn_norm: return "post_ffn_norm";
+    case Role::q_gate: return "q_gate";
+    case Role::gdn_in_qkvz: return "gdn_in_qkvz";
+    case Role::gdn_in_ba: return "gdn_in_ba";
+    case Role::gdn_conv: return "gdn_conv";
+    case Role::gdn_dt_bias: return "gdn_dt_bias";
+    case Role::gdn_a_log: return "gdn_a_log";
+    case Role::gdn_norm: return "gdn_norm";
+    case Role::gdn_out: return "gdn_out";
   }
   return "?";
 }

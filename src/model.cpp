@@ -15,6 +15,10 @@ std::int64_t ModelSpec::num_moe_layers() const {
   return std::count(layer_kinds.begin(), layer_kinds.end(), LayerKind::moe);
 }
 
+bool ModelSpec::is_hybrid() const {
+  return std::any_of(layer_mixers.begin(), layer_mixers.end(), [](MixerKind k) { return k != MixerKind::attention; });
+}
+
 void validate_model(const ModelSpec& m) {
   auto positive = [&](std::int64_t v, const char* field) {
     if (v <= 0) throw InputError(fmt::format("model {}: {}", m.name, field), std::to_string(v), "a positive integer");
@@ -69,6 +73,18 @@ void validate_model(const ModelSpec& m) {
   // Key/value heads: at most the query heads (GQA shares each among several query heads).
   within(m.num_kv_heads, "num_key_value_heads", m.num_heads);
   if (m.attention == AttentionKind::gqa) positive(m.num_kv_heads, "num_key_value_heads");
+  if (!m.layer_mixers.empty() && static_cast<std::int64_t>(m.layer_mixers.size()) != m.num_layers) {
+    throw InputError(fmt::format("model {}: layer mixers", m.name), std::to_string(m.layer_mixers.size()),
+                     fmt::format("none, or one per layer ({})", m.num_layers));
+  }
+  if (m.is_hybrid()) {
+    for (const auto& [v, field] : {std::pair{m.gdn.num_k_heads, "linear_num_key_heads"}, std::pair{m.gdn.num_v_heads, "linear_num_value_heads"},
+                                   std::pair{m.gdn.k_head_dim, "linear_key_head_dim"}, std::pair{m.gdn.v_head_dim, "linear_value_head_dim"},
+                                   std::pair{m.gdn.conv_kernel, "linear_conv_kernel_dim"}}) {
+      within(v, field, kMaxSize);
+      positive(v, field);
+    }
+  }
   if (m.mtp_layers < 0) {
     throw InputError(fmt::format("model {}: mtp layers", m.name), std::to_string(m.mtp_layers), "0 or more");
   }

@@ -54,6 +54,7 @@ const std::vector<PresetSource>& preset_sources() {
       {"qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B"},
       {"qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B"},
       {"qwen3-8b", "Qwen/Qwen3-8B"},
+      {"qwen3-next-80b-a3b", "Qwen/Qwen3-Next-80B-A3B-Instruct"},
   };
   return sources;
 }

@@ -50,8 +50,14 @@ enum class Role : std::uint8_t {
   // (post_feedforward_layernorm); Gemma's post_attention_layernorm, on the attention's output,
   // keeps the post_attn_norm role.
   pre_ffn_norm, post_ffn_norm,
+  // Qwen3-Next's gated attention: q_proj's second half, per head, a sigmoid gate on the output.
+  q_gate,
+  // Gated DeltaNet linear attention (Qwen3-Next linear_attn.*): in_proj_qkvz (q, k, v and the
+  // output gate z), in_proj_ba (beta and alpha per value head), the depthwise causal conv1d over
+  // q, k and v, dt_bias and A_log per value head, the gated RMSNorm over a value head, out_proj.
+  gdn_in_qkvz, gdn_in_ba, gdn_conv, gdn_dt_bias, gdn_a_log, gdn_norm, gdn_out,
 };
-inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::post_ffn_norm) + 1;
+inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::gdn_out) + 1;
 
 // Coarse grouping for reports (`count --by module`).
 enum class Module : std::uint8_t {

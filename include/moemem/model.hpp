@@ -16,6 +16,18 @@ enum class AttentionKind : std::uint8_t {
 
 enum class LayerKind : std::uint8_t { dense, moe };
 
+// What mixes tokens in a decoder layer: softmax attention (the model's AttentionKind), or Gated
+// DeltaNet linear attention (Qwen3-Next's linear_attention layers).
+enum class MixerKind : std::uint8_t { attention, gated_delta_net };
+
+// Gated DeltaNet (Qwen3-Next linear_attn): key heads of k_head_dim (queries have as many), value
+// heads of v_head_dim, and the causal conv1d's kernel width.
+struct GdnDims {
+  std::int64_t num_k_heads = 0, num_v_heads = 0, k_head_dim = 0, v_head_dim = 0, conv_kernel = 0;
+  [[nodiscard]] std::int64_t key_dim() const { return num_k_heads * k_head_dim; }
+  [[nodiscard]] std::int64_t value_dim() const { return num_v_heads * v_head_dim; }
+};
+
 struct MlaDims {
   std::int64_t q_lora_rank = 0;  // 0: no query compression (a plain q_proj), as q_lora_rank null
   std::int64_t kv_lora_rank = 0;
@@ -67,6 +79,12 @@ struct ModelSpec {
   DsaDims dsa;  // DeepSeek-V3.2: the sparse-attention indexer of each MLA layer
   MoeDims moe;
   std::vector<LayerKind> layer_kinds;  // one per decoder layer
+  // One per decoder layer for hybrid models (Qwen3-Next); empty: every layer is attention.
+  std::vector<MixerKind> layer_mixers;
+  GdnDims gdn;
+  // Qwen3-Next (attn_output_gate): q_proj also yields a per-head gate, sigmoid-multiplied into
+  // the attention output before o_proj.
+  bool attn_output_gate = false;
   NamingStyle naming = NamingStyle::deepseek;
   bool qkv_bias = false;  // biases on the q, k, v projections (Qwen2; attention_bias in Llama, Qwen3)
   bool o_bias = false;    // bias on the output projection (attention_bias in Llama, Qwen3)
@@ -98,6 +116,10 @@ struct ModelSpec {
 
   [[nodiscard]] bool is_moe() const { return moe.num_routed_experts > 0; }
   [[nodiscard]] bool has_indexer() const { return dsa.index_n_heads > 0; }
+  [[nodiscard]] MixerKind mixer_at(std::int64_t layer) const {
+    return layer_mixers.empty() ? MixerKind::attention : layer_mixers[static_cast<std::size_t>(layer)];
+  }
+  [[nodiscard]] bool is_hybrid() const;  // some layer's mixer is not attention
   [[nodiscard]] std::int64_t num_moe_layers() const;
   // The kind of an MTP layer: like the last main layer (DeepSeek-V3, GLM-4.5), or dense (ERNIE).
   [[nodiscard]] LayerKind mtp_kind() const { return is_moe() && !mtp_dense ? LayerKind::moe : LayerKind::dense; }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "analyze/internal.hpp"
+#include "moemem/errors.hpp"
 #include "moemem/sharding.hpp"
 
 namespace moemem {
@@ -22,6 +23,17 @@ std::int64_t chunk_holding(const Tensor& t, const Layout& layout, std::int64_t n
 
 CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile) {
   using detail::idx;
+  // Hybrid models (Qwen3-Next's Gated DeltaNet layers): the parameters are counted exactly
+  // (inventory.cpp), but the evaluator holds one tensor set per layer kind and one mixer per
+  // model, and what a linear-attention layer saves in training (Megatron-Core's
+  // ssm/gated_delta_net: the conv1d's input, the chunked delta rule's q, k, v, gates and chunk
+  // states, the gated norm) is not modelled: refused here, before any layout is evaluated.
+  if (m.is_hybrid()) {
+    throw InputError("--model", m.model_type,
+                     fmt::format("a model without linear-attention (Gated DeltaNet) layers under the {} profile: their "
+                                 "training activations are not modelled yet (count is exact)",
+                                 profile.name));
+  }
   CompiledModel cm;
   cm.model = &m;
   cm.profile = &profile;

@@ -31,6 +31,7 @@ TpSplit megatron_tp_split(Role r) {
     case Role::k_bias:
     case Role::v_bias:
     case Role::attn_sink:  // per head: each rank holds its heads' sinks
+    case Role::q_gate:
     case Role::mlp_gate:
     case Role::mlp_up:
     case Role::mlp_gate_bias:

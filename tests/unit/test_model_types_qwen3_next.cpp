@@ -1,0 +1,133 @@
+// Qwen3-Next (model_type qwen3_next, issue 14): Gated DeltaNet linear-attention layers and gated
+// softmax-attention layers, each with Qwen2-MoE's sparse block, read from a config.json under
+// tests/data/configs (provenance: data/models/SOURCES.md). The count is exact against the
+// published total; analysis is refused by name until the linear-attention activations are
+// modelled; the keys the reader cannot honour are refused by name.
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/run_cli.hpp"
+#include "moemem/config.hpp"
+#include "moemem/inventory.hpp"
+#include "unit/inventory_helpers.hpp"
+
+namespace {
+
+using namespace moemem;
+using namespace moemem::test;
+using nlohmann::json;
+
+json next_config() { return json::parse(text_of(config_path("qwen3-next-80b-a3b"))); }
+
+// Qwen3-Next-80B-A3B: h 2048, 48 layers (every fourth full attention, from
+// full_attention_interval 4: layers 3, 7, ..., 47), vocab 151936 untied, all layers MoE with 512
+// experts of 512 (top 10) and a shared expert of 512 with its gate.
+// - Gated DeltaNet layer: key_dim 16 x 128 = 2048, value_dim 32 x 128 = 4096;
+//   in_proj_qkvz (2 x 2048 + 2 x 4096) x 2048 = 25,165,824; in_proj_ba 64 x 2048 = 131,072;
+//   conv1d (2 x 2048 + 4096) x 4 = 32,768; dt_bias 32, A_log 32; norm 128;
+//   out_proj 2048 x 4096 = 8,388,608. Sum 33,718,464, x 36 layers = 1,213,864,704.
+// - Attention layer: q_proj 2 x 16 x 256 x 2048 = 16,777,216 (query and gate); k_proj and v_proj
+//   2 x 256 x 2048 = 1,048,576 each; o_proj 2048 x 4096 = 8,388,608; q_norm, k_norm 256 each.
+//   Sum 27,263,488, x 12 layers = 327,161,856.
+// - MoE block: router 512 x 2048 = 1,048,576; experts 512 x 3 x 512 x 2048 = 1,610,612,736;
+//   shared expert 3 x 512 x 2048 = 3,145,728; shared_expert_gate 2048. Sum 1,614,809,088.
+// - Two RMSNorms per layer, 4,096. Layers: 1,213,864,704 + 327,161,856 + 48 x 1,614,813,184 =
+//   79,052,059,392; embedding and lm_head 2 x 151936 x 2048 = 622,329,856; final norm 2048.
+// Total 79,674,391,296: the figure published for this architecture (Qwen3-Coder-Next's
+// config, same sizes; SOURCES.md), the model transformers builds (the checkpoint's mtp.* block
+// is dropped on load).
+TEST(Qwen3Next, CountIsExactAgainstThePublishedTotal) {
+  const ModelSpec m = load_model("qwen3-next-80b-a3b");
+  EXPECT_EQ(m.model_type, "qwen3_next");
+  EXPECT_TRUE(m.is_hybrid());
+  EXPECT_EQ(m.num_moe_layers(), 48);
+  EXPECT_EQ(m.mixer_at(2), MixerKind::gated_delta_net);
+  EXPECT_EQ(m.mixer_at(3), MixerKind::attention);
+  EXPECT_EQ(m.mixer_at(47), MixerKind::attention);
+  EXPECT_EQ(m.mtp_layers, 0);
+  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(tensor(inv, "layers.0.linear_attn.in_proj_qkvz.weight").rows, 12288);
+  EXPECT_EQ(tensor(inv, "layers.0.linear_attn.conv1d.weight").params().value(), 32768u);
+  EXPECT_EQ(tensor(inv, "layers.0.linear_attn.out_proj.weight").cols, 4096);
+  EXPECT_THROW((void)tensor(inv, "layers.0.self_attn.q_proj.weight"), std::runtime_error);  // a linear layer
+  EXPECT_THROW((void)tensor(inv, "layers.3.linear_attn.out_proj.weight"), std::runtime_error);
+  EXPECT_EQ(role_total(inv, Role::q_proj) + role_total(inv, Role::q_gate), 12ull * 16777216);
+  EXPECT_EQ(role_total(inv, Role::gdn_in_qkvz), 36ull * 25165824);
+  EXPECT_EQ(role_total(inv, Role::gdn_dt_bias) + role_total(inv, Role::gdn_a_log), 36ull * 64);
+  EXPECT_EQ(role_total(inv, Role::shared_expert_gate), 48ull * 2048);
+  // Attention module: 36 x (33,718,464 - 128) + 12 x (27,263,488 - 512) = 1,213,860,096 + 327,155,712.
+  EXPECT_EQ(module_total(inv, Module::attention), 1541015808u);
+  // Norms: 48 x 4096 + 36 x 128 (gated norms) + 12 x 512 (q/k norms) = 196,608 + 4,608 + 6,144.
+  EXPECT_EQ(module_total(inv, Module::norms), 207360u);
+  EXPECT_EQ(module_total(inv, Module::routed_experts), 48ull * 1610612736);
+  EXPECT_EQ(module_total(inv, Module::shared_experts), 48ull * (3145728 + 2048));
+  EXPECT_EQ(module_total(inv, Module::router), 48ull * 1048576);
+  EXPECT_EQ(inv.total().value(), 79674391296u);
+  // Active: 10 of 512 experts: 79,674,391,296 - 48 x 502 x 3,145,728 = 3,874,929,408 ("A3B").
+  EXPECT_EQ(active_params(inv, m).value(), 3874929408u);
+}
+
+// An explicit layer_types list is read as given (transformers 5 writes it), and must agree in
+// length and kinds; without it full_attention_interval sets the pattern.
+TEST(Qwen3Next, LayerTypesAndIntervalAgree) {
+  json c = next_config();
+  const std::uint64_t total = build_inventory(parse_hf_config(c.dump(), "n.json")).total().value();
+  json listed = c;
+  listed.erase("full_attention_interval");
+  listed["layer_types"] = json::array();
+  for (int i = 0; i < 48; ++i) listed["layer_types"].push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+  EXPECT_EQ(build_inventory(parse_hf_config(listed.dump(), "n.json")).total().value(), total);
+  // Every second layer full attention: 24 x (27,263,488 - 33,718,464) fewer parameters.
+  json halves = c;
+  halves["full_attention_interval"] = 2;
+  EXPECT_EQ(build_inventory(parse_hf_config(halves.dump(), "n.json")).total().value(), total - 12ull * (33718464 - 27263488));
+  json bad = listed;
+  bad["layer_types"][5] = "sliding_attention";
+  expect_error(bad.dump(), "layer_types[5]");
+  bad = listed;
+  bad["layer_types"].erase(0);
+  expect_error(bad.dump(), "layer_types");
+}
+
+TEST(Qwen3Next, KeysItCannotHonourAreRefusedByName) {
+  json c = next_config();
+  c["attention_bias"] = true;
+  expect_error(c.dump(), "attention_bias");
+  c = next_config();
+  c["linear_num_value_heads"] = 24;  // not a multiple of 16 key heads
+  expect_error(c.dump(), "linear_num_value_heads");
+  c = next_config();
+  c["num_nextn_predict_layers"] = 1;  // an MTP block moemem does not build for this type
+  expect_error(c.dump(), "num_nextn_predict_layers");
+  c = next_config();
+  c["mlp_only_layers"] = json::array({48});
+  expect_error(c.dump(), "mlp_only_layers");
+}
+
+// A dense layer from mlp_only_layers takes intermediate_size 5120 instead of the sparse block:
+// 3 x 5120 x 2048 = 31,457,280 in place of 1,614,809,088.
+TEST(Qwen3Next, MlpOnlyLayersAreDense) {
+  json c = next_config();
+  const std::uint64_t total = build_inventory(parse_hf_config(c.dump(), "n.json")).total().value();
+  c["mlp_only_layers"] = json::array({0});
+  const ModelSpec m = parse_hf_config(c.dump(), "n.json");
+  EXPECT_EQ(m.num_moe_layers(), 47);
+  EXPECT_EQ(build_inventory(m).total().value(), total - 1614809088u + 31457280u);
+}
+
+// count works; analyze and search refuse the model up front, naming what is missing.
+TEST(Qwen3Next, AnalysisIsRefusedByNameAndCountWorks) {
+  const auto count = run_cli({"count", "--model", "qwen3-next-80b-a3b"});
+  EXPECT_EQ(count.code, 0) << count.err;
+  EXPECT_NE(count.out.find("79,674,391,296"), std::string::npos) << count.out;
+  const auto a = run_cli({"analyze", "--model", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--ep", "8", "--dp", "8"});
+  EXPECT_EQ(a.code, 2);
+  EXPECT_NE(a.err.find("Gated DeltaNet"), std::string::npos) << a.err;
+  const auto s = run_cli({"search", "--model", "qwen3-next-80b-a3b", "--gpus", "16", "--gpu", "h100-80g", "--global-batch", "64"});
+  EXPECT_EQ(s.code, 2);
+  EXPECT_NE(s.err.find("Gated DeltaNet"), std::string::npos) << s.err;
+}
+
+}  // namespace
