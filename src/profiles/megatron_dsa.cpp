@@ -93,20 +93,26 @@ void indexer_terms(const ActivationContext& c, const DsaShape& d, Terms& t) {
   t.add("indexer.kl_score_grad", Module::attention, elems({d.tokens, d.topk}), DType::fp32, core, "b*s x topk");
 }
 
-// What the forward holds without saving: the indexer's fp32 logits of one query block against
-// every key (ops/indexer.py indexer_fwd_interface, one batch row and at most 8192 queries at a
-// time, freed after torch.topk), or, when the sparse attention's output must be copied into
-// [s, b, heads] order (b > 1, or padded heads), that copy's source. Not alive together: the larger.
+// What the forward holds without saving, in two phases that are not alive together (the larger
+// is the layer's transient):
+// - the indexer (fused_qk_topk_lighting_with_streaming_sparse_kl, per batch row): a contiguous
+//   [heads, s, L] copy of the row's absorbed query (query_h, made whether or not the fallback target
+//   uses it) while the indexer's fp32 logits of one block of at most 8192 queries against every key
+//   are alive (ops/indexer.py indexer_fwd_interface, freed after torch.topk);
+// - the sparse attention, when its output must be copied into [s, b, heads] order (b > 1, or
+//   heads padded to 16): SparseMLA's output beside the copy.
 void dsa_transient(const DsaShape& d, Terms& t, std::int64_t kv_lora_rank) {
-  const std::int64_t rows = std::min(d.s, kIndexerBlock);
-  const Count logits = elems({rows, d.s});
+  const Count query_row = elems({d.s, d.heads, d.latent}), logits = elems({std::min(d.s, kIndexerBlock), d.s});
   const bool copied = d.b > 1 || d.heads < kSparseMlaMinHeads;
   const Count out = copied ? elems({d.tokens, d.kernel_heads, kv_lora_rank}) : Count{};
-  if (bytes_of(out, t.a).value() > bytes_of(logits, DType::fp32).value()) {
+  const std::uint64_t indexer_phase = bytes_of(query_row, t.a).value() + bytes_of(logits, DType::fp32).value();
+  if (bytes_of(out, t.a).value() > indexer_phase) {
     t.transient("attn.sparse_mla_output (transient)", Module::attention, out, t.a, kRecomputeCoreAttn,
                 "b*s x max(heads/tp, 16) x kv_lora_rank");
     return;
   }
+  t.transient("indexer.query_row_copy (transient)", Module::attention, query_row, t.a, kRecomputeCoreAttn,
+              "s x heads/tp x (kv_lora_rank + rope), one sequence");
   t.transient("indexer.logits (transient)", Module::attention, logits, DType::fp32, kRecomputeCoreAttn,
               "min(s, 8192) x s (one query block of one sequence)");
 }
@@ -212,9 +218,10 @@ std::optional<InputError> megatron_dsa_check(const ModelSpec& m, const Layout& l
     return InputError("--cp", std::to_string(p.cp), fmt::format("1 with {}: Megatron runs DSA's context parallelism as an "
                                                                 "all-gather of keys, which moemem does not model", why));
   }
-  if (t.attention == AttentionKernel::eager) {
-    return InputError("--attention", "eager", fmt::format("flash with {}: the unfused backend runs Megatron's PyTorch reference "
-                                                          "DSA (dense fp32 scores), which moemem does not model", why));
+  if (t.attention && *t.attention != AttentionKernel::flash) {
+    return InputError("--attention", std::string(name_of(*t.attention)),
+                      fmt::format("flash with {}: the unfused backend runs Megatron's PyTorch reference DSA (dense fp32 "
+                                  "scores), which moemem does not model", why));
   }
   if (t.fp8 != Fp8Recipe::none || t.attn_out_e5m6) {
     return InputError("--fp8", std::string(name_of(t.fp8)),

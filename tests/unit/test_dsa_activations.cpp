@@ -73,16 +73,36 @@ bool has_term(const std::vector<ActivationTerm>& terms, const std::string& name)
 //   indexer score mask (bool)       4096 x 2048                   =   8,388,608
 //   KL score gradient (fp32)        4096 x 2048 x 4               =  33,554,432
 //                                                                 1,824,555,008 bytes
-// Transient: the indexer's fp32 logits of one block, min(4096, 8192) x 4096 x 4 = 67,108,864.
+// Transient, the indexer's phase: the row's query copy 4096 x 128 x 576 x 2 = 603,979,776 and the
+// fp32 logits of one block, min(4096, 8192) x 4096 x 4 = 67,108,864: 671,088,640 (larger than the
+// sparse phase, which copies nothing at b 1 with 128 heads).
 TEST(DsaActivations, DeepSeekV32LayerAtTp1) {
   const ModelSpec m = load_model("deepseek-v3.2");
   const TrainingConfig t = training(4096);
   const auto terms = moe_layer(m, ParallelConfig{}, t);
   EXPECT_EQ(attention_bytes(terms, t), 1'824'555'008u);
-  EXPECT_EQ(attention_bytes(terms, t, true), 67'108'864u);
+  EXPECT_EQ(attention_bytes(terms, t, true), 671'088'640u);
   EXPECT_TRUE(has_term(terms, "indexer.kl_score_grad"));
   EXPECT_FALSE(has_term(terms, "attn.softmax_lse")) << "SparseMLA does not save its LSE";
   EXPECT_FALSE(has_term(terms, "indexer.sort_order")) << "no TP sort at tp 1";
+}
+
+// b 2 (T = 8192): every term of the tp-1 layer doubles but the v_up weight copy (16,777,216):
+// 2 x (1,824,555,008 - 16,777,216) + 16,777,216 = 3,632,332,800. SparseMLA now saves [b, s]-ordered
+// copies of query and key, so mla_up_proj frees only the q up-projection output (2 x 201,326,592)
+// and adds its inputs (2 x 4,718,592): 3,632,332,800 - 402,653,184 + 9,437,184 = 3,239,116,800.
+// The transient is the sparse phase's output beside its copy, 8192 x 128 x 512 x 2 = 1,073,741,824,
+// above the indexer phase's 671,088,640 (per sequence, as at b 1).
+TEST(DsaActivations, TwoSequencesPerMicroBatch) {
+  const ModelSpec m = load_model("deepseek-v3.2");
+  TrainingConfig t = training(4096);
+  t.micro_batch = 2;
+  const auto terms = moe_layer(m, ParallelConfig{}, t);
+  EXPECT_EQ(attention_bytes(terms, t), 3'632'332'800u);
+  EXPECT_EQ(attention_bytes(terms, t, true), 1'073'741'824u);
+  t.recompute = Recompute::selective;
+  t.recompute_modules = kRecomputeMlaUpProj;
+  EXPECT_EQ(attention_bytes(moe_layer(m, ParallelConfig{}, t), t), 3'239'116'800u);
 }
 
 // tp 8 with sequence parallelism (T = 4096, T/tp = 512, 16 heads per rank):
@@ -196,6 +216,8 @@ TEST(DsaActivations, RefusedSettings) {
   expect_refused(m, cp, plain, "--cp");
   TrainingConfig t = plain;
   t.attention = AttentionKernel::eager;
+  expect_refused(m, p, t, "--attention");
+  t.attention = AttentionKernel::sdpa;
   expect_refused(m, p, t, "--attention");
   t = plain;
   t.fp8 = Fp8Recipe::blockwise;
