@@ -13,6 +13,7 @@ std::string_view name_of(DType t) {
     case DType::int8: return "int8";
     case DType::int64: return "int64";
     case DType::e5m6: return "e5m6";
+    case DType::int32: return "int32";
   }
   return "?";
 }

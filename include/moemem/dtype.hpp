@@ -13,11 +13,12 @@ namespace moemem {
 // e5m6: DeepSeek-V3's customized 12-bit format for the attention output (arXiv 2412.19437
 // §3.3.3). The report does not say how it is packed, so it takes a 16-bit container here (erring
 // high: packed, it would be 12 bits).
-enum class DType : std::uint8_t { fp32, bf16, fp16, fp8, int8, int64, e5m6 };
+enum class DType : std::uint8_t { fp32, bf16, fp16, fp8, int8, int64, e5m6, int32 };
 
 [[nodiscard]] constexpr unsigned bits_of(DType t) {
   switch (t) {
     case DType::int64: return 64;
+    case DType::int32: return 32;
     case DType::fp32: return 32;
     case DType::bf16:
     case DType::fp16:

@@ -14,6 +14,8 @@ using detail::idx;
 
 namespace {
 
+constexpr std::string_view kMegatronProfileName = "megatron";
+
 // Every report field is (re)assigned: `r` may hold a previous evaluation whose storage is reused.
 void init_report(const detail::EvalContext& c, MemoryReport& r) {
   r.model_name = c.model.name;
@@ -46,6 +48,14 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
                                           "split; --layers-per-stage or a layout string overrides it)",
                                           name_of(*c.t.recipe)));
     }
+  }
+  if (c.model.has_indexer()) {
+    r.assumptions.push_back(fmt::format(
+        "DeepSeek sparse attention as Megatron-Core trains it (--experimental-attention-variant dsa): absorbed MLA, "
+        "--dsa-kernel-backend tilelang, the indexer trained by its KL loss on the selected keys "
+        "(--dsa-indexer-loss-coeff > 0 --dsa-indexer-use-sparse-loss), top-k {} in every layer (--dsa-indexer-topk-freq 1); "
+        "not modelled: the dense warm-up (dense KL over all keys) and the PyTorch reference path",
+        c.model.dsa.index_topk));
   }
   if (c.layout.etp_defaulted && c.profile.etp_follows_tp && c.model.is_moe() && c.layout.config.tp > 1) {
     // megatron/training/arguments.py validate_args: expert_tensor_parallel_size defaults to tp
@@ -145,14 +155,13 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
   const Profile& profile = *cm.profile;
   validate_training(t, layout);
   if (auto problem = profile.check(m, layout, t)) throw *problem;
-  // DeepSeek sparse attention (V3.2): the indexer's parameters are counted (inventory.cpp), but
-  // no profile models what its training saves yet (Megatron-Core's DSAttention,
-  // transformer/experimental_attention_variant/dsa.py: indexer q/k/weights, top-k indices,
-  // the sparse attention's own saved tensors, the indexer loss), so every profile refuses it.
-  if (m.has_indexer()) {
+  // DeepSeek sparse attention (V3.2): the indexer's parameters are counted (inventory.cpp) under
+  // every profile; only the megatron profile models what its training saves (Megatron-Core's
+  // DSAttention with absorbed MLA: src/profiles/megatron_dsa.cpp), so the others refuse it.
+  if (m.has_indexer() && profile.name != kMegatronProfileName) {
     throw InputError("--model", m.model_type,
                      fmt::format("a model without DeepSeek sparse attention's indexer under the {} profile: the "
-                                 "activations of DSA training are not modelled (count is exact)",
+                                 "activations of DSA training are modelled under the megatron profile only (count is exact)",
                                  profile.name));
   }
   const AttentionKernel attention = t.attention.value_or(profile.default_attention);

@@ -13,7 +13,6 @@
 #include "shared.hpp"
 
 namespace moemem::profiles {
-
 // MLA down-projections (q_a, kv_a with the shared RoPE key) are duplicated on every TP rank;
 // up-projections (q_b with its RoPE rows, kv_b) column-parallel; o_proj row-parallel. Dense and
 // shared-expert MLPs split like any Megatron MLP (fc1 column, fc2 row); router and norms
@@ -60,7 +59,6 @@ ZeroGroup megatron_zero_group(Role r) {
 bool megatron_accounts(const Tensor&) { return true; }
 
 namespace {
-
 struct MegatronDims {
   std::int64_t b, s_local, tokens, tokens_sp, heads, tp;
 };
@@ -117,6 +115,7 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
   t.add("attn.input (layer input)", Module::attention, elems({d.tokens_sp, m.hidden}), t.a, 0, "b*s/cp/(tp if sp) x h", true);
   t.linear_input("attn.norm_output (q/kv input)", "attn.norm_output.scales", Module::attention,
                  elems({d.tokens_sp, m.hidden}), kRecomputeLayernorm, "b*s/cp/(tp if sp) x h");
+  if (m.has_indexer()) return megatron_dsa_attention(c, t);  // absorbed MLA + DSA (megatron_dsa.cpp)
   const auto [qk_dim, v_dim, kv_heads] = megatron_projections(c, t);
   const bool eager = c.attention == AttentionKernel::eager;
   // Inputs of the core attention (after RoPE), kept by both kernels. The unfused kernel
@@ -516,6 +515,7 @@ std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layou
   if (auto e = ep_overlap_check(m, layout, t)) return e;
   if (auto e = userbuffers_check(layout, t)) return e;
   if (auto e = cpu_offload_check(m, layout, t)) return e;
+  if (auto e = megatron_dsa_check(m, layout, t)) return e;
   if (t.deepep && m.is_moe()) {
     if (auto e = detail::deepep_group_check(layout.config.ep * layout.config.etp_degree())) return e;
   }

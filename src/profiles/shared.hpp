@@ -88,6 +88,11 @@ void lora_layer_terms(const ActivationContext& c, LayerKind kind, Terms& terms, 
 // (src/profiles/megatron_offload.cpp).
 std::optional<InputError> cpu_offload_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t);
 
+// DeepSeek sparse attention under the megatron profile (src/profiles/megatron_dsa.cpp): one DSA
+// layer's attention block after its input norm, and what Megatron refuses or moemem does not model.
+void megatron_dsa_attention(const ActivationContext& c, Terms& t);
+std::optional<InputError> megatron_dsa_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t);
+
 // ---- validity checks shared by more than one profile ----------------------------------------
 
 // Whether any routing option departs from balanced routing with all-to-all dispatch.

@@ -1,6 +1,7 @@
 // Issue 14: DeepSeek-V3.2 (deepseek_v32) from the command line: `count` by preset and by
-// repository id gives the Hub's safetensors total; `analyze` is refused by name under every
-// profile until DSA's activations are modelled; `models` lists the preset.
+// repository id gives the Hub's safetensors total; `analyze` runs under the megatron profile (DSA's
+// activations: src/profiles/megatron_dsa.cpp), refuses --cp there, and is refused by name under the
+// other profiles; `models` lists the preset.
 #include <string>
 
 #include <gtest/gtest.h>
@@ -25,7 +26,13 @@ TEST(DsaCli, CountIsTheHubsTotal) {
 }
 
 TEST(DsaCli, AnalysisIsRefusedByName) {
-  for (const char* profile : {"megatron", "paper", "torchtitan", "hf"}) {
+  const auto megatron = run_cli({"analyze", "--model", "deepseek-v3.2", "--profile", "megatron", "--ep", "8", "--dp", "8"});
+  EXPECT_EQ(megatron.code, 0) << megatron.err;
+  EXPECT_NE(megatron.out.find("--dsa-kernel-backend tilelang"), std::string::npos) << megatron.out;
+  const auto cp = run_cli({"analyze", "--model", "deepseek-v3.2", "--profile", "megatron", "--ep", "8", "--dp", "4", "--cp", "2"});
+  EXPECT_EQ(cp.code, 2) << cp.out;
+  EXPECT_NE(cp.err.find("--cp"), std::string::npos) << cp.err;
+  for (const char* profile : {"paper", "torchtitan", "hf"}) {
     const auto r = run_cli({"analyze", "--model", "deepseek-v3.2", "--profile", profile, "--ep", "8", "--dp", "8"});
     EXPECT_EQ(r.code, 2) << profile << ": " << r.out;
     EXPECT_NE(r.err.find("deepseek_v32"), std::string::npos) << profile << ": " << r.err;
