@@ -128,27 +128,28 @@ bool is_llama4_wrapper_key(std::string_view key) {
   return key == "vision_config" || key == "boi_token_index" || key == "eoi_token_index";
 }
 
-// Llama4VisionConfig (its defaults for absent keys, as Llama4Config builds it; an absent
-// vision_config is the default tower): the sizes Builder::vision_tower needs.
+// Llama4VisionConfig's sizes, each required: Llama4Config would build its default tower (or a
+// default size) where one is missing, which would be a silent default that changes the count.
 void parse_llama4_vision(const json& wrapper, const std::string& source, ModelSpec& m) {
   const std::string src = source + ": vision_config";
-  json vc = json::object();
-  if (const auto it = wrapper.find("vision_config"); it != wrapper.end() && !it->is_null()) {
-    if (!it->is_object()) throw InputError(src, it->dump(), "a JSON object (Llama4VisionConfig)");
-    vc = *it;
+  const auto it = wrapper.find("vision_config");
+  if (it == wrapper.end() || !it->is_object()) {
+    throw InputError(src, it == wrapper.end() ? "missing" : it->dump(),
+                     "a JSON object (Llama4VisionConfig) for model_type llama4: its vision tower is counted");
   }
+  const json& vc = *it;
   auto& v = m.vision;
   v.present = true;
-  v.hidden = get_int(vc, "hidden_size", src, 768);
-  v.intermediate = get_int(vc, "intermediate_size", src, 5632);
-  v.layers = get_int(vc, "num_hidden_layers", src, 34, 0, kMaxCount);
-  v.heads = get_int(vc, "num_attention_heads", src, 16);
-  v.channels = get_int(vc, "num_channels", src, 3, 1, 1024);
-  v.image_size = get_int(vc, "image_size", src, 448, 1, 1 << 20);
-  v.patch_size = get_int(vc, "patch_size", src, 14, 1, v.image_size);
-  v.projector_input = get_int(vc, "projector_input_dim", src, 4096);
-  v.projector_output = get_int(vc, "projector_output_dim", src, 4096);
-  v.output_dim = get_int(vc, "vision_output_dim", src, 7680);
+  v.hidden = get_int(vc, "hidden_size", src);
+  v.intermediate = get_int(vc, "intermediate_size", src);
+  v.layers = get_int(vc, "num_hidden_layers", src, std::nullopt, 0, kMaxCount);
+  v.heads = get_int(vc, "num_attention_heads", src);
+  v.channels = get_int(vc, "num_channels", src, std::nullopt, 1, 1024);
+  v.image_size = get_int(vc, "image_size", src, std::nullopt, 1, 1 << 20);
+  v.patch_size = get_int(vc, "patch_size", src, std::nullopt, 1, v.image_size);
+  v.projector_input = get_int(vc, "projector_input_dim", src);
+  v.projector_output = get_int(vc, "projector_output_dim", src);
+  v.output_dim = get_int(vc, "vision_output_dim", src);
   if (v.hidden % v.heads != 0) {
     throw InputError(source_field(src, "num_attention_heads"), std::to_string(v.heads),
                      fmt::format("a divisor of hidden_size ({}): Llama4VisionAttention's head_dim is hidden_size / heads", v.hidden));

@@ -172,11 +172,16 @@ TEST(Llama4ModelTypes, RefusedKeys) {
   refused("llama-4-scout", "no_rope_layers", std::vector<int>(48, 2), "no_rope_layers");
   refused("llama-4-scout", "layer_types", nlohmann::json::array({"linear_attention"}), "layer_types");
   refused("llama-4-scout", "interleave_moe_layer_step", 0, "interleave_moe_layer_step");
-  // A llama4 wrapper needs its text model; its vision tower's heads must divide its width.
+  // A llama4 wrapper needs its text model and its vision tower, whose heads must divide its width.
   expect_error(R"({"model_type": "llama4", "vision_config": {}})", "text_config");
   nlohmann::json mm = config_json("llama-4-scout-multimodal");
   mm["vision_config"]["num_attention_heads"] = 15;
   expect_error(mm.dump(), "num_attention_heads");
+  // No silent default tower: vision_config and each of its sizes are required.
+  mm["vision_config"].erase("image_size");
+  expect_error(mm.dump(), "image_size");
+  mm.erase("vision_config");
+  expect_error(mm.dump(), "vision_config");
 }
 
 TrainingConfig training(std::int64_t seq) {
