@@ -7,8 +7,11 @@
 // present at a5d7c58bd6ac before 5d194b9c1 removed the per-size providers; its layer spec,
 // models/llama/llama4_utils.py get_llama4_layer_spec and Llama4SelfAttention, is still in the
 // tree) sets moe_apply_probs_on_input, moe_router_score_function sigmoid, moe_router_topk 1,
-// qk_l2_norm (Scout; not Maverick), nope_layer_interval 4 and attention_chunk_size 8192, with
-// moe_shared_expert_intermediate_size the expert size (one shared expert).
+// qk_l2_norm (Scout; not Maverick), nope_layer_interval 4, attention_chunk_size 8192 and
+// apply_rope_fusion false, with moe_shared_expert_intermediate_size the expert size (one shared
+// expert).
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "analyze/internal.hpp"
@@ -110,6 +113,19 @@ void llama4_layer_terms(const Profile& profile, const ActivationContext& c, Laye
                                      static_cast<std::uint64_t>(m.head_dim), "activation size")),
                    a, false, 0, "b*s/cp x (heads + kv heads)/tp x head_dim (every layer: NoPE layers over-counted)"});
   }
+  // Llama4ModelProvider sets apply_rope_fusion false (with rotary_interleaved), so RoPE runs
+  // Megatron-Core's unfused _apply_rotary_pos_emb_bshd (models/common/embeddings/rope_utils.py):
+  // t * cos_ + rotate_half(t) * sin_, where cos_ and sin_ are new [rows, 1, 1, head_dim] tensors
+  // in the activation dtype that the two products keep (t needs a gradient, the frequencies do
+  // not), for q and for k: 4 x rows x head_dim, rows the rank's s/cp, or the chunk when
+  // Llama4SelfAttention chunks (it slices rotary_pos_emb[:attention_chunk_size]). The fused
+  // kernel the profile otherwise assumes keeps nothing. Counted on every layer: the NoPE layers,
+  // which skip RoPE, are over-counted as for the L2 norm.
+  const std::int64_t local = c.training.seq_len / p.cp, chunk = m.attention_chunk_size;
+  const std::int64_t rows = chunk > 0 ? std::min(local, chunk) : local;
+  out.push_back({"attn.rope_cos_sin (unfused RoPE)", Module::attention,
+                 Count(checked_mul(static_cast<std::uint64_t>(4 * rows), static_cast<std::uint64_t>(m.head_dim), "activation size")),
+                 a, false, 0, "4 x min(s/cp, attention_chunk_size) x head_dim (every layer: NoPE layers over-counted)"});
   if (kind != LayerKind::moe || !m.moe_probs_on_input) return;
   // moe_apply_probs_on_input (Megatron-LM core_v0.13+, transformer/moe/experts.py TEGroupedMLP.forward
   // and SequentialMLP.forward): permuted_probs x permuted tokens, cast back to the activation

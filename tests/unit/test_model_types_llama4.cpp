@@ -197,26 +197,30 @@ Bytes bytes_of_terms(const std::vector<ActivationTerm>& terms) {
   return b;
 }
 
-// Megatron-Core under Megatron-Bridge's Llama-4 settings, b 1, s 4096, tp 1, bf16: the L2Norm
-// keeps q and k, 4096 x (40 + 8) x 128 x 2 = 50,331,648 bytes; moe_apply_probs_on_input's
-// multiply keeps the unscaled dispatched tokens, R x h = 4096 x 5120 x 2 = 41,943,040 (R = 4096
-// tokens x top 1), and the fp32 probabilities, 4096 x 4 = 16,384: 92,291,072 bytes per Scout
-// layer beyond a layer without them. Maverick's dense layers have neither.
-TEST(Llama4ModelTypes, MegatronSavesTheL2NormAndProbsOnInputTensors) {
+// Megatron-Core under Megatron-Bridge's Llama-4 settings, b 1, s 4096, tp 1, bf16, against the
+// same layer read as a Llama-style one: the L2Norm keeps q and k, 4096 x (40 + 8) x 128 x 2 =
+// 50,331,648 bytes; moe_apply_probs_on_input's multiply keeps the unscaled dispatched tokens, R x
+// h = 4096 x 5120 x 2 = 41,943,040 (R = 4096 tokens x top 1), and the fp32 probabilities, 4096 x
+// 4 = 16,384; the unfused RoPE keeps cos and sin for q and k, 4 x 4096 x 128 x 2 = 4,194,304.
+// Scout's MoE layer: 96,485,376 bytes more. Maverick's dense layers have the RoPE tensors only.
+TEST(Llama4ModelTypes, MegatronSavesTheL2NormProbsOnInputAndRopeTensors) {
   const ModelSpec m = load_model("llama-4-scout");
-  ModelSpec plain = m;
-  plain.qk_l2_norm = false;
-  plain.moe_probs_on_input = false;
+  const auto as_llama = [](ModelSpec s) {
+    s.naming = NamingStyle::llama;  // llama4's tensors differ only in names, which save nothing
+    s.qk_l2_norm = false;
+    s.moe_probs_on_input = false;
+    return s;
+  };
   const Layout layout = resolve_layout(m, ParallelConfig{});
   const Profile& megatron = get_profile("megatron");
-  EXPECT_EQ(bytes_of_terms(layer_activation_terms(megatron, m, layout, training(4096), LayerKind::moe)).value() -
-                bytes_of_terms(layer_activation_terms(megatron, plain, layout, training(4096), LayerKind::moe)).value(),
-            92291072u);
+  const auto layer = [&](const ModelSpec& s, LayerKind k, std::int64_t seq) {
+    return bytes_of_terms(layer_activation_terms(megatron, s, layout, training(seq), k)).value();
+  };
+  EXPECT_EQ(layer(m, LayerKind::moe, 4096) - layer(as_llama(m), LayerKind::moe, 4096), 96485376u);
   const ModelSpec mav = load_model("llama-4-maverick");
-  ModelSpec mav_plain = mav;
-  mav_plain.moe_probs_on_input = false;
-  EXPECT_EQ(bytes_of_terms(layer_activation_terms(megatron, mav, layout, training(4096), LayerKind::dense)),
-            bytes_of_terms(layer_activation_terms(megatron, mav_plain, layout, training(4096), LayerKind::dense)));
+  EXPECT_EQ(layer(mav, LayerKind::dense, 4096) - layer(as_llama(mav), LayerKind::dense, 4096), 4194304u);
+  // Chunked (s 16384 > 8192): the RoPE tensors are the chunk's, 4 x 8192 x 128 x 2 = 8,388,608.
+  EXPECT_EQ(layer(mav, LayerKind::dense, 16384) - layer(as_llama(mav), LayerKind::dense, 16384), 8388608u);
   ParallelConfig p;
   p.pp = 4;
   const MemoryReport r = analyze(m, build_inventory(m), megatron, resolve_layout(m, p), training(16384));
