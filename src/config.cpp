@@ -353,12 +353,25 @@ ModelSpec parse_config_object(const json& j, const std::string& source);
 
 // Multimodal wrappers nest the language model's config; the keys beside it (a vision tower, a
 // projector) are reported like any other key moemem does not understand.
+// Llama-4's multimodal config (Llama4Config) builds Llama4TextConfig from text_config whatever
+// model_type it names, and its vision tower from vision_config, which is counted (config_llama4.cpp).
 ModelSpec parse_text_config(const json& j, const json& tc, const std::string& source) {
   json inner = tc;  // the text's nesting depth is bounded (check_json_limits), so is this copy's
+  const bool llama4 = j.contains("model_type") && j.at("model_type") == "llama4";
+  if (llama4) inner["model_type"] = "llama4_text";
   if (!inner.contains("model_type") && j.contains("model_type")) inner["model_type"] = j.at("model_type");
   ModelSpec m = parse_config_object(inner, source + " (text_config)");
+  if (llama4) {
+    parse_llama4_vision(j, source, m);
+    try {
+      (void)build_inventory(m).total();
+    } catch (const OverflowError&) {
+      throw InputError(source_field(source, "vision_config sizes"), "too large", "sizes whose products fit in 64 bits");
+    }
+  }
   for (const auto& [key, value] : j.items()) {
     if (key == "text_config" || key == "model_type" || kNoMemoryEffect.contains(key) || kWrapperTokenKeys.contains(key)) continue;
+    if (llama4 && is_llama4_wrapper_key(key)) continue;
     note_unrecognised(m, key);
   }
   return m;
@@ -419,6 +432,11 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_qwen3_next(j, source, m, used);
   } else if (m.model_type == "hunyuan_v1_moe") {
     parse_hunyuan_v1_moe(j, source, m, used);
+  } else if (m.model_type == "llama4_text") {
+    parse_llama4_text(j, source, m, used);
+  } else if (m.model_type == "llama4") {
+    throw InputError(source_field(source, "text_config"), "missing",
+                     "a text_config object for model_type llama4 (Llama4Config's text model), or a llama4_text config");
   } else if (m.model_type == "llama" || m.model_type == "mistral") {
     parse_llama(j, source, m, used);
   } else if (m.model_type == "mixtral") {

@@ -18,7 +18,7 @@ constexpr auto kTypes = std::to_array<std::string_view>({
     "deepseek", "deepseek_v2", "deepseek_v3", "kimi_k2", "llama", "mistral",
     "mixtral",  "qwen2",       "qwen2_moe",   "qwen3",   "qwen3_moe", "glm4_moe", "gpt_oss",
     "olmoe",    "dots1",       "ernie4_5_moe", "deepseek_v32", "glm4_moe_lite", "gemma2", "gemma3_text",
-    "phimoe", "granitemoe", "granitemoeshared", "dbrx", "minimax_m2", "hunyuan_v1_moe", "qwen3_next"});
+    "phimoe", "granitemoe", "granitemoeshared", "dbrx", "minimax_m2", "hunyuan_v1_moe", "qwen3_next", "llama4_text", "llama4"});
 
 // Keys that add or reshape tensors in the Hugging Face families that use them, with what they
 // add. A family that reads one lists it in `used`; in any other family a set value is refused
@@ -154,6 +154,7 @@ void refuse_tensor_keys(const nlohmann::json& j, const KeySet& used, const std::
   }
   // Per-layer attention kinds: full and sliding-window attention have the same tensors; any
   // other kind (Qwen3-Next's linear_attention, hybrid Mamba layers) has its own.
+  // (Llama-4's reader checks its own layer kinds, chunked_attention among them.)
   if (const auto it = j.find("layer_types"); !used.contains("layer_types") && it != j.end() && !it->is_null()) {
     if (!it->is_array()) throw InputError(fmt::format("{}: layer_types", source), it->dump(), "a list of layer kinds");
     for (const auto& kind : *it) {

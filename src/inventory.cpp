@@ -128,12 +128,17 @@ struct Builder {
     }
     if (kind == LayerKind::dense) {
       const std::int64_t f = m.dense_ffn;
-      add(p + "mlp.gate_proj.weight", "", Role::mlp_gate, pl, layer, f, h);
-      if (m.mlp_bias) add(p + "mlp.gate_proj.bias", "", Role::mlp_gate_bias, pl, layer, f, 1);
-      add(p + "mlp.up_proj.weight", "", Role::mlp_up, pl, layer, f, h);
-      if (m.mlp_bias) add(p + "mlp.up_proj.bias", "", Role::mlp_up_bias, pl, layer, f, 1);
-      add(p + "mlp.down_proj.weight", "", Role::mlp_down, pl, layer, h, f);
-      if (m.mlp_bias) add(p + "mlp.down_proj.bias", "", Role::mlp_down_bias, pl, layer, h, 1);
+      const std::string d = p + (m.naming == NamingStyle::llama4 ? "feed_forward." : "mlp.");  // Llama4TextMLP
+      add(d + "gate_proj.weight", "", Role::mlp_gate, pl, layer, f, h);
+      if (m.mlp_bias) add(d + "gate_proj.bias", "", Role::mlp_gate_bias, pl, layer, f, 1);
+      add(d + "up_proj.weight", "", Role::mlp_up, pl, layer, f, h);
+      if (m.mlp_bias) add(d + "up_proj.bias", "", Role::mlp_up_bias, pl, layer, f, 1);
+      add(d + "down_proj.weight", "", Role::mlp_down, pl, layer, h, f);
+      if (m.mlp_bias) add(d + "down_proj.bias", "", Role::mlp_down_bias, pl, layer, h, 1);
+      return;
+    }
+    if (m.naming == NamingStyle::llama4) {
+      llama4_moe(p, pl, layer);
       return;
     }
     if (m.naming == NamingStyle::gpt_oss) {
@@ -185,6 +190,65 @@ struct Builder {
     add(p + "mlp.experts.gate_up_proj_bias", "", Role::expert_gate_up_bias, pl, layer, dim(2, f, "2 x expert ffn"), 1, n);
     add(p + "mlp.experts.down_proj", "", Role::expert_down, pl, layer, h, f, n);
     add(p + "mlp.experts.down_proj_bias", "", Role::expert_down_bias, pl, layer, h, 1, n);
+  }
+
+  // Llama-4 (transformers Llama4TextMoe): Llama4Router, a bias-free nn.Linear [E, h]; the experts
+  // fused as Llama4TextExperts' gate_up_proj [E, h, 2f] (gate columns, then up: chunk(2, -1)) and
+  // down_proj [E, f, h], held here as [out, in] parts like gpt-oss's; and shared_expert, a
+  // Llama4TextMLP of intermediate_size (the same f), bias-free.
+  void llama4_moe(const std::string& p, Placement pl, std::int64_t layer) {
+    const std::int64_t h = m.hidden, n = m.moe.num_routed_experts, f = m.moe.expert_ffn, s = m.moe.shared_ffn;
+    const std::string x = p + "feed_forward.";
+    add(x + "router.weight", "", Role::router, pl, layer, n, h);
+    add(x + "experts.gate_up_proj", "gate", Role::expert_gate, pl, layer, f, h, n);
+    add(x + "experts.gate_up_proj", "up", Role::expert_up, pl, layer, f, h, n);
+    add(x + "experts.down_proj", "", Role::expert_down, pl, layer, h, f, n);
+    add(x + "shared_expert.gate_proj.weight", "", Role::shared_gate, pl, layer, s, h);
+    add(x + "shared_expert.up_proj.weight", "", Role::shared_up, pl, layer, s, h);
+    add(x + "shared_expert.down_proj.weight", "", Role::shared_down, pl, layer, h, s);
+  }
+
+  // Llama-4's vision tower (transformers Llama4VisionModel) and projector, before the text model:
+  // patch_embedding.linear [hidden, channels x patch^2] (Llama4UnfoldConvolution, no bias), a
+  // class embedding [hidden], positional_embedding_vlm [(image / patch)^2 + 1, hidden], LayerNorms
+  // (weight and bias) before and after the encoder; per encoder layer q/k/v/o [hidden, hidden]
+  // with biases (head_dim = hidden / heads), fc1 [intermediate, hidden] and fc2 [hidden,
+  // intermediate] with biases, two LayerNorms; the pixel-shuffle adapter's bias-free fc1
+  // [projector_input, intermediate] and fc2 [projector_output, projector_output]
+  // (Llama4VisionMLP2); multi_modal_projector.linear_1 [text hidden, vision_output_dim], no bias
+  // (Llama4MultiModalProjector builds none whatever multi_modal_projector_bias says).
+  void vision_tower() {
+    const auto& v = m.vision;
+    const Placement pl = Placement::embedding;
+    const auto w = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+      add("vision_model." + name, "", Role::vision_tower, pl, -1, rows, cols);
+    };
+    const auto layer_norm = [&](const std::string& name) {
+      w(name + ".weight", v.hidden, 1);
+      w(name + ".bias", v.hidden, 1);
+    };
+    const std::int64_t side = v.image_size / v.patch_size;
+    w("patch_embedding.linear.weight", v.hidden, dim(v.channels, dim(v.patch_size, v.patch_size, "patch_size^2"), "channels x patch_size^2"));
+    w("class_embedding", v.hidden, 1);
+    w("positional_embedding_vlm", dim(side, side, "patches") + 1, v.hidden);
+    layer_norm("layernorm_pre");
+    layer_norm("layernorm_post");
+    for (std::int64_t i = 0; i < v.layers; ++i) {
+      const std::string l = fmt::format("model.layers.{}.", i);
+      for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+        w(l + "self_attn." + proj + ".weight", v.hidden, v.hidden);
+        w(l + "self_attn." + proj + ".bias", v.hidden, 1);
+      }
+      w(l + "mlp.fc1.weight", v.intermediate, v.hidden);
+      w(l + "mlp.fc1.bias", v.intermediate, 1);
+      w(l + "mlp.fc2.weight", v.hidden, v.intermediate);
+      w(l + "mlp.fc2.bias", v.hidden, 1);
+      layer_norm(l + "input_layernorm");
+      layer_norm(l + "post_attention_layernorm");
+    }
+    w("vision_adapter.mlp.fc1.weight", v.projector_input, v.intermediate);
+    w("vision_adapter.mlp.fc2.weight", v.projector_output, v.projector_output);
+    add("multi_modal_projector.linear_1.weight", "", Role::mm_projector, pl, -1, m.hidden, v.output_dim);
   }
 
   // Granite MoE (transformers GraniteMoeMoE, from JetMoe's JetMoeParallelExperts and
@@ -320,6 +384,8 @@ Module module_of(Role r) {
     case Role::pre_ffn_norm:
     case Role::post_ffn_norm:
     case Role::gdn_norm: return Module::norms;
+    case Role::vision_tower:
+    case Role::mm_projector: return Module::vision;
     case Role::mlp_gate:
     case Role::mlp_up:
     case Role::mlp_down:
@@ -414,6 +480,8 @@ std::string_view name_of(Role r) {
     case Role::gdn_a_log: return "gdn_a_log";
     case Role::gdn_norm: return "gdn_norm";
     case Role::gdn_out: return "gdn_out";
+    case Role::vision_tower: return "vision_tower";
+    case Role::mm_projector: return "mm_projector";
   }
   return "?";
 }
@@ -429,6 +497,7 @@ std::string_view name_of(Module m) {
     case Module::shared_experts: return "shared_experts";
     case Module::output_head: return "output_head";
     case Module::mtp: return "mtp";
+    case Module::vision: return "vision";
   }
   return "?";
 }
@@ -437,6 +506,7 @@ Inventory build_inventory(const ModelSpec& m) {
   Builder b{m, {}};
   const std::int64_t h = m.hidden;
   const bool dbrx = m.naming == NamingStyle::dbrx;  // DbrxModel: wte, blocks, norm_f
+  if (m.has_vision()) b.vision_tower();
   b.add(dbrx ? "wte.weight" : "embed_tokens.weight", "", Role::embedding, Placement::embedding, -1, m.vocab, h);
   if (m.learned_positions > 0) {
     b.add("position_embeddings.weight", "", Role::position_embedding, Placement::embedding, -1, m.learned_positions, h);

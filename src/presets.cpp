@@ -42,6 +42,8 @@ const std::vector<PresetSource>& preset_sources() {
       {"llama-3.1-405b", "meta-llama/Llama-3.1-405B"},
       {"llama-3.1-70b", "meta-llama/Llama-3.1-70B"},
       {"llama-3.1-8b", "meta-llama/Llama-3.1-8B"},
+      {"llama-4-maverick", "meta-llama/Llama-4-Maverick-17B-128E"},
+      {"llama-4-scout", "meta-llama/Llama-4-Scout-17B-16E"},
       {"minimax-m2", "MiniMaxAI/MiniMax-M2"},
       {"mistral-7b", "mistralai/Mistral-7B-v0.1"},
       {"mixtral-8x22b", "mistral-community/Mixtral-8x22B-v0.1"},

@@ -56,14 +56,18 @@ enum class Role : std::uint8_t {
   // output gate z), in_proj_ba (beta and alpha per value head), the depthwise causal conv1d over
   // q, k and v, dt_bias and A_log per value head, the gated RMSNorm over a value head, out_proj.
   gdn_in_qkvz, gdn_in_ba, gdn_conv, gdn_dt_bias, gdn_a_log, gdn_norm, gdn_out,
+  // Llama-4's multimodal config: every tensor of the vision tower (vision_model.*) and the
+  // projector into the text model (multi_modal_projector.linear_1).
+  vision_tower, mm_projector,
 };
-inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::gdn_out) + 1;
+inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::mm_projector) + 1;
 
 // Coarse grouping for reports (`count --by module`).
 enum class Module : std::uint8_t {
   embedding, attention, norms, dense_mlp, router, routed_experts, shared_experts, output_head, mtp,
+  vision,  // Llama-4's vision tower and projector
 };
-inline constexpr std::size_t kModuleCount = static_cast<std::size_t>(Module::mtp) + 1;
+inline constexpr std::size_t kModuleCount = static_cast<std::size_t>(Module::vision) + 1;
 
 // A LoRA adapter matrix (finetune.hpp) of the linear whose role it carries: A is r x in, B out x r.
 enum class Adapter : std::uint8_t { none, lora_a, lora_b };

@@ -62,6 +62,23 @@ enum class NamingStyle : std::uint8_t {
   granite,  // block_sparse_moe.{router.layer, input_linear, output_linear}, shared_mlp (config_moe_families2.cpp)
   dbrx,     // wte, blocks.<i>.{norm_attn_norm.{norm_1, attn.Wqkv, attn.out_proj, norm_2}, ffn}, norm_f
   hunyuan,  // self_attn.{query,key}_layernorm, mlp.gate.wg, mlp.shared_mlp (config_moe_families2.cpp)
+  llama4,   // feed_forward.{router, experts.gate_up_proj, experts.down_proj, shared_expert} (config_llama4.cpp)
+};
+
+// Llama-4's vision tower and projector (transformers Llama4VisionModel, Llama4MultiModalProjector;
+// src/config_llama4.cpp reads them from a llama4 config's vision_config).
+struct VisionTower {
+  bool present = false;  // a llama4 (multimodal) config; llama4_text has none
+  std::int64_t hidden = 0;
+  std::int64_t intermediate = 0;
+  std::int64_t layers = 0;
+  std::int64_t heads = 0;
+  std::int64_t channels = 0;
+  std::int64_t image_size = 0;
+  std::int64_t patch_size = 0;
+  std::int64_t projector_input = 0;   // vision_adapter.mlp.fc1's outputs
+  std::int64_t projector_output = 0;  // vision_adapter.mlp.fc2's inputs and outputs
+  std::int64_t output_dim = 0;        // multi_modal_projector.linear_1's inputs
 };
 
 struct ModelSpec {
@@ -111,6 +128,16 @@ struct ModelSpec {
   double final_logit_softcap = 0;
   // Phi-3.5-MoE's lm_head_bias: a bias of vocab entries on the output head.
   bool head_bias = false;
+  // Llama-4 (config_llama4.cpp): a weightless L2 norm of q and k on the RoPE layers
+  // (Llama4TextL2Norm), attention in chunks of this many tokens on the RoPE layers (0: none), the
+  // router's score multiplying the expert's input rather than its output, and the NoPE layers'
+  // count (no_rope_layers). None adds a tensor; src/analyze/model_variants.cpp says what they save.
+  bool qk_l2_norm = false;
+  std::int64_t attention_chunk_size = 0;
+  bool moe_probs_on_input = false;
+  std::int64_t nope_layers = 0;
+  // Llama-4's multimodal config: the vision tower and projector, counted; analysis refused.
+  VisionTower vision;
   // Config keys that were present but are not understood; reported, never silently dropped.
   std::vector<std::string> unrecognised_keys;
 
@@ -120,6 +147,7 @@ struct ModelSpec {
     return layer_mixers.empty() ? MixerKind::attention : layer_mixers[static_cast<std::size_t>(layer)];
   }
   [[nodiscard]] bool is_hybrid() const;  // some layer's mixer is not attention
+  [[nodiscard]] bool has_vision() const { return vision.present; }
   [[nodiscard]] std::int64_t num_moe_layers() const;
   // The kind of an MTP layer: like the last main layer (DeepSeek-V3, GLM-4.5), or dense (ERNIE).
   [[nodiscard]] LayerKind mtp_kind() const { return is_moe() && !mtp_dense ? LayerKind::moe : LayerKind::dense; }

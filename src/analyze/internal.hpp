@@ -150,8 +150,12 @@ void record_userbuffers_and_wgrad(const EvalContext& c, const StageReport& st, L
 // model_variants.cpp: a profile's layer and chunk terms with what model variants add to them
 // (Gemma's output norms, soft-capping), and the refusal of a variant a profile does not model.
 std::optional<InputError> check_model_variants(const ModelSpec& m, const Profile& profile, const Layout& layout,
-                                                AttentionKernel attention);
+                                                const TrainingConfig& t, AttentionKernel attention);
 void layer_terms(const Profile& profile, const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out);
+// model_llama4.cpp: Llama-4's accepted setups, and what its layers save beyond the profile's terms.
+std::optional<InputError> check_llama4(const ModelSpec& m, const Profile& profile, const Layout& layout,
+                                       const TrainingConfig& t, AttentionKernel attention);
+void llama4_layer_terms(const Profile& profile, const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out);
 void chunk_terms(const Profile& profile, const ActivationContext& c, const Chunk& chunk, std::vector<ActivationTerm>& out);
 
 }  // namespace moemem::detail

@@ -1,6 +1,6 @@
 // Model variants whose saved tensors are the same under every profile that trains them, added to
 // the profile's own layer and chunk terms: Gemma's norms on the attention and MLP outputs, and
-// Gemma-2's tanh soft-capping of attention scores and logits. Where a profile's framework does
+// Gemma-2's tanh soft-capping of attention scores and logits; Llama-4's in model_llama4.cpp. Where a profile's framework does
 // not train such a model (Gemma under torchtitan, Phi-3.5-MoE but under paper), or trains it on a
 // path moemem does not model, the analysis is refused by name.
 #include <fmt/format.h>
@@ -28,7 +28,8 @@ bool is_paper(const Profile& profile) { return profile.name == "paper"; }
 }  // namespace
 
 std::optional<InputError> check_model_variants(const ModelSpec& m, const Profile& profile, const Layout& layout,
-                                                AttentionKernel attention) {
+                                                const TrainingConfig& t, AttentionKernel attention) {
+  if (m.naming == NamingStyle::llama4) return check_llama4(m, profile, layout, t, attention);
   // Phi-3.5-MoE: Megatron-Bridge has no Phi-MoE bridge (src/megatron/bridge/models) and torchtitan
   // no Phi model; its SparseMixer router (modeling_phimoe.py sparsemixer, PhimoeMultiplier, a
   // custom autograd function saving its own gates) is none of Megatron-Core's routers.
@@ -69,6 +70,7 @@ std::optional<InputError> check_model_variants(const ModelSpec& m, const Profile
 
 void layer_terms(const Profile& profile, const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
   profile.layer_activations(c, kind, out);
+  llama4_layer_terms(profile, c, kind, out);
   const auto& m = c.model;
   if (m.attn_logit_softcap > 0) {
     // logit_softcapping (Megatron-Bridge gemma2_provider.py; transformers Gemma2's

@@ -12,7 +12,7 @@ namespace {
 
 std::string layer_label(const Tensor& t, const ModelSpec& m) {
   switch (t.placement) {
-    case Placement::embedding: return "embedding";
+    case Placement::embedding: return t.module == Module::vision ? "vision" : "embedding";  // Llama-4's tower
     case Placement::head: return "head";
     case Placement::decoder:
       return fmt::format("layer {} ({})", t.layer,
