@@ -408,6 +408,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_glm4_moe(j, source, m, used);
   } else if (m.model_type == "glm4_moe_lite") {
     parse_glm4_moe_lite(j, source, m, used);
+  } else if (m.model_type == "glm_moe_dsa") {
+    parse_glm_moe_dsa(j, source, m, used);
   } else if (m.model_type == "gpt_oss") {
     parse_gpt_oss(j, source, m, used);
   } else if (m.model_type == "olmoe") {

@@ -56,6 +56,11 @@ void parse_olmoe(const nlohmann::json& j, const std::string& source, ModelSpec& 
 void parse_dots1(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_ernie4_5_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_glm4_moe_lite(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_glm_moe_dsa(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+// Shared by the MLA readers above: GLM's router and mlp_layer_types (config_moe_families.cpp) and
+// DeepSeek sparse attention's indexer keys (config_dsa.cpp), each after parse_deepseek.
+void read_glm_moe_keys(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void read_dsa_indexer(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 // Gemma-2 and Gemma-3 text-only, in src/config_gemma.cpp.
 void parse_gemma2(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_gemma3_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);

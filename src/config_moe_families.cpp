@@ -90,16 +90,12 @@ void parse_ernie4_5_moe(const json& j, const std::string& source, ModelSpec& m, 
   m.mtp_dense = true;
 }
 
-// GLM-4.7-Flash (transformers models/glm4_moe_lite/modular_glm4_moe_lite.py): DeepSeek-V3's
-// multi-head latent attention (q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa,
-// kv_a_layernorm, kv_b_proj, o_proj) with GLM-4.5's MoE (Glm4MoeTopkRouter: sigmoid scores and an
-// e_score_correction_bias per expert, registered whatever topk_method says; one fused shared MLP),
-// first_k_dense_replace dense layers and num_nextn_predict_layers MTP layers stored as DeepSeek-V3's
-// (layers.<L>.{enorm, hnorm, eh_proj, ...}). transformers 5's mlp_layer_types spells the same
-// dense/sparse split and must agree with it; partial_rotary_factor, n_group, topk_group and
-// routed_scaling_factor change no tensor.
-void parse_glm4_moe_lite(const json& j, const std::string& source, ModelSpec& m, Keys& used) {
-  parse_deepseek(j, source, m, used);
+// GLM's MoE keys on top of DeepSeek-V3's MLA reader (transformers models/glm4_moe_lite and
+// models/glm_moe_dsa): Glm4MoeTopkRouter registers an e_score_correction_bias per expert whatever
+// topk_method says (sigmoid scores; one fused shared MLP as DeepSeek-V3's). transformers 5's
+// mlp_layer_types spells the dense/sparse split of first_k_dense_replace and must agree with it;
+// partial_rotary_factor, n_group, topk_group and routed_scaling_factor change no tensor.
+void read_glm_moe_keys(const json& j, const std::string& source, ModelSpec& m, Keys& used) {
   for (const char* k : {"partial_rotary_factor", "mlp_layer_types"}) used.insert(k);
   m.moe.router_bias = m.is_moe();
   const auto types = j.find("mlp_layer_types");
@@ -113,6 +109,16 @@ void parse_glm4_moe_lite(const json& j, const std::string& source, ModelSpec& m,
                                  "and moe_layer_freq (other patterns are not modelled)",
                                  m.layer_kinds.size(), get_int(j, "first_k_dense_replace", source, 0, 0)));
   }
+}
+
+// GLM-4.7-Flash (transformers models/glm4_moe_lite/modular_glm4_moe_lite.py): DeepSeek-V3's
+// multi-head latent attention (q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa,
+// kv_a_layernorm, kv_b_proj, o_proj) with GLM-4.5's MoE (read_glm_moe_keys), first_k_dense_replace
+// dense layers and num_nextn_predict_layers MTP layers stored as DeepSeek-V3's
+// (layers.<L>.{enorm, hnorm, eh_proj, ...}).
+void parse_glm4_moe_lite(const json& j, const std::string& source, ModelSpec& m, Keys& used) {
+  parse_deepseek(j, source, m, used);
+  read_glm_moe_keys(j, source, m, used);
 }
 
 }  // namespace moemem::config_detail

@@ -35,6 +35,7 @@ const std::vector<PresetSource>& preset_sources() {
       {"glm-4.5", "zai-org/GLM-4.5"},
       {"glm-4.5-air", "zai-org/GLM-4.5-Air"},
       {"glm-4.7-flash", "zai-org/GLM-4.7-Flash"},
+      {"glm-5", "zai-org/GLM-5"},
       {"gpt-oss-120b", "openai/gpt-oss-120b"},
       {"gpt-oss-20b", "openai/gpt-oss-20b"},
       {"granite-3.1-1b-a400m", "ibm-granite/granite-3.1-1b-a400m-instruct"},
