@@ -110,6 +110,8 @@ void parse_glm_moe_dsa(const json& j, const std::string& source, ModelSpec& m, K
   read_glm_moe_keys(j, source, m, used);
   read_dsa_indexer(j, source, m, used);
   require_every_indexer_full(j, source, m, used);
+  // GLM-5's model.layers.78 has no embed_tokens or shared_head.head (SOURCES.md).
+  m.mtp_stores_embedding_and_head = false;
   for (const char* k : {"head_dim", "rope_parameters", "rope_interleave", "indexer_rope_interleave", "layer_types"}) {
     used.insert(k);
   }

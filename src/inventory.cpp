@@ -327,6 +327,14 @@ Count Inventory::total() const {
   return c;
 }
 
+Count Inventory::checkpoint_total() const {
+  Count c;
+  for (const auto& t : tensors) {
+    if (t.in_checkpoint) c += t.params();
+  }
+  return c;
+}
+
 Count active_params(const Inventory& inv, const ModelSpec& m) {
   Count c;
   for (const auto& t : inv.tensors) {
@@ -537,12 +545,14 @@ Inventory build_inventory(const ModelSpec& m) {
     const std::int64_t i = m.num_layers + k;
     const std::string p = fmt::format("layers.{}.", i);
     b.add(p + "embed_tokens.weight", "", Role::mtp_embedding, Placement::mtp, i, m.vocab, h, 1, true);
+    b.inv.tensors.back().in_checkpoint = m.mtp_stores_embedding_and_head;
     b.add(p + "enorm.weight", "", Role::mtp_enorm, Placement::mtp, i, h, 1);
     b.add(p + "hnorm.weight", "", Role::mtp_hnorm, Placement::mtp, i, h, 1);
     b.add(p + "eh_proj.weight", "", Role::mtp_eh_proj, Placement::mtp, i, h, dim(2, h, "2 x hidden_size"));
     b.decoder_layer(i, Placement::mtp, mtp_kind);
     b.add(p + "shared_head.norm.weight", "", Role::mtp_head_norm, Placement::mtp, i, h, 1);
     b.add(p + "shared_head.head.weight", "", Role::mtp_output_head, Placement::mtp, i, m.vocab, h, 1, true);
+    b.inv.tensors.back().in_checkpoint = m.mtp_stores_embedding_and_head;
   }
   return std::move(b.inv);
 }

@@ -94,6 +94,9 @@ struct Tensor {
   // The checkpoint stores a copy, but training shares it with the main model (MTP's embedding
   // and output head in DeepSeek-V3).
   bool shared_in_training = false;
+  // false: built in training (Megatron-Core gives the MTP stage its own embedding and head) but
+  // not stored in the published checkpoint (GLM-5's MTP layer), so `count` leaves it out.
+  bool in_checkpoint = true;
   Adapter adapter = Adapter::none;  // a LoRA matrix (apply_finetune), else none
   bool trainable = true;            // false: frozen (the base model under LoRA), no gradient, no optimizer state
   // QLoRA: stored as bitsandbytes NF4, in nf4_bytes (finetune.hpp nf4_bytes; a fused checkpoint
@@ -109,6 +112,8 @@ struct Tensor {
 struct Inventory {
   std::vector<Tensor> tensors;
   [[nodiscard]] Count total() const;
+  // The tensors the checkpoint stores (all but in_checkpoint == false): what `count` reports.
+  [[nodiscard]] Count checkpoint_total() const;
 };
 
 // Parameters one token passes through: every non-MTP tensor, with routed experts counted for

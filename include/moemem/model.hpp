@@ -113,6 +113,10 @@ struct ModelSpec {
   std::int64_t learned_positions = 0;  // rows of a learned absolute position table, 0: none (RoPE)
   std::int64_t mtp_layers = 0;         // DeepSeek-V3 multi-token prediction depth
   bool tie_embeddings = false;
+  // DeepSeek-V3's checkpoint stores each MTP layer's copy of the embedding and output head
+  // (layers.<L>.embed_tokens, shared_head.head); GLM-5's does not (its MTP layer shares them).
+  // Training holds them either way; this only decides what `count` reports.
+  bool mtp_stores_embedding_and_head = true;
   // OLMoE (transformers OlmoeAttention): the q/k RMSNorms span the whole projection, one weight
   // per query channel (heads x head_dim) and per key channel (kv heads x head_dim), not per head.
   bool qk_norm_full_width = false;

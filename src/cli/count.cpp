@@ -52,6 +52,7 @@ void CountCommand::run(std::ostream& out, std::ostream& err) const {
   if (by == "tensor") {
     t.columns = {"tensor", "part", "role", "module", "shape", "params"};
     for (const auto& x : inv.tensors) {
+      if (!x.in_checkpoint) continue;
       t.rows.push_back({x.name, std::string(x.part.empty() ? "-" : x.part), std::string(name_of(x.role)),
                         std::string(name_of(x.module)), shape_of(x), x.params().value()});
     }
@@ -60,6 +61,7 @@ void CountCommand::run(std::ostream& out, std::ostream& err) const {
     std::vector<std::string> order;
     std::map<std::string, Count> sums;
     for (const auto& x : inv.tensors) {
+      if (!x.in_checkpoint) continue;
       const std::string key = by == "layer" ? layer_label(x, m) : std::string(name_of(x.module));
       if (!sums.contains(key)) order.push_back(key);
       sums[key] += x.params();
@@ -67,7 +69,9 @@ void CountCommand::run(std::ostream& out, std::ostream& err) const {
     t.columns = {by, "params"};
     for (const auto& k : order) t.rows.push_back({k, sums[k].value()});
   }
-  const Count total = inv.total();
+  // The checkpoint's tensors: GLM-5's MTP copies of the embedding and head are held in training
+  // (analyze counts them) but not stored.
+  const Count total = inv.checkpoint_total();
   if (f == Format::json) {
     nlohmann::json j = {{"schema", "moemem.count/1"},
                         {"model", m.name},

@@ -20,7 +20,7 @@ void ModelsCommand::run(std::ostream& out, std::ostream&) const {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& s : preset_sources()) {
     const ModelSpec m = load_model(std::string(s.preset));
-    const Count total = build_inventory(m).total();
+    const Count total = build_inventory(m).checkpoint_total();  // what the checkpoint stores, as count
     const std::string experts = m.is_moe() ? fmt::format("{} (top {})", m.moe.num_routed_experts, m.moe.top_k) : "-";
     t.rows.push_back({std::string(s.preset), std::string(s.repo), m.model_type, m.num_layers, experts, total.value()});
     list.push_back({{"preset", s.preset}, {"repository", s.repo}, {"model_type", m.model_type}, {"layers", m.num_layers},

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/run_cli.hpp"
 #include "moemem/analyze.hpp"
 #include "moemem/config.hpp"
 #include "moemem/errors.hpp"
@@ -99,9 +100,10 @@ TEST(Glm5ModelType, EveryLayerHasMlaAndAnIndexer) {
 // 248 of 256 routed experts in 75 layers: 743,911,218,432 - 75 x 248 x 37,748,736
 // = 41,784,728,832. GLM-5's checkpoint stores no MTP copies of the embedding and head (its MTP
 // layer shares lm_head); moemem lists DeepSeek-V3's layers.<L>.embed_tokens and shared_head.head
-// for the MTP layer (Megatron-Core holds them on an MTP stage without the embedding), so its
-// count is the Hub total plus those two 951,582,720 matrices: 755,767,304,448.
-TEST(Glm5ModelType, TotalIsTheHubsSafetensorsTotalPlusTheMtpCopies) {
+// for the MTP layer (Megatron-Core holds them on an MTP stage without the embedding), so the
+// training inventory is the Hub total plus those two 951,582,720 matrices, 755,767,304,448, and
+// `count` (the checkpoint's tensors) is the Hub total.
+TEST(Glm5ModelType, CountIsTheHubsSafetensorsTotalAndTrainingHoldsTheMtpCopies) {
   ModelSpec m = parse_hf_config(config_text(), "glm-5");
   const Inventory inv = build_inventory(m);
   constexpr std::uint64_t kMain =
@@ -115,6 +117,7 @@ TEST(Glm5ModelType, TotalIsTheHubsSafetensorsTotalPlusTheMtpCopies) {
   EXPECT_EQ(copies, 2u * kVocabMatrix);
   EXPECT_EQ(inv.total().value() - copies, 753'864'139'008u);
   EXPECT_EQ(inv.total().value(), 755'767'304'448u);
+  EXPECT_EQ(inv.checkpoint_total().value(), 753'864'139'008u);
   // Per module over the 79 decoders (78 and the MTP layer's): attention = MLA projections and the
   // indexer's three matrices (9,371,648) = 174,391,296 a layer; norms = 14,848 + the indexer's
   // k_norm 256; the output head = head + final norm.
@@ -131,7 +134,13 @@ TEST(Glm5ModelType, TotalIsTheHubsSafetensorsTotalPlusTheMtpCopies) {
 
 TEST(Glm5ModelType, PresetLoadsByNameAndRepository) {
   EXPECT_EQ(load_model("GLM-5").model_type, "glm_moe_dsa");
-  EXPECT_EQ(build_inventory(load_model("zai-org/GLM-5")).total().value(), 755'767'304'448u);
+  EXPECT_EQ(build_inventory(load_model("zai-org/GLM-5")).checkpoint_total().value(), 753'864'139'008u);
+  const auto count = moemem::test::run_cli({"count", "--model", "glm-5", "--format", "json"});
+  ASSERT_EQ(count.code, 0) << count.err;
+  EXPECT_EQ(nlohmann::json::parse(count.out).at("total_params"), 753'864'139'008u);
+  // DeepSeek-V3's checkpoint does store its MTP copies: count and the training inventory agree.
+  const Inventory v3 = build_inventory(load_model("deepseek-v3"));
+  EXPECT_EQ(v3.checkpoint_total(), v3.total());
 }
 
 // transformers 5's explicit spellings of what the config implies are accepted: every layer's
