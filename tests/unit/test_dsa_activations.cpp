@@ -173,37 +173,6 @@ TEST(DsaActivations, AnalysisCompletesUnderMegatron) {
   EXPECT_TRUE(named);
 }
 
-// The other profiles still refuse DSA models by name (hf by its model_type list, the others as
-// not modelling DSA's activations).
-TEST(DsaActivations, OtherProfilesRefuse) {
-  const ModelSpec m = load_model("deepseek-v3.2");
-  const Inventory inv = build_inventory(m);
-  ParallelConfig p;
-  p.dp = 8;
-  p.ep = 8;
-  const Layout layout = resolve_layout(m, p);
-  for (const auto& name : profile_names()) {
-    if (name == "megatron") continue;
-    try {
-      (void)analyze(m, inv, get_profile(name), layout, TrainingConfig{});
-      ADD_FAILURE() << "analysed under " << name;
-    } catch (const InputError& e) {
-      EXPECT_EQ(e.field(), "--model") << name;
-      EXPECT_NE(std::string(e.what()).find("deepseek_v32"), std::string::npos) << e.what();
-    }
-  }
-}
-
-namespace {
-
-void expect_refused(const ModelSpec& m, const ParallelConfig& p, const TrainingConfig& t, const std::string& field) {
-  const auto e = get_profile("megatron").check(m, resolve_layout(m, p), t);
-  ASSERT_TRUE(e.has_value()) << field;
-  EXPECT_EQ(e->field(), field) << e->what();
-}
-
-}  // namespace
-
 // What Megatron refuses with DSA, and what moemem does not model of what it accepts, by name.
 TEST(DsaActivations, RefusedSettings) {
   const ModelSpec m = load_model("deepseek-v3.2");
