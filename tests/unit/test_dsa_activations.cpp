@@ -173,6 +173,16 @@ TEST(DsaActivations, AnalysisCompletesUnderMegatron) {
   EXPECT_TRUE(named);
 }
 
+namespace {
+
+void expect_refused(const ModelSpec& m, const ParallelConfig& p, const TrainingConfig& t, const std::string& field) {
+  const auto e = get_profile("megatron").check(m, resolve_layout(m, p), t);
+  ASSERT_TRUE(e.has_value()) << field;
+  EXPECT_EQ(e->field(), field) << e->what();
+}
+
+}  // namespace
+
 // What Megatron refuses with DSA, and what moemem does not model of what it accepts, by name.
 TEST(DsaActivations, RefusedSettings) {
   const ModelSpec m = load_model("deepseek-v3.2");
