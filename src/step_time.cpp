@@ -43,6 +43,16 @@ StepTimeModel::Kind kind_of(const ModelSpec& m, const std::vector<Tensor>& tenso
   const double v = d(mla ? m.mla.v_head_dim : m.head_dim);
   k.attn_per_seq = 2 * d(m.num_heads) * (qk + v);
   k.core_attn_per_seq = k.attn_per_seq;
+  if (m.has_indexer()) {
+    // DeepSeek sparse attention runs MLA in MQA mode (DeepSeek-V3.2 report §2.1, "we implement DSA
+    // based on MQA mode of MLA"; Megatron-Core's absorbed MLA): every head scores the shared latent
+    // key (kv_lora_rank + rope dims) and sums latent values (kv_lora_rank) over at most index_topk
+    // keys; the lightning indexer scores every earlier key with index_n_heads heads of
+    // index_head_dim (one product each). Counted as the dense term is, per key position.
+    k.sparse_per_key = 2 * d(m.num_heads) * d(2 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim);
+    k.indexer_per_seq = 2 * d(m.dsa.index_n_heads) * d(m.dsa.index_head_dim);
+    k.topk = d(m.dsa.index_topk);
+  }
   // Memory-bound kernels, BF16 bytes read + written per token: two norms (2h each), two residual
   // adds (3h each); the SwiGLU (read 2f, write f) of the dense MLP or of top_k experts and the
   // shared expert; permute and unpermute (top_k copies of h, in and out, twice).
@@ -52,6 +62,16 @@ StepTimeModel::Kind kind_of(const ModelSpec& m, const std::vector<Tensor>& tenso
   else elems += 3 * d(m.dense_ffn);
   k.elementwise_bytes = 2 * elems;
   return k;
+}
+
+// Core attention FLOPs per token at sequence length `seq`: dense, or DSA's sparse kernel over
+// min(position, top-k) keys, as many key positions as the dense count takes for s <= k and
+// 2k - k^2/s beyond (the dense count's s scaled by the mean attended keys over s/2), plus the
+// indexer over every position.
+double attention_flops(const StepTimeModel::Kind& k, double seq) {
+  if (k.topk <= 0) return k.attn_per_seq * seq;
+  const double span = seq <= k.topk ? seq : 2 * k.topk - k.topk * k.topk / seq;
+  return k.sparse_per_key * span + k.indexer_per_seq * seq;
 }
 
 double sum_params(const std::vector<Tensor>& tensors) {
@@ -127,7 +147,7 @@ void add_layers(const Shape& s, const StepTimeModel::Kind& k, bool moe, double c
   const ExpertRates rates = moe && k.expert > 0 ? expert_rates(s) : ExpertRates{1, 1};
   const double expert_work = moe ? k.expert * s.tokens * imbalance : 0;
   const double expert = expert_work / rates.forward;
-  const double attn = k.attn_per_seq * s.seq * s.tokens / s.r.attention;
+  const double attn = attention_flops(k, s.seq) * s.tokens / s.r.attention;
   const double mem = s.elementwise * k.elementwise_bytes * s.tokens / s.r.hbm;
   // Backward: two GEMMs per forward GEMM (input and weight gradients); FlashAttention's backward
   // 2.5 times its forward (5 matrix products against 2).
@@ -380,7 +400,7 @@ StepTime estimate_step_time(const StepTimeModel& sm, const Layout& layout, const
   double fwd = 0;
   for (const auto& [k, n] : {std::pair{&sm.kinds[0], d(m.num_layers) - moe_layers}, std::pair{&sm.kinds[1], moe_layers},
                              std::pair{&sm.mtp, d(m.mtp_layers)}}) {
-    fwd += n * (k->gemm + k->expert + k->attn_per_seq * s.seq);
+    fwd += n * (k->gemm + k->expert + attention_flops(*k, s.seq));
   }
   fwd += (1 + d(m.mtp_layers)) * sm.head_flops;
   out.model_flops_per_token = 3 * fwd;

@@ -77,6 +77,40 @@ TEST(StepTime, ModelFlopsOfLlama8BByHand) {
   EXPECT_NEAR(f.at(p, f.t).model_flops_per_token, 57912852480.0, 1.0);
 }
 
+// DeepSeek-V3.2 against DeepSeek-V3 (the same model but the indexer), per token, forward, per
+// decoder (61 layers and the MTP layer's), as the dense count is taken (2 s n_h (d_qk + d_v)):
+// - V3's MLA: 2 x 128 x (192 + 128) x s = 81,920 s; at s 4096: 335,544,320.
+// - V3.2's sparse MQA-mode kernel: 2 x 128 x (2 x 512 + 64) = 278,528 per key over 2k - k^2/s =
+//   4096 - 1024 = 3,072 key positions (k 2048): 855,638,016; the indexer 2 x 64 x 128 x 4096 =
+//   67,108,864; sum 922,746,880.
+// - The indexer's GEMMs: wq_b 64 x 128 x 1536 + wk 128 x 7168 + weights_proj 64 x 7168 =
+//   13,959,168 parameters, 27,918,336 FLOPs.
+// Difference x 62 decoders x 3 (forward and backward): 3 x 62 x 615,120,896 = 114,412,486,656.
+// At s 131072 the sparse kernel's span is 4096 - 32 keys: DSA costs less than dense attention.
+TEST(StepTime, DeepSeekSparseAttentionFlopsByHand) {
+  const auto flops = [](const char* name, std::int64_t seq) {
+    const ModelSpec m = load_model(name);
+    const Inventory inv = build_inventory(m);
+    const CompiledModel cm = compile_model(m, inv, megatron_profile());
+    TrainingConfig t;
+    t.precision = megatron_profile().default_precision;
+    t.seq_len = seq;
+    t.micro_batch = 1;
+    t.global_batch = 1024;
+    ParallelConfig p;
+    p.pp = 16;
+    p.ep = 64;
+    p.dp = 64;
+    return estimate_step_time(make_step_time_model(cm), resolve_layout(m, p), t, lookup_gpu_perf("h800-80g"))
+        .model_flops_per_token;
+  };
+  EXPECT_NEAR(flops("deepseek-v3.2", 4096) - flops("deepseek-v3", 4096), 114412486656.0, 4096.0);
+  // s 131072: 278,528 x 4,064 + 16,384 x 131072 = 3,279,421,440 against 81,920 x 131072 =
+  // 10,737,418,240 per decoder.
+  EXPECT_NEAR(flops("deepseek-v3.2", 131072) - flops("deepseek-v3", 131072),
+              3.0 * 62 * (3279421440.0 - 10737418240.0 + 27918336.0), 131072.0);
+}
+
 TEST(StepTime, EachSettingMovesTheEstimateTheRightWay) {
   const Llama8B f;
   ParallelConfig p;
