@@ -597,5 +597,4 @@ const Profile kMegatron{
                  .nccl_communicators = true,
                  .gemm_workspaces = true},
 };
-
 }  // namespace moemem::profiles
