@@ -104,6 +104,24 @@ MegatronVersion parse_megatron_version(std::string_view text) {
                    "0.6 (up to 0.7), 0.12 (0.8 to 0.12) or current (0.13 and later)");
 }
 
+std::string_view name_of(TorchtitanVersion v) {
+  switch (v) {
+    case TorchtitanVersion::v0_2_0: return "0.2.0";
+    case TorchtitanVersion::current: return "current";
+  }
+  return "?";
+}
+
+// Releases 0.1.0 and 0.2.0 (and the commits before them) keep the pipeline's outputs; 0.2.1 and
+// 0.2.2 are what `current` models.
+TorchtitanVersion parse_torchtitan_version(std::string_view text) {
+  if (text == "0.1.0" || text == "0.2.0") return TorchtitanVersion::v0_2_0;
+  if (text == "0.2.1" || text == "0.2.2" || text == "current") return TorchtitanVersion::current;
+  throw InputError("--torchtitan-version", std::string(text),
+                   "0.1.0 or 0.2.0 (and earlier commits: the pipeline's last stage keeps every micro-batch's output), "
+                   "0.2.1, 0.2.2 or current");
+}
+
 std::string_view name_of(LossImpl l) {
   switch (l) {
     case LossImpl::upcast: return "upcast";

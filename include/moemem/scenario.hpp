@@ -44,6 +44,7 @@ struct TrainingRequest {
   std::optional<double> moe_imbalance, moe_capacity_factor;
   std::optional<double> hidden_dropout, attention_dropout;  // unset: the profile's default
   MegatronVersion megatron_version = MegatronVersion::current;
+  TorchtitanVersion torchtitan_version = TorchtitanVersion::current;
   Dispatcher dispatcher = Dispatcher::alltoall;
   bool shared_expert_overlap = false;
   bool ep_overlap = false;  // --overlap-moe-expert-parallel-comm

@@ -73,6 +73,15 @@ enum class MegatronVersion : std::uint8_t { v0_6, v0_12, current };
 [[nodiscard]] std::string_view name_of(MegatronVersion v);
 [[nodiscard]] MegatronVersion parse_megatron_version(std::string_view text);
 
+// The torchtitan release a run used, where it changes what a pipeline keeps: up to 0.2.0 the
+// train step calls the pipeline schedule's step() without return_outputs=False, so the stage
+// holding the loss keeps every micro-batch's output (the logits) until the step ends, to merge
+// them into step()'s return value (torch.distributed.pipelining stage.py output_chunks). From
+// torchtitan e5ef99aab (2025-10-22, first released in 0.2.1) they are freed after each backward.
+enum class TorchtitanVersion : std::uint8_t { v0_2_0, current };
+[[nodiscard]] std::string_view name_of(TorchtitanVersion v);
+[[nodiscard]] TorchtitanVersion parse_torchtitan_version(std::string_view text);
+
 // FSDP2's reshard_after_forward policy as torchtitan sets it: `standard` (its "default": every
 // block resharded after forward but the last, none with pipeline parallelism), always, never.
 enum class ReshardPolicy : std::uint8_t { standard, always, never };
@@ -143,6 +152,7 @@ struct Numerics {
   // backward wherever one is drawn.
   double hidden_dropout = 0, attention_dropout = 0;
   MegatronVersion megatron_version = MegatronVersion::current;  // the megatron profile's release
+  TorchtitanVersion torchtitan_version = TorchtitanVersion::current;  // the torchtitan profile's release
   std::optional<Recipe> recipe;          // the published recipe the settings come from
   std::uint16_t recipe_techniques = 0;   // its techniques in effect (RecipeTechnique bits)
   CudaGraphs cuda_graphs;  // Megatron's --cuda-graph-impl and --cuda-graph-scope (megatron profile)

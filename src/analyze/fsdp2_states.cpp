@@ -55,8 +55,12 @@ Bytes pp_accumulated_grads(const EvalContext& c, const StageReport& st) {
 //   saved input (counted with the activations); the others are extra.
 // - forward_one_chunk appends every micro-batch's output to output_chunks, cleared only by
 //   clear_runtime_states at the next step() (unconditionally at that time; "if self.is_last"
-//   came in 2025). On the last stage that output is the logits (b*s/cp x vocab/tp, bf16 under
-//   loss parallel), so at the last micro-batch's loss the earlier micro-batches' logits are held.
+//   came in 2025, pytorch PR 153383, torch 2.8). On the last stage that output is the logits
+//   (b*s/cp x vocab/tp, bf16 under loss parallel), so at the last micro-batch's loss the earlier
+//   micro-batches' logits are held. torchtitan from e5ef99aab (PR 1922, 2025-10-22; release
+//   0.2.1) calls step(return_outputs=False) and pytorch PR 165822 then keeps none: only
+//   `--torchtitan-version 0.2.0` (and earlier) counts them. Before torch 2.8 a stage before the
+//   last keeps its outputs too; counted with 0.2.0, which errs high for 0.2.0 on torch 2.8-2.9.
 // - stage_backward reads each input's .grad; clear_runtime_states sets the receive buffers'
 //   .grad to None at the next step, so at the optimizer step every micro-batch's input gradient
 //   and every output of a stage before the last are still held.
@@ -78,6 +82,10 @@ PipelineHeld pipeline_held(const EvalContext& c, const StageReport& st) {
   h.logits = Count(checked_mul(static_cast<std::uint64_t>(tokens), static_cast<std::uint64_t>(c.vocab / p.tp), "pp"));
   const Bytes one = bytes_of(h.boundary, c.t.activation_dtype);
   const Bytes logit = bytes_of(h.logits, c.t.activation_dtype);
+  // torchtitan up to 0.2.0 calls the schedule's step() for its return value (TorchtitanVersion);
+  // later ones pass return_outputs=False, and their torch (2.8 and later, pytorch PR 153383) keeps
+  // output_chunks on the last stage only.
+  const bool old = c.t.torchtitan_version != TorchtitanVersion::current;
   std::int64_t at_step = 0;
   for (std::size_t i = 0; i < st.chunks.size(); ++i) {
     const Chunk& ch = c.layout.chunks[static_cast<std::size_t>(st.chunks[i])];
@@ -90,8 +98,8 @@ PipelineHeld pipeline_held(const EvalContext& c, const StageReport& st) {
     }
     if (!ch.loss) {
       h.grad_recv_count += n;
-      at_step += 2 * n;  // gradient receive buffers and output_chunks
-    } else {
+      at_step += old ? 2 * n : n;  // gradient receive buffers (and output_chunks before torch 2.8)
+    } else if (old) {
       h.logits_earlier = times(logit, n - 1, "pp");
       h.at_step = times(logit, n, "pp");
     }

@@ -121,6 +121,10 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                  "Megatron-Core release (megatron profile): 0.6 (to 0.7), 0.12 (0.8 to 0.12) or current (0.13+); "
                  "before 0.13 MoE layers keep the unweighted expert output, 0.6 also silu's output")
       ->capture_default_str();
+  app.add_option("--torchtitan-version", o.numerics.torchtitan_version,
+                 "torchtitan release (torchtitan profile): 0.1.0 or 0.2.0 (and earlier commits) keep every micro-batch's "
+                 "output on the last pipeline stage until the step ends; 0.2.1, 0.2.2 or current free it after its backward")
+      ->capture_default_str();
   app.add_option("--cuda-graph-impl", o.numerics.cuda_graph_impl,
                  "Megatron's per-layer CUDA graphs: none|local|transformer_engine (static buffers, megatron profile)")
       ->capture_default_str();
@@ -288,6 +292,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.logits_dtype = parse_dtype(o.numerics.logits_dtype, "--logits-dtype");
   r.fp8 = given<Fp8Recipe>(o.numerics.fp8, [](const std::string& v) { return parse_fp8_recipe(v); });
   r.megatron_version = parse_megatron_version(o.numerics.megatron_version);
+  r.torchtitan_version = parse_torchtitan_version(o.numerics.torchtitan_version);
   r.hidden_dropout = given<double>(o.numerics.hidden_dropout, [](const std::string& v) { return parse_double_impl(v, "--hidden-dropout"); });
   r.attention_dropout =
       given<double>(o.numerics.attention_dropout, [](const std::string& v) { return parse_double_impl(v, "--attention-dropout"); });

@@ -65,6 +65,7 @@ struct NumericsOptions {
   std::string fp8, recipe, recipe_off;
   std::string hidden_dropout, attention_dropout;  // empty: the profile's default
   std::string megatron_version = "current";
+  std::string torchtitan_version = "current";
   std::string cuda_graph_impl = "none", cuda_graph_scope;  // empty scope: the whole layer
 };
 struct MoeOptions {

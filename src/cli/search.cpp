@@ -164,6 +164,17 @@ void SearchCommand::setup(CLI::App& root) {
   app->add_option("--recipe", training.numerics.recipe, "deepseek-v3 or deepseek-v2 (its precision and recomputation)");
   app->add_option("--recipe-off", training.numerics.recipe_off, "The recipe's techniques to leave out, comma-separated");
   app->add_option("--attention", training.numerics.attention, "flash|eager");
+  app->add_option("--hidden-dropout", training.numerics.hidden_dropout, "Hidden dropout (profile default: megatron 0.1)");
+  app->add_option("--attention-dropout", training.numerics.attention_dropout, "Attention dropout (profile default)");
+  app->add_option("--megatron-version", training.numerics.megatron_version, "Megatron-Core release: 0.6|0.12|current")
+      ->capture_default_str();
+  app->add_option("--torchtitan-version", training.numerics.torchtitan_version, "torchtitan release: 0.2.0|current")
+      ->capture_default_str();
+  app->add_flag("--compile", training.fsdp.compile, "torch.compile (torchtitan)");
+  app->add_option("--loss", training.fsdp.loss, "torchtitan loss: upcast|fused|chunked");
+  app->add_flag("--fsdp-float8-all-gather", training.fsdp.fsdp_float8_all_gather, "FSDP2 float8 all-gather (torchtitan)");
+  app->add_option("--reshard-after-forward", training.fsdp.reshard_after_forward, "torchtitan: default|always|never")
+      ->capture_default_str();
   app->add_option("--finetune", training.finetune.finetune, "What trains: full|lora (the layouts of a LoRA fine-tune)")
       ->capture_default_str();
   add_optional_int(*app, "--lora-rank", training.finetune.lora_rank, "LoRA rank r (required with --finetune lora)");
@@ -219,9 +230,18 @@ std::string base_flags(const SearchCommand& c) {
                                     std::pair{"--params-dtype", &t.states.params_dtype}, std::pair{"--fp8", &t.numerics.fp8},
                                     std::pair{"--recipe", &t.numerics.recipe}, std::pair{"--recipe-off", &t.numerics.recipe_off},
                                     std::pair{"--attention", &t.numerics.attention},
+                                    std::pair{"--hidden-dropout", &t.numerics.hidden_dropout},
+                                    std::pair{"--attention-dropout", &t.numerics.attention_dropout},
+                                    std::pair{"--loss", &t.fsdp.loss},
                                     std::pair{"--moe-imbalance", &t.moe.moe_imbalance}}) {
     if (!value->empty()) out += fmt::format(" {} {}", flag, *value);
   }
+  // Releases and torchtitan's FSDP2 settings, where not the defaults.
+  if (t.numerics.megatron_version != "current") out += " --megatron-version " + t.numerics.megatron_version;
+  if (t.numerics.torchtitan_version != "current") out += " --torchtitan-version " + t.numerics.torchtitan_version;
+  if (t.fsdp.compile) out += " --compile";
+  if (t.fsdp.fsdp_float8_all_gather) out += " --fsdp-float8-all-gather";
+  if (t.fsdp.reshard_after_forward != "default") out += " --reshard-after-forward " + t.fsdp.reshard_after_forward;
   if (t.moe.dispatcher != "alltoall") out += " --moe-token-dispatcher " + t.moe.dispatcher;
   if (t.moe.ep_overlap) out += " --overlap-moe-expert-parallel-comm";
   if (t.finetune.finetune != "full") out += " --finetune " + t.finetune.finetune;

@@ -110,8 +110,12 @@ inline std::optional<InputError> refuse_routing_without_experts(const ModelSpec&
 }
 
 // torchtitan's settings (torch.compile, loss variants, FSDP2 resharding and float8 all-gather,
-// HSDP replicas) under a profile without FSDP2.
+// HSDP replicas, a release) under a profile without FSDP2.
 inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, const TrainingConfig& t) {
+  if (t.torchtitan_version != TorchtitanVersion::current) {
+    return InputError("--torchtitan-version", std::string(name_of(t.torchtitan_version)),
+                     fmt::format("current with the {} profile (releases are a torchtitan-profile setting)", profile));
+  }
   if (t.compile || t.loss || t.reshard != ReshardPolicy::standard || t.fsdp_float8_all_gather || t.dp_replicate != 1) {
     return InputError("--compile/--loss/--reshard-after-forward/--fsdp-float8-all-gather/--dp-replicate", "set",
                      fmt::format("the torchtitan profile (not {})", profile));

@@ -122,7 +122,7 @@ std::string qwen3_32b_config() {
 }
 
 TEST(TorchtitanCli, PipelineBuffersAndLogitsHeldPerMicroBatch) {
-  // torch.distributed.pipelining (2024-12): a stage after the first owns one receive buffer per
+  // torch.distributed.pipelining (2024-12, torchtitan 0.2.0 and before): a stage after the first owns one receive buffer per
   // micro-batch of the step, a stage before the last one gradient receive buffer per micro-batch,
   // each b*s/cp/tp x h bf16 = 8192 x 4096 x 2 bytes here (no TP); the ones in flight are the first
   // block's saved input. output_chunks holds every micro-batch's output until the next step: on
@@ -131,7 +131,7 @@ TEST(TorchtitanCli, PipelineBuffersAndLogitsHeldPerMicroBatch) {
   constexpr std::uint64_t kBoundary = kTokens * 4096 * 2;
   constexpr std::uint64_t kLogits = kTokens * 128256 * 2;
   auto run = [](const char* global) {
-    return titan({"--pp", "4", "--micro-batch", "1", "--global-batch", global, "--recompute", "full"}, "2");
+    return titan({"--pp", "4", "--micro-batch", "1", "--global-batch", global, "--recompute", "full", "--torchtitan-version", "0.2.0"}, "2");
   };
   const json eight = run("16"), four = run("8");  // 8 and 4 micro-batches per step
   ASSERT_FALSE(eight.is_null());

@@ -1,0 +1,85 @@
+// --torchtitan-version (issue 12): up to torchtitan 0.2.0 the pipeline schedule's step() returns
+// every micro-batch's output, so the stage holding the loss keeps each micro-batch's bf16 logits
+// until the step ends (torch.distributed.pipelining output_chunks); from e5ef99aab (0.2.1)
+// torchtitan passes return_outputs=False and nothing is kept. Sizes by hand from Llama-3.1-8B's
+// vocabulary (128256, untied) and one micro-batch's tokens, not from running moemem.
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/activations_cli_helpers.hpp"
+#include "cli/run_cli.hpp"
+
+namespace {
+
+using moemem::test::Args;
+using moemem::test::concat;
+using moemem::test::run_cli;
+using moemem::test::activations_cli::analyze_json;
+using moemem::test::activations_cli::explain_json;
+using moemem::test::activations_cli::items_of;
+using moemem::test::activations_cli::stage_bytes;
+
+// Two pipeline stages, no data parallelism: global batch 4 is 4 micro-batches of 1 x 4096.
+Args piped(const Args& extra) {
+  return concat({"--model", "llama-3.1-8b", "--profile", "torchtitan", "--pp", "2", "--seq-len", "4096",
+                 "--micro-batch", "1", "--global-batch", "4"},
+                extra);
+}
+
+// One micro-batch's bf16 logits: 4096 tokens x 128256 x 2 bytes.
+constexpr std::uint64_t kLogits = 4096ull * 128256 * 2;
+constexpr const char* kItem = "earlier micro-batches' logits";
+
+TEST(TorchtitanVersion, UpToZeroTwoTheLastStageKeepsEveryMicroBatchsLogits) {
+  static_assert(kLogits == 1'050'673'152);
+  const auto old = items_of(explain_json(piped({"--torchtitan-version", "0.2.0"}), 1), "activations");
+  const auto now = items_of(explain_json(piped({}), 1), "activations");
+  // At the last micro-batch's loss: the three earlier micro-batches' logits.
+  EXPECT_EQ(old.at(kItem), 3 * kLogits);
+  EXPECT_FALSE(now.contains(kItem));
+  EXPECT_EQ(items_of(explain_json(piped({"--torchtitan-version", "0.1.0"}), 1), "activations").at(kItem), 3 * kLogits);
+  const auto a_old = analyze_json(piped({"--torchtitan-version", "0.2.0"}));
+  const auto a_now = analyze_json(piped({"--torchtitan-version", "0.2.2"}));
+  EXPECT_EQ(stage_bytes(a_old, 1, "activations") - stage_bytes(a_now, 1, "activations"), 3 * kLogits);
+  // The first stage has no loss: the same activations either way.
+  EXPECT_EQ(stage_bytes(a_old, 0, "activations"), stage_bytes(a_now, 0, "activations"));
+}
+
+TEST(TorchtitanVersion, BadValuesAndOtherProfilesAreRefused) {
+  const auto bad = run_cli(concat({"analyze"}, piped({"--torchtitan-version", "0.3"})));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--torchtitan-version: '0.3' is not accepted"), std::string::npos) << bad.err;
+  const auto megatron = run_cli({"analyze", "--model", "llama-3.1-8b", "--torchtitan-version", "0.2.0"});
+  EXPECT_EQ(megatron.code, 2);
+  EXPECT_NE(megatron.err.find("--torchtitan-version"), std::string::npos) << megatron.err;
+  EXPECT_EQ(run_cli({"analyze", "--model", "llama-3.1-8b", "--torchtitan-version", "current"}).code, 0);
+}
+
+// search passes the release and torchtitan's settings on: each result's command, run through
+// analyze, gives the peak search reported.
+TEST(TorchtitanVersion, SearchCommandsCarryTheReleaseAndSettings) {
+  const auto r = run_cli({"search", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--gpus", "16", "--gpu",
+                          "h100-80g", "--global-batch", "256", "--torchtitan-version", "0.2.0", "--compile",
+                          "--loss", "upcast", "--top", "3", "--threads", "2", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j.at("layouts").empty());
+  for (const auto& l : j.at("layouts")) {
+    const std::string cmd = l.at("command").get<std::string>();
+    EXPECT_NE(cmd.find("--torchtitan-version 0.2.0"), std::string::npos) << cmd;
+    EXPECT_NE(cmd.find("--compile"), std::string::npos) << cmd;
+    Args args;
+    std::istringstream in(cmd);
+    for (std::string w; in >> w;) {  // a layout string comes single-quoted for the shell
+      if (w.size() >= 2 && w.front() == '\'' && w.back() == '\'') w = w.substr(1, w.size() - 2);
+      args.push_back(w);
+    }
+    EXPECT_EQ(analyze_json(args).at("peak").at("total_bytes"), l.at("peak_bytes")) << cmd;
+  }
+}
+
+}  // namespace
