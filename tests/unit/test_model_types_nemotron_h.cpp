@@ -66,6 +66,26 @@ TEST(NemotronH, Nano9bV2CountIsExactAgainstThePublishedTotal) {
   EXPECT_EQ(active_params(inv, m).value(), 8888227328u);  // dense: every parameter is active
 }
 
+// NVIDIA-Nemotron-Nano-12B-v2 (no preset: its config was not found; the sizes of Megatron-Bridge's
+// NemotronNano12Bv2Provider on the 9B-v2 config): h 5120, intermediate_size 20480, 62 blocks
+// "M-M-M-M*-..." (28 Mamba-2, 6 attention, 28 MLP), the same heads.
+// - Mamba-2 block: in_proj 22,656 x 5120 = 115,998,720; conv1d 49,152 + bias 12,288; 384;
+//   gated norm 10,240; out_proj 5120 x 10,240 = 52,428,800; norm 5120. Sum 168,504,704, x 28 =
+//   4,718,131,712.
+// - Attention block: q_proj, o_proj 5120 x 5120 = 26,214,400 each; k_proj, v_proj 1024 x 5120 =
+//   5,242,880 each; norm 5120. Sum 62,919,680, x 6 = 377,518,080.
+// - MLP block: 2 x 20,480 x 5120 + 5120 = 209,720,320, x 28 = 5,872,168,960.
+// - embeddings and lm_head 2 x 131,072 x 5120 = 1,342,177,280; norm_f 5120.
+// Total 12,310,001,152: the model card's 12.31B.
+TEST(NemotronH, Nano12bV2ByHand) {
+  json c = nano9_config();
+  c["hidden_size"] = 5120;
+  c["intermediate_size"] = 20480;
+  c["num_hidden_layers"] = 62;
+  c["hybrid_override_pattern"] = "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-";
+  EXPECT_EQ(total_of(c), 12310001152u);
+}
+
 // NVIDIA-Nemotron-3-Nano-30B-A3B: h 2688, vocab 131072 untied, 52 blocks
 // "MEMEM*EMEMEM*...": 23 Mamba-2, 6 attention, 23 MoE.
 // - Mamba-2 block: inner 64 x 64 = 4096; conv_dim 4096 + 2 x 8 x 128 = 6144; in_proj
