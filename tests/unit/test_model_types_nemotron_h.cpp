@@ -223,6 +223,11 @@ TEST(NemotronH, AnalysisIsRefusedByNameAndCountWorks) {
   const auto count = run_cli({"count", "--model", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"});
   EXPECT_EQ(count.code, 0) << count.err;
   EXPECT_NE(count.out.find("31,577,940,288"), std::string::npos) << count.out;
+  const auto layers = run_cli({"count", "--model", "nemotron-3-nano-30b-a3b", "--by", "layer"});
+  EXPECT_EQ(layers.code, 0) << layers.err;
+  EXPECT_NE(layers.out.find("layer 0 (mamba2)"), std::string::npos) << layers.out;
+  EXPECT_NE(layers.out.find("layer 1 (moe)"), std::string::npos) << layers.out;
+  EXPECT_NE(layers.out.find("layer 5 (attention)"), std::string::npos) << layers.out;
   const auto models = run_cli({"models"});
   EXPECT_EQ(models.code, 0) << models.err;
   EXPECT_NE(models.out.find("8,888,227,328"), std::string::npos) << models.out;
