@@ -218,6 +218,22 @@ TEST(NemotronH, KeysItCannotHonourAreRefusedByName) {
   EXPECT_EQ(build_inventory(m).total().value(), 8888227328u);
 }
 
+// A ModelSpec from a library caller: Mamba-2 and mixer-less blocks only under Nemotron-H's naming
+// (another naming would build attention for them), and no MTP depth there.
+TEST(NemotronH, ValidateModelRefusesBlocksOutsideTheirNaming) {
+  ModelSpec m = load_model("nemotron-nano-9b-v2");
+  EXPECT_NO_THROW(validate_model(m));
+  ModelSpec other = m;
+  other.naming = NamingStyle::llama;
+  EXPECT_THROW(validate_model(other), InputError);
+  ModelSpec mtp = m;
+  mtp.mtp_layers = 1;
+  EXPECT_THROW(validate_model(mtp), InputError);
+  ModelSpec no_heads = m;
+  no_heads.mamba.num_heads = 0;
+  EXPECT_THROW(validate_model(no_heads), InputError);
+}
+
 // count and models work; analyze and search refuse the model up front (exit 2), naming it.
 TEST(NemotronH, AnalysisIsRefusedByNameAndCountWorks) {
   const auto count = run_cli({"count", "--model", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"});
