@@ -432,6 +432,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_minimax_m2(j, source, m, used);
   } else if (m.model_type == "qwen3_next") {
     parse_qwen3_next(j, source, m, used);
+  } else if (m.model_type == "nemotron_h") {
+    parse_nemotron_h(j, source, m, used);
   } else if (m.model_type == "hunyuan_v1_moe") {
     parse_hunyuan_v1_moe(j, source, m, used);
   } else if (m.model_type == "llama4_text") {

@@ -73,6 +73,8 @@ void parse_minimax_m2(const nlohmann::json& j, const std::string& source, ModelS
 void parse_hunyuan_v1_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 // Qwen3-Next, in src/config_qwen3_next.cpp.
 void parse_qwen3_next(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+// Nemotron-H, in src/config_nemotron_h.cpp.
+void parse_nemotron_h(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 // Llama-4, in src/config_llama4.cpp: the text model, and the multimodal wrapper's vision tower.
 void parse_llama4_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_llama4_vision(const nlohmann::json& wrapper, const std::string& source, ModelSpec& m);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "inventory_internal.hpp"
+
 namespace moemem {
 
 namespace {
@@ -305,6 +307,12 @@ struct Builder {
       dbrx_block(p, i, pl);
       return;
     }
+    if (m.naming == NamingStyle::nemotron_h) {  // src/inventory_nemotron_h.cpp
+      nemotron_h_block(m, p, i, kind, [&](std::string name, Role role, std::int64_t rows, std::int64_t cols, std::int64_t copies) {
+        add(std::move(name), "", role, pl, i, rows, cols, copies);
+      });
+      return;
+    }
     norm(p + "input_layernorm", Role::input_norm, pl, i);
     if (pl == Placement::decoder && m.mixer_at(i) == MixerKind::gated_delta_net) gated_delta_net(p, pl, i);
     else attention(p, pl, i);
@@ -384,6 +392,13 @@ Module module_of(Role r) {
     case Role::gdn_dt_bias:
     case Role::gdn_a_log:
     case Role::gdn_out:
+    case Role::mamba_in_proj:
+    case Role::mamba_conv:
+    case Role::mamba_conv_bias:
+    case Role::mamba_dt_bias:
+    case Role::mamba_a_log:
+    case Role::mamba_d:
+    case Role::mamba_out:
     case Role::indexer_wq_b:
     case Role::indexer_wk:
     case Role::indexer_weights_proj: return Module::attention;
@@ -391,7 +406,8 @@ Module module_of(Role r) {
     case Role::indexer_k_norm_bias:
     case Role::pre_ffn_norm:
     case Role::post_ffn_norm:
-    case Role::gdn_norm: return Module::norms;
+    case Role::gdn_norm:
+    case Role::mamba_norm: return Module::norms;
     case Role::vision_tower:
     case Role::mm_projector: return Module::vision;
     case Role::mlp_gate:
@@ -490,6 +506,14 @@ std::string_view name_of(Role r) {
     case Role::gdn_out: return "gdn_out";
     case Role::vision_tower: return "vision_tower";
     case Role::mm_projector: return "mm_projector";
+    case Role::mamba_in_proj: return "mamba_in_proj";
+    case Role::mamba_conv: return "mamba_conv";
+    case Role::mamba_conv_bias: return "mamba_conv_bias";
+    case Role::mamba_dt_bias: return "mamba_dt_bias";
+    case Role::mamba_a_log: return "mamba_a_log";
+    case Role::mamba_d: return "mamba_d";
+    case Role::mamba_norm: return "mamba_norm";
+    case Role::mamba_out: return "mamba_out";
   }
   return "?";
 }
@@ -514,15 +538,16 @@ Inventory build_inventory(const ModelSpec& m) {
   Builder b{m, {}};
   const std::int64_t h = m.hidden;
   const bool dbrx = m.naming == NamingStyle::dbrx;  // DbrxModel: wte, blocks, norm_f
+  const bool nemotron = m.naming == NamingStyle::nemotron_h;  // NemotronHModel: embeddings, layers, norm_f
   if (m.has_vision()) b.vision_tower();
-  b.add(dbrx ? "wte.weight" : "embed_tokens.weight", "", Role::embedding, Placement::embedding, -1, m.vocab, h);
+  b.add(dbrx ? "wte.weight" : nemotron ? "embeddings.weight" : "embed_tokens.weight", "", Role::embedding, Placement::embedding, -1, m.vocab, h);
   if (m.learned_positions > 0) {
     b.add("position_embeddings.weight", "", Role::position_embedding, Placement::embedding, -1, m.learned_positions, h);
   }
   for (std::int64_t i = 0; i < m.num_layers; ++i) {
     b.decoder_layer(i, Placement::decoder, m.layer_kinds[static_cast<std::size_t>(i)]);
   }
-  b.add(dbrx ? "norm_f.weight" : "norm.weight", "", Role::final_norm, Placement::head, -1, h, 1);
+  b.add(dbrx || nemotron ? "norm_f.weight" : "norm.weight", "", Role::final_norm, Placement::head, -1, h, 1);
   if (m.norm_bias) b.add("norm.bias", "", Role::norm_bias, Placement::head, -1, h, 1);
   if (!m.tie_embeddings) b.add("lm_head.weight", "", Role::output_head, Placement::head, -1, m.vocab, h);
   // PhimoeForCausalLM (lm_head_bias): one per vocabulary entry, split over the vocabulary like the head.

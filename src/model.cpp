@@ -77,13 +77,29 @@ void validate_model(const ModelSpec& m) {
     throw InputError(fmt::format("model {}: layer mixers", m.name), std::to_string(m.layer_mixers.size()),
                      fmt::format("none, or one per layer ({})", m.num_layers));
   }
-  if (m.is_hybrid()) {
+  const auto has_mixer = [&](MixerKind k) { return std::find(m.layer_mixers.begin(), m.layer_mixers.end(), k) != m.layer_mixers.end(); };
+  if (has_mixer(MixerKind::gated_delta_net)) {
     for (const auto& [v, field] : {std::pair{m.gdn.num_k_heads, "linear_num_key_heads"}, std::pair{m.gdn.num_v_heads, "linear_num_value_heads"},
                                    std::pair{m.gdn.k_head_dim, "linear_key_head_dim"}, std::pair{m.gdn.v_head_dim, "linear_value_head_dim"},
                                    std::pair{m.gdn.conv_kernel, "linear_conv_kernel_dim"}}) {
       within(v, field, kMaxSize);
       positive(v, field);
     }
+  }
+  if (has_mixer(MixerKind::mamba2)) {
+    for (const auto& [v, field] : {std::pair{m.mamba.num_heads, "mamba_num_heads"}, std::pair{m.mamba.head_dim, "mamba_head_dim"},
+                                   std::pair{m.mamba.n_groups, "n_groups"}, std::pair{m.mamba.state_size, "ssm_state_size"},
+                                   std::pair{m.mamba.conv_kernel, "conv_kernel"}}) {
+      within(v, field, kMaxSize);
+      positive(v, field);
+    }
+  }
+  // Nemotron-H's blocks (src/inventory_nemotron_h.cpp) are Mamba-2, attention, MLP or MoE, with no
+  // MTP depth; Mamba-2 and mixer-less blocks exist only in them.
+  const bool nemotron = m.naming == NamingStyle::nemotron_h;
+  if (nemotron ? has_mixer(MixerKind::gated_delta_net) || m.mtp_layers != 0 : has_mixer(MixerKind::mamba2) || has_mixer(MixerKind::none)) {
+    throw InputError(fmt::format("model {}: layer mixers", m.name), nemotron ? "gated DeltaNet or MTP layers" : "Mamba-2 or mixer-less blocks",
+                     "Mamba-2, attention, MLP and MoE blocks without MTP for Nemotron-H's naming, and only there");
   }
   if (m.mtp_layers < 0) {
     throw InputError(fmt::format("model {}: mtp layers", m.name), std::to_string(m.mtp_layers), "0 or more");

@@ -50,6 +50,8 @@ const std::vector<PresetSource>& preset_sources() {
       {"mixtral-8x22b", "mistral-community/Mixtral-8x22B-v0.1"},
       {"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1"},
       {"moonlight-16b", "moonshotai/Moonlight-16B-A3B-Instruct"},
+      {"nemotron-3-nano-30b-a3b", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"},
+      {"nemotron-nano-9b-v2", "nvidia/NVIDIA-Nemotron-Nano-9B-v2"},
       {"olmoe-1b-7b", "allenai/OLMoE-1B-7B-0924"},
       {"phi-3.5-moe", "microsoft/Phi-3.5-MoE-instruct"},
       {"qwen2-57b-a14b", "Qwen/Qwen2-57B-A14B"},

@@ -59,8 +59,12 @@ enum class Role : std::uint8_t {
   // Llama-4's multimodal config: every tensor of the vision tower (vision_model.*) and the
   // projector into the text model (multi_modal_projector.linear_1).
   vision_tower, mm_projector,
+  // Mamba-2 (Nemotron-H mixer.* of an M block): in_proj (z, x, B, C and dt per head), the
+  // depthwise causal conv1d over x, B and C and its bias, dt_bias, A_log and D per head, the
+  // gated RMSNorm over the inner width, out_proj.
+  mamba_in_proj, mamba_conv, mamba_conv_bias, mamba_dt_bias, mamba_a_log, mamba_d, mamba_norm, mamba_out,
 };
-inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::mm_projector) + 1;
+inline constexpr std::size_t kRoleCount = static_cast<std::size_t>(Role::mamba_out) + 1;
 
 // Coarse grouping for reports (`count --by module`).
 enum class Module : std::uint8_t {

@@ -16,9 +16,10 @@ enum class AttentionKind : std::uint8_t {
 
 enum class LayerKind : std::uint8_t { dense, moe };
 
-// What mixes tokens in a decoder layer: softmax attention (the model's AttentionKind), or Gated
-// DeltaNet linear attention (Qwen3-Next's linear_attention layers).
-enum class MixerKind : std::uint8_t { attention, gated_delta_net };
+// What mixes tokens in a decoder layer: softmax attention (the model's AttentionKind), Gated
+// DeltaNet linear attention (Qwen3-Next's linear_attention layers), a Mamba-2 SSM (Nemotron-H's
+// M blocks), or none (Nemotron-H's MLP and MoE blocks: the block is its layer_kinds MLP alone).
+enum class MixerKind : std::uint8_t { attention, gated_delta_net, mamba2, none };
 
 // Gated DeltaNet (Qwen3-Next linear_attn): key heads of k_head_dim (queries have as many), value
 // heads of v_head_dim, and the causal conv1d's kernel width.
@@ -26,6 +27,14 @@ struct GdnDims {
   std::int64_t num_k_heads = 0, num_v_heads = 0, k_head_dim = 0, v_head_dim = 0, conv_kernel = 0;
   [[nodiscard]] std::int64_t key_dim() const { return num_k_heads * k_head_dim; }
   [[nodiscard]] std::int64_t value_dim() const { return num_v_heads * v_head_dim; }
+};
+
+// Mamba-2 (transformers NemotronHMamba2Mixer): num_heads SSM heads of head_dim channels (the
+// inner width), n_groups groups of B and C of state_size each, a depthwise causal conv1d of
+// conv_kernel over x, B and C, with a bias when conv_bias.
+struct Mamba2Dims {
+  std::int64_t num_heads = 0, head_dim = 0, n_groups = 0, state_size = 0, conv_kernel = 0;
+  bool conv_bias = true;
 };
 
 struct MlaDims {
@@ -63,6 +72,7 @@ enum class NamingStyle : std::uint8_t {
   dbrx,     // wte, blocks.<i>.{norm_attn_norm.{norm_1, attn.Wqkv, attn.out_proj, norm_2}, ffn}, norm_f
   hunyuan,  // self_attn.{query,key}_layernorm, mlp.gate.wg, mlp.shared_mlp (config_moe_families2.cpp)
   llama4,   // feed_forward.{router, experts.gate_up_proj, experts.down_proj, shared_expert} (config_llama4.cpp)
+  nemotron_h,  // embeddings, layers.<i>.{norm, mixer.*}: one norm and one mixer per block, norm_f (config_nemotron_h.cpp)
 };
 
 // Llama-4's vision tower and projector (transformers Llama4VisionModel, Llama4MultiModalProjector;
@@ -99,6 +109,7 @@ struct ModelSpec {
   // One per decoder layer for hybrid models (Qwen3-Next); empty: every layer is attention.
   std::vector<MixerKind> layer_mixers;
   GdnDims gdn;
+  Mamba2Dims mamba;  // Nemotron-H's Mamba-2 blocks (MixerKind::mamba2)
   // Qwen3-Next (attn_output_gate): q_proj also yields a per-head gate, sigmoid-multiplied into
   // the attention output before o_proj.
   bool attn_output_gate = false;

@@ -28,6 +28,16 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
   // model, and what a linear-attention layer saves in training (Megatron-Core's
   // ssm/gated_delta_net: the conv1d's input, the chunked delta rule's q, k, v, gates and chunk
   // states, the gated norm) is not modelled: refused here, before any layout is evaluated.
+  // Nemotron-H (src/inventory_nemotron_h.cpp): blocks of one mixer each (Mamba-2, attention, MLP or
+  // MoE), which the evaluator's attention + MLP layers do not describe, and Mamba-2's training
+  // activations (Megatron-Core ssm/mamba_mixer.py: in_proj's output, the conv1d's input, the
+  // chunked scan's states, the gated norm) are not modelled: refused by name, as above.
+  if (m.naming == NamingStyle::nemotron_h) {
+    throw InputError("--model", m.model_type,
+                     fmt::format("a model other than nemotron_h under the {} profile: Nemotron-H's Mamba-2 blocks and its "
+                                 "attention-only and MLP-only blocks are not modelled in training memory yet (count is exact)",
+                                 profile.name));
+  }
   if (m.is_hybrid()) {
     throw InputError("--model", m.model_type,
                      fmt::format("a model without linear-attention (Gated DeltaNet) layers under the {} profile: their "

@@ -1,4 +1,5 @@
 #include <map>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -10,13 +11,20 @@ namespace moemem::cli {
 
 namespace {
 
+// A decoder layer's kind: moe or dense; a Nemotron-H block (one mixer each) names its Mamba-2 or
+// attention mixer, its MLP and MoE blocks read dense and moe.
+std::string_view layer_kind(const ModelSpec& m, std::int64_t layer) {
+  if (m.naming == NamingStyle::nemotron_h && m.mixer_at(layer) == MixerKind::mamba2) return "mamba2";
+  if (m.naming == NamingStyle::nemotron_h && m.mixer_at(layer) == MixerKind::attention) return "attention";
+  return m.layer_kinds[static_cast<std::size_t>(layer)] == LayerKind::moe ? "moe" : "dense";
+}
+
 std::string layer_label(const Tensor& t, const ModelSpec& m) {
   switch (t.placement) {
     case Placement::embedding: return t.module == Module::vision ? "vision" : "embedding";  // Llama-4's tower
     case Placement::head: return "head";
     case Placement::decoder:
-      return fmt::format("layer {} ({})", t.layer,
-                         m.layer_kinds[static_cast<std::size_t>(t.layer)] == LayerKind::moe ? "moe" : "dense");
+      return fmt::format("layer {} ({})", t.layer, layer_kind(m, t.layer));
     case Placement::mtp: return fmt::format("mtp {} (layer {})", t.layer - m.num_layers, t.layer);
   }
   return "?";

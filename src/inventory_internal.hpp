@@ -1,0 +1,20 @@
+// The inventory builder's pieces kept in their own files (src/inventory.cpp builds the rest):
+// each adds a decoder block's tensors through `add`, which fills in the placement and layer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "moemem/inventory.hpp"
+
+namespace moemem {
+
+// Adds one tensor of the block: its checkpoint name, role, [rows, cols] and the experts it holds.
+using AddBlockTensor = std::function<void(std::string name, Role role, std::int64_t rows, std::int64_t cols, std::int64_t copies)>;
+
+// Nemotron-H's block `layer` under prefix `p` (layers.<i>.): its norm and its one mixer
+// (src/inventory_nemotron_h.cpp).
+void nemotron_h_block(const ModelSpec& m, const std::string& p, std::int64_t layer, LayerKind kind, const AddBlockTensor& add);
+
+}  // namespace moemem
