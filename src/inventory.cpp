@@ -40,8 +40,9 @@ struct Builder {
   }
 
   void attention(const std::string& p, Placement pl, std::int64_t layer) {
-    const std::int64_t h = m.hidden, nh = m.num_heads;
+    const std::int64_t h = m.hidden;
     if (m.attention == AttentionKind::mla) {
+      const std::int64_t nh = m.num_heads;
       const auto& a = m.mla;
       if (a.q_lora_rank > 0) {
         add(p + "self_attn.q_a_proj.weight", "", Role::q_down, pl, layer, a.q_lora_rank, h);
@@ -60,16 +61,21 @@ struct Builder {
       add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, a.v_head_dim, "heads x v_head_dim"));
       if (m.has_indexer()) indexer(p, pl, layer);
     } else {
-      const std::int64_t hd = m.head_dim, kv = dim(m.num_kv_heads, hd, "key/value heads x head_dim");
+      // MiMo-V2-Flash's sliding-window layers have their own sizes and sinks (SwaDims); its value
+      // heads are narrower than its query/key heads (v_head_dim: v_proj rows, o_proj columns).
+      const bool swa = m.swa_at(layer);
+      const std::int64_t nh = swa ? m.swa.heads : m.num_heads, hd = swa ? m.swa.head_dim : m.head_dim;
+      const std::int64_t kvh = swa ? m.swa.kv_heads : m.num_kv_heads, kv = dim(kvh, hd, "key/value heads x head_dim");
+      const std::int64_t vd = swa ? m.swa.v_head_dim : (m.v_head_dim > 0 ? m.v_head_dim : hd);
       // Qwen3-Next's q_proj holds, per head, the query then its output gate (rows interleaved by head).
       add(p + "self_attn.q_proj.weight", m.attn_output_gate ? "query" : "", Role::q_proj, pl, layer, dim(nh, hd, "heads x head_dim"), h);
       if (m.attn_output_gate) add(p + "self_attn.q_proj.weight", "gate", Role::q_gate, pl, layer, dim(nh, hd, "heads x head_dim"), h);
       if (m.qkv_bias) add(p + "self_attn.q_proj.bias", "", Role::q_bias, pl, layer, dim(nh, hd, "heads x head_dim"), 1);
       add(p + "self_attn.k_proj.weight", "", Role::k_proj, pl, layer, kv, h);
       if (m.qkv_bias) add(p + "self_attn.k_proj.bias", "", Role::k_bias, pl, layer, kv, 1);
-      add(p + "self_attn.v_proj.weight", "", Role::v_proj, pl, layer, kv, h);
-      if (m.qkv_bias) add(p + "self_attn.v_proj.bias", "", Role::v_bias, pl, layer, kv, 1);
-      add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, hd, "heads x head_dim"));
+      add(p + "self_attn.v_proj.weight", "", Role::v_proj, pl, layer, dim(kvh, vd, "key/value heads x v_head_dim"), h);
+      if (m.qkv_bias) add(p + "self_attn.v_proj.bias", "", Role::v_bias, pl, layer, dim(kvh, vd, "key/value heads x v_head_dim"), 1);
+      add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, vd, "heads x v_head_dim"));
       if (m.o_bias) add(p + "self_attn.o_proj.bias", "", Role::o_bias, pl, layer, h, 1);
       if (m.qk_norm) {  // per head (Qwen3, GLM, Hunyuan's query/key_layernorm), or over the whole projection (OLMoE)
         const bool hy = m.naming == NamingStyle::hunyuan;
@@ -77,7 +83,9 @@ struct Builder {
         add(p + (hy ? "self_attn.key_layernorm.weight" : "self_attn.k_norm.weight"), "", Role::k_norm, pl, layer, m.qk_norm_full_width ? kv : hd, 1);
       }
       // gpt-oss (transformers GptOssAttention.sinks): one logit per head added to the softmax.
-      if (m.attention_sinks) add(p + "self_attn.sinks", "", Role::attn_sink, pl, layer, nh, 1);
+      if (swa ? m.swa.sinks : m.attention_sinks) {
+        add(p + (m.naming == NamingStyle::mimo_v2 ? "self_attn.attention_sink_bias" : "self_attn.sinks"), "", Role::attn_sink, pl, layer, nh, 1);
+      }
     }
   }
 
@@ -289,6 +297,23 @@ struct Builder {
     add(p + "ffn.experts.mlp.w1", "", Role::expert_gate, pl, i, f, h, n);
     add(p + "ffn.experts.mlp.v1", "", Role::expert_up, pl, i, f, h, n);
     add(p + "ffn.experts.mlp.w2", "", Role::expert_down, pl, i, h, f, n);
+  }
+
+  // MiMo-V2-Flash's MTP layer k (checkpoint model.mtp.layers.<k>; vLLM mimo_v2_mtp.py
+  // MiMoV2MTPLayer, Megatron-Bridge MiMoV2FlashBridge's mtp mappings): enorm, hnorm, eh_proj
+  // [h, 2h], a sliding-window decoder layer whose post-attention norm is pre_mlp_layernorm and
+  // whose MLP is dense (intermediate_size), and final_layernorm; embedding and head are shared.
+  void mimo_mtp_layer(std::int64_t k) {
+    const std::int64_t i = m.num_layers + k, h = m.hidden;
+    const std::string p = fmt::format("mtp.layers.{}.", k);
+    add(p + "enorm.weight", "", Role::mtp_enorm, Placement::mtp, i, h, 1);
+    add(p + "hnorm.weight", "", Role::mtp_hnorm, Placement::mtp, i, h, 1);
+    add(p + "eh_proj.weight", "", Role::mtp_eh_proj, Placement::mtp, i, h, dim(2, h, "2 x hidden_size"));
+    norm(p + "input_layernorm", Role::input_norm, Placement::mtp, i);
+    attention(p, Placement::mtp, i);
+    norm(p + "pre_mlp_layernorm", Role::post_attn_norm, Placement::mtp, i);
+    mlp(p, Placement::mtp, i, LayerKind::dense);
+    add(p + "final_layernorm.weight", "", Role::mtp_head_norm, Placement::mtp, i, h, 1);
   }
 
   void norm(const std::string& name, Role role, Placement pl, std::int64_t layer) {
@@ -541,7 +566,8 @@ Inventory build_inventory(const ModelSpec& m) {
     b.add(fmt::format("mtp_linear_proj.{}.weight", k), "", Role::mtp_eh_proj, Placement::mtp, i, h, dim(2, h, "2 x hidden_size"));
     b.decoder_layer(fmt::format("mtp_block.{}.", k), i, Placement::mtp, mtp_kind);
   }
-  for (std::int64_t k = 0; k < m.mtp_layers && m.naming != NamingStyle::ernie; ++k) {
+  for (std::int64_t k = 0; k < m.mtp_layers && m.naming == NamingStyle::mimo_v2; ++k) b.mimo_mtp_layer(k);
+  for (std::int64_t k = 0; k < m.mtp_layers && m.naming != NamingStyle::ernie && m.naming != NamingStyle::mimo_v2; ++k) {
     const std::int64_t i = m.num_layers + k;
     const std::string p = fmt::format("layers.{}.", i);
     b.add(p + "embed_tokens.weight", "", Role::mtp_embedding, Placement::mtp, i, m.vocab, h, 1, true);

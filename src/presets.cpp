@@ -46,6 +46,7 @@ const std::vector<PresetSource>& preset_sources() {
       {"llama-4-maverick", "meta-llama/Llama-4-Maverick-17B-128E"},
       {"llama-4-scout", "meta-llama/Llama-4-Scout-17B-16E"},
       {"minimax-m2", "MiniMaxAI/MiniMax-M2"},
+      {"mimo-v2-flash", "XiaomiMiMo/MiMo-V2-Flash"},
       {"mistral-7b", "mistralai/Mistral-7B-v0.1"},
       {"mixtral-8x22b", "mistral-community/Mixtral-8x22B-v0.1"},
       {"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1"},
