@@ -438,6 +438,8 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_llama4_text(j, source, m, used);
   } else if (m.model_type == "mimo_v2_flash") {
     parse_mimo_v2_flash(j, source, m, used);
+  } else if (m.model_type == "nemotron-nas") {
+    parse_nemotron_nas(j, source, m, used);
   } else if (m.model_type == "llama4") {
     throw InputError(source_field(source, "text_config"), "missing",
                      "a text_config object for model_type llama4 (Llama4Config's text model), or a llama4_text config");

@@ -65,7 +65,8 @@ struct Builder {
       // heads are narrower than its query/key heads (v_head_dim: v_proj rows, o_proj columns).
       const bool swa = m.swa_at(layer);
       const std::int64_t nh = swa ? m.swa.heads : m.num_heads, hd = swa ? m.swa.head_dim : m.head_dim;
-      const std::int64_t kvh = swa ? m.swa.kv_heads : m.num_kv_heads, kv = dim(kvh, hd, "key/value heads x head_dim");
+      const NasBlock* nas = m.nas_at(layer);  // Nemotron-NAS: key/value heads per layer
+      const std::int64_t kvh = swa ? m.swa.kv_heads : nas ? nas->kv_heads : m.num_kv_heads, kv = dim(kvh, hd, "key/value heads x head_dim");
       const std::int64_t vd = swa ? m.swa.v_head_dim : (m.v_head_dim > 0 ? m.v_head_dim : hd);
       // Qwen3-Next's q_proj holds, per head, the query then its output gate (rows interleaved by head).
       add(p + "self_attn.q_proj.weight", m.attn_output_gate ? "query" : "", Role::q_proj, pl, layer, dim(nh, hd, "heads x head_dim"), h);
@@ -135,7 +136,7 @@ struct Builder {
       return;
     }
     if (kind == LayerKind::dense) {
-      const std::int64_t f = m.dense_ffn;
+      const std::int64_t f = m.nas_at(layer) ? m.nas_at(layer)->ffn_size : m.dense_ffn;  // Nemotron-NAS: per layer
       const std::string d = p + (m.naming == NamingStyle::llama4 ? "feed_forward." : "mlp.");  // Llama4TextMLP
       add(d + "gate_proj.weight", "", Role::mlp_gate, pl, layer, f, h);
       if (m.mlp_bias) add(d + "gate_proj.bias", "", Role::mlp_gate_bias, pl, layer, f, 1);
@@ -330,12 +331,17 @@ struct Builder {
       dbrx_block(p, i, pl);
       return;
     }
-    norm(p + "input_layernorm", Role::input_norm, pl, i);
-    if (pl == Placement::decoder && m.mixer_at(i) == MixerKind::gated_delta_net) gated_delta_net(p, pl, i);
-    else attention(p, pl, i);
-    norm(p + "post_attention_layernorm", Role::post_attn_norm, pl, i);
+    // Nemotron-NAS (DeciLM Block): a no_op part has no norm either; a linear part is one h x h
+    // matrix, self_attn.linear_attn or mlp.linear_mlp (counted with attention and the MLP).
+    const NasBlock* nas = m.nas_at(i);
+    if (!nas || nas->attention != NasPart::none) norm(p + "input_layernorm", Role::input_norm, pl, i);
+    if (nas && nas->attention == NasPart::linear) add(p + "self_attn.linear_attn.weight", "", Role::o_proj, pl, i, m.hidden, m.hidden);
+    else if (pl == Placement::decoder && m.mixer_at(i) == MixerKind::gated_delta_net) gated_delta_net(p, pl, i);
+    else if (!nas || nas->attention == NasPart::full) attention(p, pl, i);
+    if (!nas || nas->ffn != NasPart::none) norm(p + "post_attention_layernorm", Role::post_attn_norm, pl, i);
     if (m.sandwich_norms) norm(p + "pre_feedforward_layernorm", Role::pre_ffn_norm, pl, i);
-    mlp(p, pl, i, kind);
+    if (nas && nas->ffn == NasPart::linear) add(p + "mlp.linear_mlp.weight", "", Role::mlp_down, pl, i, m.hidden, m.hidden);
+    else if (!nas || nas->ffn == NasPart::full) mlp(p, pl, i, kind);
     if (m.sandwich_norms) norm(p + "post_feedforward_layernorm", Role::post_ffn_norm, pl, i);
   }
 };

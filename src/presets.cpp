@@ -43,6 +43,7 @@ const std::vector<PresetSource>& preset_sources() {
       {"llama-3.1-405b", "meta-llama/Llama-3.1-405B"},
       {"llama-3.1-70b", "meta-llama/Llama-3.1-70B"},
       {"llama-3.1-8b", "meta-llama/Llama-3.1-8B"},
+      {"llama-3.3-nemotron-super-49b", "nvidia/Llama-3_3-Nemotron-Super-49B-v1"},
       {"llama-4-maverick", "meta-llama/Llama-4-Maverick-17B-128E"},
       {"llama-4-scout", "meta-llama/Llama-4-Scout-17B-16E"},
       {"minimax-m2", "MiniMaxAI/MiniMax-M2"},

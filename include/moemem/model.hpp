@@ -74,6 +74,16 @@ struct SwaDims {
   bool sinks = false;
 };
 
+// Nemotron-NAS (DeciLM) block parts: the usual sublayer, a single h x h linear in its place
+// (replace_with_linear), or nothing (no_op: neither the sublayer nor its norm).
+enum class NasPart : std::uint8_t { full, linear, none };
+// One Nemotron-NAS decoder layer (block_configs[i], config_nemotron_nas.cpp): its attention and
+// FFN parts, the attention's key/value heads and the FFN's intermediate size when full.
+struct NasBlock {
+  NasPart attention = NasPart::full, ffn = NasPart::full;
+  std::int64_t kv_heads = 0, ffn_size = 0;
+};
+
 // Llama-4's vision tower and projector (transformers Llama4VisionModel, Llama4MultiModalProjector;
 // src/config_llama4.cpp reads them from a llama4 config's vision_config).
 struct VisionTower {
@@ -157,6 +167,8 @@ struct ModelSpec {
   std::int64_t v_head_dim = 0;
   std::vector<bool> swa_layers;
   SwaDims swa;
+  // Nemotron-NAS: one block per decoder layer (empty: every layer has the model-wide sizes).
+  std::vector<NasBlock> nas_blocks;
   // Config keys that were present but are not understood; reported, never silently dropped.
   std::vector<std::string> unrecognised_keys;
 
@@ -168,6 +180,9 @@ struct ModelSpec {
   [[nodiscard]] bool is_hybrid() const;  // some layer's mixer is not attention
   [[nodiscard]] bool has_vision() const { return vision.present; }
   [[nodiscard]] bool has_swa_dims() const { return !swa_layers.empty(); }
+  [[nodiscard]] const NasBlock* nas_at(std::int64_t layer) const {
+    return nas_blocks.empty() || layer >= num_layers ? nullptr : &nas_blocks[static_cast<std::size_t>(layer)];
+  }
   // Whether layer `layer` (MTP depths numbered on from num_layers) takes the `swa` sizes.
   [[nodiscard]] bool swa_at(std::int64_t layer) const {
     if (swa_layers.empty()) return false;
