@@ -86,6 +86,7 @@ NasBlock read_block(const json& b, std::size_t i, const std::string& source, Mod
         throw InputError(field + ".ffn.ffn_mult", mult->dump(), "a number above 0 and at most 1024");
       }
       blk.ffn_size = ffn_size(mult->get<double>(), m.hidden);
+      if (blk.ffn_size <= 0) throw InputError(field + ".ffn.ffn_mult", mult->dump(), "a multiplier giving at least one channel");
     } else {
       blk.ffn_size = get_int(f, "intermediate_size", field + ".ffn");  // vLLM's alternative spelling
     }

@@ -161,6 +161,24 @@ TEST(MimoV2Flash, KeysItCannotHonourAreRefusedByName) {
   expect_error(llama.dump(), "add_swa_attention_sink_bias");
 }
 
+// A ModelSpec from a library caller is checked too: per-layer lists must have one entry per layer
+// (the inventory indexes them by layer) and positive sizes.
+TEST(MimoV2Flash, ValidateModelChecksThePerLayerLists) {
+  ModelSpec m = load_model("mimo-v2-flash");
+  m.swa_layers.pop_back();
+  EXPECT_THROW(validate_model(m), InputError);
+  m = load_model("mimo-v2-flash");
+  m.swa.kv_heads = 0;
+  EXPECT_THROW(validate_model(m), InputError);
+  m = load_model("llama-3.3-nemotron-super-49b");
+  m.nas_blocks[0].ffn_size = 0;
+  EXPECT_THROW(validate_model(m), InputError);
+  m = load_model("llama-3.3-nemotron-super-49b");
+  m.nas_blocks.resize(79);
+  EXPECT_THROW(validate_model(m), InputError);
+  EXPECT_NO_THROW(validate_model(load_model("llama-3.3-nemotron-super-49b")));
+}
+
 // count and models work; analyze and search refuse the model up front, naming what is missing.
 TEST(MimoV2Flash, AnalysisIsRefusedByNameAndCountWorks) {
   const auto count = run_cli({"count", "--model", "XiaomiMiMo/MiMo-V2-Flash"});
