@@ -438,6 +438,10 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_hunyuan_v1_moe(j, source, m, used);
   } else if (m.model_type == "llama4_text") {
     parse_llama4_text(j, source, m, used);
+  } else if (m.model_type == "mimo_v2_flash") {
+    parse_mimo_v2_flash(j, source, m, used);
+  } else if (m.model_type == "nemotron-nas") {
+    parse_nemotron_nas(j, source, m, used);
   } else if (m.model_type == "llama4") {
     throw InputError(source_field(source, "text_config"), "missing",
                      "a text_config object for model_type llama4 (Llama4Config's text model), or a llama4_text config");
@@ -517,8 +521,9 @@ ModelSpec load_model(const std::string& name_or_path) {
 void set_mtp_layers(ModelSpec& m, std::optional<std::int64_t> mtp) {
   if (!mtp) return;
   if (*mtp < 0 || *mtp > 16) throw InputError("--mtp", std::to_string(*mtp), "an integer from 0 to 16");
-  // DeepSeek-V3's MTP module; GLM-4.5 stores the same module (parse_glm4_moe), ERNIE-4.5 its own.
-  if (*mtp > 0 && m.attention != AttentionKind::mla && m.model_type != "glm4_moe" && m.model_type != "ernie4_5_moe") {
+  // DeepSeek-V3's MTP module; GLM-4.5 stores the same module (parse_glm4_moe), ERNIE-4.5 and MiMo-V2-Flash their own.
+  if (*mtp > 0 && m.attention != AttentionKind::mla && m.model_type != "glm4_moe" && m.model_type != "ernie4_5_moe" &&
+      m.model_type != "mimo_v2_flash") {
     throw InputError("--mtp", std::to_string(*mtp), "0 for models without DeepSeek-style MTP modules");
   }
   m.mtp_layers = *mtp;

@@ -19,7 +19,7 @@ constexpr auto kTypes = std::to_array<std::string_view>({
     "mixtral",  "qwen2",       "qwen2_moe",   "qwen3",   "qwen3_moe", "glm4_moe", "gpt_oss",
     "olmoe",    "dots1",       "ernie4_5_moe", "deepseek_v32", "glm4_moe_lite", "gemma2", "gemma3_text",
     "phimoe", "granitemoe", "granitemoeshared", "dbrx", "minimax_m2", "hunyuan_v1_moe", "qwen3_next", "llama4_text", "llama4", "glm_moe_dsa",
-    "nemotron_h"});
+    "nemotron_h", "mimo_v2_flash", "nemotron-nas"});
 
 // Keys that add or reshape tensors in the Hugging Face families that use them, with what they
 // add. A family that reads one lists it in `used`; in any other family a set value is refused
@@ -81,6 +81,13 @@ constexpr auto kTensorKeys = std::to_array<TensorKey>({
     {"attn_config", "DBRX's attention"},
     {"intermediate_size_mlp", "dense MLPs of another size"},
     {"shared_intermediate_size", "a shared MLP (Granite MoE)"},
+    {"hybrid_layer_pattern", "sliding-window attention layers of their own sizes (MiMo-V2)"},
+    {"swa_num_attention_heads", "sliding-window attention layers of their own sizes (MiMo-V2)"},
+    {"swa_num_key_value_heads", "sliding-window attention layers of their own sizes (MiMo-V2)"},
+    {"swa_head_dim", "sliding-window attention layers of their own sizes (MiMo-V2)"},
+    {"swa_v_head_dim", "sliding-window attention layers of their own sizes (MiMo-V2)"},
+    {"add_swa_attention_sink_bias", "attention sink logits (MiMo-V2)"},
+    {"add_full_attention_sink_bias", "attention sink logits (MiMo-V2)"},
 });
 
 // A value that turns its key off: null, false, 0, or an empty string, list or object.

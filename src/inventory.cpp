@@ -42,8 +42,9 @@ struct Builder {
   }
 
   void attention(const std::string& p, Placement pl, std::int64_t layer) {
-    const std::int64_t h = m.hidden, nh = m.num_heads;
+    const std::int64_t h = m.hidden;
     if (m.attention == AttentionKind::mla) {
+      const std::int64_t nh = m.num_heads;
       const auto& a = m.mla;
       if (a.q_lora_rank > 0) {
         add(p + "self_attn.q_a_proj.weight", "", Role::q_down, pl, layer, a.q_lora_rank, h);
@@ -62,16 +63,22 @@ struct Builder {
       add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, a.v_head_dim, "heads x v_head_dim"));
       if (m.has_indexer()) indexer(p, pl, layer);
     } else {
-      const std::int64_t hd = m.head_dim, kv = dim(m.num_kv_heads, hd, "key/value heads x head_dim");
+      // MiMo-V2-Flash's sliding-window layers have their own sizes and sinks (SwaDims); its value
+      // heads are narrower than its query/key heads (v_head_dim: v_proj rows, o_proj columns).
+      const bool swa = m.swa_at(layer);
+      const std::int64_t nh = swa ? m.swa.heads : m.num_heads, hd = swa ? m.swa.head_dim : m.head_dim;
+      const NasBlock* nas = m.nas_at(layer);  // Nemotron-NAS: key/value heads per layer
+      const std::int64_t kvh = swa ? m.swa.kv_heads : nas ? nas->kv_heads : m.num_kv_heads, kv = dim(kvh, hd, "key/value heads x head_dim");
+      const std::int64_t vd = swa ? m.swa.v_head_dim : (m.v_head_dim > 0 ? m.v_head_dim : hd);
       // Qwen3-Next's q_proj holds, per head, the query then its output gate (rows interleaved by head).
       add(p + "self_attn.q_proj.weight", m.attn_output_gate ? "query" : "", Role::q_proj, pl, layer, dim(nh, hd, "heads x head_dim"), h);
       if (m.attn_output_gate) add(p + "self_attn.q_proj.weight", "gate", Role::q_gate, pl, layer, dim(nh, hd, "heads x head_dim"), h);
       if (m.qkv_bias) add(p + "self_attn.q_proj.bias", "", Role::q_bias, pl, layer, dim(nh, hd, "heads x head_dim"), 1);
       add(p + "self_attn.k_proj.weight", "", Role::k_proj, pl, layer, kv, h);
       if (m.qkv_bias) add(p + "self_attn.k_proj.bias", "", Role::k_bias, pl, layer, kv, 1);
-      add(p + "self_attn.v_proj.weight", "", Role::v_proj, pl, layer, kv, h);
-      if (m.qkv_bias) add(p + "self_attn.v_proj.bias", "", Role::v_bias, pl, layer, kv, 1);
-      add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, hd, "heads x head_dim"));
+      add(p + "self_attn.v_proj.weight", "", Role::v_proj, pl, layer, dim(kvh, vd, "key/value heads x v_head_dim"), h);
+      if (m.qkv_bias) add(p + "self_attn.v_proj.bias", "", Role::v_bias, pl, layer, dim(kvh, vd, "key/value heads x v_head_dim"), 1);
+      add(p + "self_attn.o_proj.weight", "", Role::o_proj, pl, layer, h, dim(nh, vd, "heads x v_head_dim"));
       if (m.o_bias) add(p + "self_attn.o_proj.bias", "", Role::o_bias, pl, layer, h, 1);
       if (m.qk_norm) {  // per head (Qwen3, GLM, Hunyuan's query/key_layernorm), or over the whole projection (OLMoE)
         const bool hy = m.naming == NamingStyle::hunyuan;
@@ -79,7 +86,9 @@ struct Builder {
         add(p + (hy ? "self_attn.key_layernorm.weight" : "self_attn.k_norm.weight"), "", Role::k_norm, pl, layer, m.qk_norm_full_width ? kv : hd, 1);
       }
       // gpt-oss (transformers GptOssAttention.sinks): one logit per head added to the softmax.
-      if (m.attention_sinks) add(p + "self_attn.sinks", "", Role::attn_sink, pl, layer, nh, 1);
+      if (swa ? m.swa.sinks : m.attention_sinks) {
+        add(p + (m.naming == NamingStyle::mimo_v2 ? "self_attn.attention_sink_bias" : "self_attn.sinks"), "", Role::attn_sink, pl, layer, nh, 1);
+      }
     }
   }
 
@@ -129,7 +138,7 @@ struct Builder {
       return;
     }
     if (kind == LayerKind::dense) {
-      const std::int64_t f = m.dense_ffn;
+      const std::int64_t f = m.nas_at(layer) ? m.nas_at(layer)->ffn_size : m.dense_ffn;  // Nemotron-NAS: per layer
       const std::string d = p + (m.naming == NamingStyle::llama4 ? "feed_forward." : "mlp.");  // Llama4TextMLP
       add(d + "gate_proj.weight", "", Role::mlp_gate, pl, layer, f, h);
       if (m.mlp_bias) add(d + "gate_proj.bias", "", Role::mlp_gate_bias, pl, layer, f, 1);
@@ -293,6 +302,23 @@ struct Builder {
     add(p + "ffn.experts.mlp.w2", "", Role::expert_down, pl, i, h, f, n);
   }
 
+  // MiMo-V2-Flash's MTP layer k (checkpoint model.mtp.layers.<k>; vLLM mimo_v2_mtp.py
+  // MiMoV2MTPLayer, Megatron-Bridge MiMoV2FlashBridge's mtp mappings): enorm, hnorm, eh_proj
+  // [h, 2h], a sliding-window decoder layer whose post-attention norm is pre_mlp_layernorm and
+  // whose MLP is dense (intermediate_size), and final_layernorm; embedding and head are shared.
+  void mimo_mtp_layer(std::int64_t k) {
+    const std::int64_t i = m.num_layers + k, h = m.hidden;
+    const std::string p = fmt::format("mtp.layers.{}.", k);
+    add(p + "enorm.weight", "", Role::mtp_enorm, Placement::mtp, i, h, 1);
+    add(p + "hnorm.weight", "", Role::mtp_hnorm, Placement::mtp, i, h, 1);
+    add(p + "eh_proj.weight", "", Role::mtp_eh_proj, Placement::mtp, i, h, dim(2, h, "2 x hidden_size"));
+    norm(p + "input_layernorm", Role::input_norm, Placement::mtp, i);
+    attention(p, Placement::mtp, i);
+    norm(p + "pre_mlp_layernorm", Role::post_attn_norm, Placement::mtp, i);
+    mlp(p, Placement::mtp, i, LayerKind::dense);
+    add(p + "final_layernorm.weight", "", Role::mtp_head_norm, Placement::mtp, i, h, 1);
+  }
+
   void norm(const std::string& name, Role role, Placement pl, std::int64_t layer) {
     add(name + ".weight", "", role, pl, layer, m.hidden, 1);
     if (m.norm_bias) add(name + ".bias", "", Role::norm_bias, pl, layer, m.hidden, 1);
@@ -313,12 +339,17 @@ struct Builder {
       });
       return;
     }
-    norm(p + "input_layernorm", Role::input_norm, pl, i);
-    if (pl == Placement::decoder && m.mixer_at(i) == MixerKind::gated_delta_net) gated_delta_net(p, pl, i);
-    else attention(p, pl, i);
-    norm(p + "post_attention_layernorm", Role::post_attn_norm, pl, i);
+    // Nemotron-NAS (DeciLM Block): a no_op part has no norm either; a linear part is one h x h
+    // matrix, self_attn.linear_attn or mlp.linear_mlp (counted with attention and the MLP).
+    const NasBlock* nas = m.nas_at(i);
+    if (!nas || nas->attention != NasPart::none) norm(p + "input_layernorm", Role::input_norm, pl, i);
+    if (nas && nas->attention == NasPart::linear) add(p + "self_attn.linear_attn.weight", "", Role::o_proj, pl, i, m.hidden, m.hidden);
+    else if (pl == Placement::decoder && m.mixer_at(i) == MixerKind::gated_delta_net) gated_delta_net(p, pl, i);
+    else if (!nas || nas->attention == NasPart::full) attention(p, pl, i);
+    if (!nas || nas->ffn != NasPart::none) norm(p + "post_attention_layernorm", Role::post_attn_norm, pl, i);
     if (m.sandwich_norms) norm(p + "pre_feedforward_layernorm", Role::pre_ffn_norm, pl, i);
-    mlp(p, pl, i, kind);
+    if (nas && nas->ffn == NasPart::linear) add(p + "mlp.linear_mlp.weight", "", Role::mlp_down, pl, i, m.hidden, m.hidden);
+    else if (!nas || nas->ffn == NasPart::full) mlp(p, pl, i, kind);
     if (m.sandwich_norms) norm(p + "post_feedforward_layernorm", Role::post_ffn_norm, pl, i);
   }
 };
@@ -437,103 +468,6 @@ Module module_of(Role r) {
   return Module::attention;
 }
 
-std::string_view name_of(Role r) {
-  switch (r) {
-    case Role::embedding: return "embedding";
-    case Role::position_embedding: return "position_embedding";
-    case Role::norm_bias: return "norm_bias";
-    case Role::output_head: return "output_head";
-    case Role::final_norm: return "final_norm";
-    case Role::input_norm: return "input_norm";
-    case Role::post_attn_norm: return "post_attn_norm";
-    case Role::q_a_norm: return "q_a_norm";
-    case Role::kv_a_norm: return "kv_a_norm";
-    case Role::q_down: return "W_DQ";
-    case Role::q_up: return "W_UQ";
-    case Role::q_rope: return "W_QR";
-    case Role::kv_down: return "W_DKV";
-    case Role::k_rope: return "W_KR";
-    case Role::k_up: return "W_UK";
-    case Role::v_up: return "W_UV";
-    case Role::o_proj: return "W_O";
-    case Role::q_proj: return "q_proj";
-    case Role::k_proj: return "k_proj";
-    case Role::v_proj: return "v_proj";
-    case Role::q_bias: return "q_bias";
-    case Role::k_bias: return "k_bias";
-    case Role::v_bias: return "v_bias";
-    case Role::o_bias: return "o_bias";
-    case Role::q_norm: return "q_norm";
-    case Role::k_norm: return "k_norm";
-    case Role::mlp_gate: return "mlp_gate";
-    case Role::mlp_up: return "mlp_up";
-    case Role::mlp_down: return "mlp_down";
-    case Role::mlp_gate_bias: return "mlp_gate_bias";
-    case Role::mlp_up_bias: return "mlp_up_bias";
-    case Role::mlp_down_bias: return "mlp_down_bias";
-    case Role::router: return "router";
-    case Role::router_bias: return "router_bias";
-    case Role::expert_gate: return "expert_gate";
-    case Role::expert_up: return "expert_up";
-    case Role::expert_down: return "expert_down";
-    case Role::shared_gate: return "shared_gate";
-    case Role::shared_up: return "shared_up";
-    case Role::shared_down: return "shared_down";
-    case Role::shared_expert_gate: return "shared_expert_gate";
-    case Role::attn_sink: return "attn_sink";
-    case Role::expert_gate_up_bias: return "expert_gate_up_bias";
-    case Role::expert_down_bias: return "expert_down_bias";
-    case Role::mtp_enorm: return "mtp_enorm";
-    case Role::mtp_hnorm: return "mtp_hnorm";
-    case Role::mtp_eh_proj: return "mtp_eh_proj";
-    case Role::mtp_head_norm: return "mtp_head_norm";
-    case Role::mtp_embedding: return "mtp_embedding";
-    case Role::mtp_output_head: return "mtp_output_head";
-    case Role::indexer_wq_b: return "indexer_wq_b";
-    case Role::indexer_wk: return "indexer_wk";
-    case Role::indexer_k_norm: return "indexer_k_norm";
-    case Role::indexer_k_norm_bias: return "indexer_k_norm_bias";
-    case Role::indexer_weights_proj: return "indexer_weights_proj";
-    case Role::pre_ffn_norm: return "pre_ffn_norm";
-    case Role::post_ffn_norm: return "post_ffn_norm";
-    case Role::q_gate: return "q_gate";
-    case Role::gdn_in_qkvz: return "gdn_in_qkvz";
-    case Role::gdn_in_ba: return "gdn_in_ba";
-    case Role::gdn_conv: return "gdn_conv";
-    case Role::gdn_dt_bias: return "gdn_dt_bias";
-    case Role::gdn_a_log: return "gdn_a_log";
-    case Role::gdn_norm: return "gdn_norm";
-    case Role::gdn_out: return "gdn_out";
-    case Role::vision_tower: return "vision_tower";
-    case Role::mm_projector: return "mm_projector";
-    case Role::mamba_in_proj: return "mamba_in_proj";
-    case Role::mamba_conv: return "mamba_conv";
-    case Role::mamba_conv_bias: return "mamba_conv_bias";
-    case Role::mamba_dt_bias: return "mamba_dt_bias";
-    case Role::mamba_a_log: return "mamba_a_log";
-    case Role::mamba_d: return "mamba_d";
-    case Role::mamba_norm: return "mamba_norm";
-    case Role::mamba_out: return "mamba_out";
-  }
-  return "?";
-}
-
-std::string_view name_of(Module m) {
-  switch (m) {
-    case Module::embedding: return "embedding";
-    case Module::attention: return "attention";
-    case Module::norms: return "norms";
-    case Module::dense_mlp: return "dense_mlp";
-    case Module::router: return "router";
-    case Module::routed_experts: return "routed_experts";
-    case Module::shared_experts: return "shared_experts";
-    case Module::output_head: return "output_head";
-    case Module::mtp: return "mtp";
-    case Module::vision: return "vision";
-  }
-  return "?";
-}
-
 Inventory build_inventory(const ModelSpec& m) {
   Builder b{m, {}};
   const std::int64_t h = m.hidden;
@@ -566,7 +500,8 @@ Inventory build_inventory(const ModelSpec& m) {
     b.add(fmt::format("mtp_linear_proj.{}.weight", k), "", Role::mtp_eh_proj, Placement::mtp, i, h, dim(2, h, "2 x hidden_size"));
     b.decoder_layer(fmt::format("mtp_block.{}.", k), i, Placement::mtp, mtp_kind);
   }
-  for (std::int64_t k = 0; k < m.mtp_layers && m.naming != NamingStyle::ernie; ++k) {
+  for (std::int64_t k = 0; k < m.mtp_layers && m.naming == NamingStyle::mimo_v2; ++k) b.mimo_mtp_layer(k);
+  for (std::int64_t k = 0; k < m.mtp_layers && m.naming != NamingStyle::ernie && m.naming != NamingStyle::mimo_v2; ++k) {
     const std::int64_t i = m.num_layers + k;
     const std::string p = fmt::format("layers.{}.", i);
     b.add(p + "embed_tokens.weight", "", Role::mtp_embedding, Placement::mtp, i, m.vocab, h, 1, true);

@@ -19,6 +19,39 @@ bool ModelSpec::is_hybrid() const {
   return std::any_of(layer_mixers.begin(), layer_mixers.end(), [](MixerKind k) { return k != MixerKind::attention; });
 }
 
+namespace {
+
+// Per-layer lists (MiMo-V2-Flash's sliding-window flags, Nemotron-NAS's blocks) are indexed by
+// layer: one entry per layer, or none; their sizes are bounded like the model-wide ones.
+void validate_per_layer(const ModelSpec& m) {
+  constexpr std::int64_t kMaxSize = std::int64_t{1} << 31;
+  auto check = [&](std::int64_t v, const char* field, std::int64_t max) {
+    if (v <= 0 || v > max) {
+      throw InputError(fmt::format("model {}: {}", m.name, field), std::to_string(v), fmt::format("an integer from 1 to {}", max));
+    }
+  };
+  for (const auto& [n, field] : {std::pair{m.swa_layers.size(), "sliding-window layer flags"},
+                                 std::pair{m.nas_blocks.size(), "NAS blocks"}}) {
+    if (n != 0 && static_cast<std::int64_t>(n) != m.num_layers) {
+      throw InputError(fmt::format("model {}: {}", m.name, field), std::to_string(n),
+                       fmt::format("none, or one per layer ({})", m.num_layers));
+    }
+  }
+  if (m.has_swa_dims()) {
+    check(m.swa.heads, "swa_num_attention_heads", kMaxSize);
+    check(m.swa.kv_heads, "swa_num_key_value_heads", m.swa.heads);
+    check(m.swa.head_dim, "swa_head_dim", kMaxSize);
+    check(m.swa.v_head_dim, "swa_v_head_dim", kMaxSize);
+  }
+  if (m.v_head_dim != 0) check(m.v_head_dim, "v_head_dim", kMaxSize);
+  for (const auto& b : m.nas_blocks) {
+    if (b.attention == NasPart::full) check(b.kv_heads, "block key/value heads", m.num_heads);
+    if (b.ffn == NasPart::full) check(b.ffn_size, "block FFN size", kMaxSize);
+  }
+}
+
+}  // namespace
+
 void validate_model(const ModelSpec& m) {
   auto positive = [&](std::int64_t v, const char* field) {
     if (v <= 0) throw InputError(fmt::format("model {}: {}", m.name, field), std::to_string(v), "a positive integer");
@@ -101,6 +134,7 @@ void validate_model(const ModelSpec& m) {
     throw InputError(fmt::format("model {}: layer mixers", m.name), nemotron ? "gated DeltaNet or MTP layers" : "Mamba-2 or mixer-less blocks",
                      "Mamba-2, attention, MLP and MoE blocks without MTP for Nemotron-H's naming, and only there");
   }
+  validate_per_layer(m);
   if (m.mtp_layers < 0) {
     throw InputError(fmt::format("model {}: mtp layers", m.name), std::to_string(m.mtp_layers), "0 or more");
   }

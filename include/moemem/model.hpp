@@ -73,6 +73,25 @@ enum class NamingStyle : std::uint8_t {
   hunyuan,  // self_attn.{query,key}_layernorm, mlp.gate.wg, mlp.shared_mlp (config_moe_families2.cpp)
   llama4,   // feed_forward.{router, experts.gate_up_proj, experts.down_proj, shared_expert} (config_llama4.cpp)
   nemotron_h,  // embeddings, layers.<i>.{norm, mixer.*}: one norm and one mixer per block, norm_f (config_nemotron_h.cpp)
+  mimo_v2,  // self_attn.attention_sink_bias; MTP as mtp.layers.<k>.{enorm, ..., final_layernorm} (config_mimo_v2.cpp)
+};
+
+// MiMo-V2-Flash's sliding-window attention layers (swa_* keys), sized apart from its
+// full-attention layers: query heads, key/value heads, query/key and value head widths, and
+// whether each head has a learned sink logit (attention_sink_bias).
+struct SwaDims {
+  std::int64_t heads = 0, kv_heads = 0, head_dim = 0, v_head_dim = 0;
+  bool sinks = false;
+};
+
+// Nemotron-NAS (DeciLM) block parts: the usual sublayer, a single h x h linear in its place
+// (replace_with_linear), or nothing (no_op: neither the sublayer nor its norm).
+enum class NasPart : std::uint8_t { full, linear, none };
+// One Nemotron-NAS decoder layer (block_configs[i], config_nemotron_nas.cpp): its attention and
+// FFN parts, the attention's key/value heads and the FFN's intermediate size when full.
+struct NasBlock {
+  NasPart attention = NasPart::full, ffn = NasPart::full;
+  std::int64_t kv_heads = 0, ffn_size = 0;
 };
 
 // Llama-4's vision tower and projector (transformers Llama4VisionModel, Llama4MultiModalProjector;
@@ -153,6 +172,14 @@ struct ModelSpec {
   std::int64_t nope_layers = 0;
   // Llama-4's multimodal config: the vision tower and projector, counted; analysis refused.
   VisionTower vision;
+  // MiMo-V2-Flash (config_mimo_v2.cpp): the value heads' width where it differs from head_dim
+  // (0: head_dim), and one flag per decoder layer, set where the layer is sliding-window attention
+  // sized by `swa` (empty: every layer has the main sizes). Its MTP layers are sliding-window too.
+  std::int64_t v_head_dim = 0;
+  std::vector<bool> swa_layers;
+  SwaDims swa;
+  // Nemotron-NAS: one block per decoder layer (empty: every layer has the model-wide sizes).
+  std::vector<NasBlock> nas_blocks;
   // Config keys that were present but are not understood; reported, never silently dropped.
   std::vector<std::string> unrecognised_keys;
 
@@ -163,6 +190,15 @@ struct ModelSpec {
   }
   [[nodiscard]] bool is_hybrid() const;  // some layer's mixer is not attention
   [[nodiscard]] bool has_vision() const { return vision.present; }
+  [[nodiscard]] bool has_swa_dims() const { return !swa_layers.empty(); }
+  [[nodiscard]] const NasBlock* nas_at(std::int64_t layer) const {
+    return nas_blocks.empty() || layer >= num_layers ? nullptr : &nas_blocks[static_cast<std::size_t>(layer)];
+  }
+  // Whether layer `layer` (MTP depths numbered on from num_layers) takes the `swa` sizes.
+  [[nodiscard]] bool swa_at(std::int64_t layer) const {
+    if (swa_layers.empty()) return false;
+    return layer >= num_layers || swa_layers[static_cast<std::size_t>(layer)];
+  }
   [[nodiscard]] std::int64_t num_moe_layers() const;
   // The kind of an MTP layer: like the last main layer (DeepSeek-V3, GLM-4.5), or dense (ERNIE).
   [[nodiscard]] LayerKind mtp_kind() const { return is_moe() && !mtp_dense ? LayerKind::moe : LayerKind::dense; }

@@ -44,6 +44,27 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
                                  "training activations are not modelled yet (count is exact)",
                                  profile.name));
   }
+  // MiMo-V2-Flash: full and sliding-window layers differ in key/value heads (4 and 8), and every
+  // layer's value heads are narrower than its query/key heads (128 and 192). Megatron-Bridge
+  // trains it (MiMoV2FlashBridge: per-layer query groups, v_head_dim, softmax_offset sinks), but
+  // the evaluator holds one attention shape per model: refused, never narrowed (count is exact).
+  // Nemotron-NAS: layers without attention or with a linear in its place, key/value heads and
+  // FFN sizes per layer (block_configs); Megatron-Bridge's LlamaNemotronBridge builds them as
+  // heterogeneous layers, which the evaluator's one dense layer class cannot hold: refused.
+  if (!m.nas_blocks.empty()) {
+    throw InputError("--model", m.model_type,
+                     fmt::format("a model whose layers share one shape under the {} profile: Nemotron-NAS's per-layer "
+                                 "blocks (block_configs: no-op or linear attention and FFN, heads and FFN sizes per "
+                                 "layer) are not modelled in training memory yet (count is exact)",
+                                 profile.name));
+  }
+  if (m.has_swa_dims() || m.v_head_dim > 0) {
+    throw InputError("--model", m.model_type,
+                     fmt::format("a model whose attention layers share one shape under the {} profile: per-layer "
+                                 "key/value heads and a v_head_dim apart from head_dim (MiMo-V2-Flash) are not "
+                                 "modelled in training memory yet (count is exact)",
+                                 profile.name));
+  }
   CompiledModel cm;
   cm.model = &m;
   cm.profile = &profile;
