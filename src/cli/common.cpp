@@ -73,6 +73,31 @@ void add_layout_options(CLI::App& app, LayoutOptions& o) {
                "Count the loss (head) as one layer when splitting evenly");
 }
 
+// The framework releases and the dropout probabilities (analyze, explain and search).
+void add_release_options(CLI::App& app, TrainingOptions& o) {
+  app.add_option("--megatron-version", o.numerics.megatron_version,
+                 "Megatron-Core release (megatron profile): 0.6 (to 0.7), 0.12 (0.8 to 0.12) or current (0.13+); "
+                 "before 0.13 MoE layers keep the unweighted expert output, 0.6 also silu's output")
+      ->capture_default_str();
+  app.add_option("--torchtitan-version", o.numerics.torchtitan_version,
+                 "torchtitan release (torchtitan profile): 0.1.0 or 0.2.0 (and earlier commits) keep every micro-batch's "
+                 "output on the last pipeline stage until the step ends; 0.2.1, 0.2.2 or current free it after its backward")
+      ->capture_default_str();
+  app.add_option("--hidden-dropout", o.numerics.hidden_dropout,
+                 "Dropout after attention and MLP: keeps a one-byte mask each (profile default: megatron 0.1, others 0)");
+  app.add_option("--attention-dropout", o.numerics.attention_dropout,
+                 "Dropout of the attention probabilities: a mask with --attention eager (profile default: megatron 0.1, others 0)");
+}
+
+// torchtitan's FSDP2 and loss settings (analyze, explain and search).
+void add_fsdp2_options(CLI::App& app, TrainingOptions& o) {
+  app.add_flag("--compile", o.fsdp.compile, "torchtitan: torch.compile of each block (and of the loss: --loss fused)");
+  app.add_option("--loss", o.fsdp.loss, "torchtitan: how the loss keeps the logits: upcast|fused|chunked (default fused with --compile, else upcast)");
+  app.add_option("--reshard-after-forward", o.fsdp.reshard_after_forward, "torchtitan: FSDP reshard policy: default|always|never")
+      ->capture_default_str();
+  app.add_flag("--fsdp-float8-all-gather", o.fsdp.fsdp_float8_all_gather, "torchtitan: FSDP all-gathers float8 linear weights (needs --fp8)");
+}
+
 void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--profile", o.profile, "Accounting profile: megatron|paper|torchtitan|hf")->capture_default_str();
   add_int(app, "--micro-batch", o.batch.micro_batch, "Micro-batch size b");
@@ -117,23 +142,12 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                  "The recipe's techniques to leave out, comma-separated: rmsnorm-recompute, mla-up-recompute, "
                  "fp8-swiglu-input, e5m6-attention-output, fp8-dispatch, node-limited-dispatch, bf16-moments, ema-on-cpu, "
                  "online-fp8-weights, fp8");
-  app.add_option("--megatron-version", o.numerics.megatron_version,
-                 "Megatron-Core release (megatron profile): 0.6 (to 0.7), 0.12 (0.8 to 0.12) or current (0.13+); "
-                 "before 0.13 MoE layers keep the unweighted expert output, 0.6 also silu's output")
-      ->capture_default_str();
-  app.add_option("--torchtitan-version", o.numerics.torchtitan_version,
-                 "torchtitan release (torchtitan profile): 0.1.0 or 0.2.0 (and earlier commits) keep every micro-batch's "
-                 "output on the last pipeline stage until the step ends; 0.2.1, 0.2.2 or current free it after its backward")
-      ->capture_default_str();
+  add_release_options(app, o);
   app.add_option("--cuda-graph-impl", o.numerics.cuda_graph_impl,
                  "Megatron's per-layer CUDA graphs: none|local|transformer_engine (static buffers, megatron profile)")
       ->capture_default_str();
   app.add_option("--cuda-graph-scope", o.numerics.cuda_graph_scope,
                  "Parts of each layer graphed: attn,mlp,moe_router,moe_preprocess or full (default: full)");
-  app.add_option("--hidden-dropout", o.numerics.hidden_dropout,
-                 "Dropout after attention and MLP: keeps a one-byte mask each (profile default: megatron 0.1, others 0)");
-  app.add_option("--attention-dropout", o.numerics.attention_dropout,
-                 "Dropout of the attention probabilities: a mask with --attention eager (profile default: megatron 0.1, others 0)");
   app.add_option("--moe-imbalance", o.moe.moe_imbalance, "Tokens the hottest expert rank receives, times the average (>= 1)");
   app.add_flag("--moe-shared-expert-overlap", o.moe.shared_expert_overlap,
                "Shared experts overlapped with the dispatch: they keep the all-gathered full-sequence input (megatron)");
@@ -151,11 +165,7 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--cuda-context", o.overheads.cuda_context, "CUDA context and library handles per GPU, e.g. 0.52GiB (profile default)");
   app.add_option("--nccl-per-group", o.overheads.nccl_per_group,
                  "NCCL memory per further process-group dimension, e.g. 0.4GiB (profile default)");
-  app.add_flag("--compile", o.fsdp.compile, "torchtitan: torch.compile of each block (and of the loss: --loss fused)");
-  app.add_option("--loss", o.fsdp.loss, "torchtitan: how the loss keeps the logits: upcast|fused|chunked (default fused with --compile, else upcast)");
-  app.add_option("--reshard-after-forward", o.fsdp.reshard_after_forward, "torchtitan: FSDP reshard policy: default|always|never")
-      ->capture_default_str();
-  app.add_flag("--fsdp-float8-all-gather", o.fsdp.fsdp_float8_all_gather, "torchtitan: FSDP all-gathers float8 linear weights (needs --fp8)");
+  add_fsdp2_options(app, o);
   app.add_option("--dp-replicate", o.fsdp.dp_replicate, "torchtitan: HSDP replicas (parameters shard over dp/dp-replicate x cp)")
       ->capture_default_str();
   app.add_option("--gpu", o.gpu.gpu, "GPU whose memory to check against: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");

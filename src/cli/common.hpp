@@ -115,6 +115,9 @@ struct MegatronScript {
 void add_model_options(CLI::App& app, ModelOptions& o);
 void add_layout_options(CLI::App& app, LayoutOptions& o);
 void add_training_options(CLI::App& app, TrainingOptions& o);
+// Parts of add_training_options that search takes too.
+void add_release_options(CLI::App& app, TrainingOptions& o);
+void add_fsdp2_options(CLI::App& app, TrainingOptions& o);
 void add_format_option(CLI::App& app, std::string& format);
 
 // Parses a whole decimal integer; the error names `field` and repeats the text as typed.

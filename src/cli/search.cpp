@@ -164,17 +164,8 @@ void SearchCommand::setup(CLI::App& root) {
   app->add_option("--recipe", training.numerics.recipe, "deepseek-v3 or deepseek-v2 (its precision and recomputation)");
   app->add_option("--recipe-off", training.numerics.recipe_off, "The recipe's techniques to leave out, comma-separated");
   app->add_option("--attention", training.numerics.attention, "flash|eager");
-  app->add_option("--hidden-dropout", training.numerics.hidden_dropout, "Hidden dropout (profile default: megatron 0.1)");
-  app->add_option("--attention-dropout", training.numerics.attention_dropout, "Attention dropout (profile default)");
-  app->add_option("--megatron-version", training.numerics.megatron_version, "Megatron-Core release: 0.6|0.12|current")
-      ->capture_default_str();
-  app->add_option("--torchtitan-version", training.numerics.torchtitan_version, "torchtitan release: 0.2.0|current")
-      ->capture_default_str();
-  app->add_flag("--compile", training.fsdp.compile, "torch.compile (torchtitan)");
-  app->add_option("--loss", training.fsdp.loss, "torchtitan loss: upcast|fused|chunked");
-  app->add_flag("--fsdp-float8-all-gather", training.fsdp.fsdp_float8_all_gather, "FSDP2 float8 all-gather (torchtitan)");
-  app->add_option("--reshard-after-forward", training.fsdp.reshard_after_forward, "torchtitan: default|always|never")
-      ->capture_default_str();
+  add_release_options(*app, training);
+  add_fsdp2_options(*app, training);
   app->add_option("--finetune", training.finetune.finetune, "What trains: full|lora (the layouts of a LoRA fine-tune)")
       ->capture_default_str();
   add_optional_int(*app, "--lora-rank", training.finetune.lora_rank, "LoRA rank r (required with --finetune lora)");
