@@ -45,6 +45,7 @@ struct FsdpDetail {
   Count shard_params;                     // ceil(params / (dp/dp_replicate x cp))
   Count root_params;                      // embedding, final norm, output held (after TP)
   Count block_params, block_fp8_params;   // one decoder block (after TP), its FP8-GEMM part
+  Count root_trainable, block_trainable;  // hf under FSDP2: what of the root (tail) and a block trains
   std::int64_t blocks_kept = 0;           // blocks left unsharded after forward
   Bytes root_unsharded, blocks_unsharded; // bf16 working copies (part of the weights)
   Bytes all_gather_cache, reduce_scatter_cache;  // side-stream blocks (part of the fragmentation)

@@ -68,6 +68,15 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
                                         "logits) until the step ends (step() returns them; return_outputs=False from 0.2.1)",
                                         name_of(c.t.torchtitan_version)));
   }
+  if (c.t.accelerate_fsdp2) {
+    r.assumptions.push_back(
+        "--fsdp2: FSDP2 through accelerate (>= 1.14) as the Trainer runs it with mixed_precision bf16: every decoder layer, "
+        "the embedding and the tail (final norm, lm_head; never resharded after forward) are units; trainable parameters "
+        "upcast to fp32 and sharded over dp with their optimizer states (fused AdamW: no step temporary), frozen ones "
+        "sharded in their dtype; bf16 all-gathers and reduce-scatters; two layers gathered at backward (the one running "
+        "and the one prefetched); with gradient accumulation the Trainer's no_sync keeps a bf16 gradient of every "
+        "trainable parameter unsharded until the last micro-batch");
+  }
   const auto& layout = c.layout;
   r.stages.resize(layout.rank_chunks.size());
   for (std::size_t s = 0; s < r.stages.size(); ++s) {

@@ -109,6 +109,7 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
                     {"recompute_method", r.training.recompute_method == RecomputeMethod::uniform ? "uniform" : "block"},
                     {"recompute_num_layers", r.training.recompute_num_layers},
                     {"zero", r.training.zero},
+                    {"sharding", r.training.accelerate_fsdp2 ? "fsdp2" : "zero"},
                     {"dtypes", {{"weights", name_of(pr.weights)}, {"gradients", name_of(pr.gradients)},
                                 {"master", name_of(pr.master)}, {"exp_avg", name_of(pr.exp_avg)},
                                 {"exp_avg_sq", name_of(pr.exp_avg_sq)},
@@ -402,11 +403,18 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
           ? fmt::format("full ({} {})", r.training.recompute_method == RecomputeMethod::uniform ? "uniform" : "block",
                         r.training.recompute_num_layers)
           : std::string(name_of(r.training.recompute));
-  out << fmt::format("training: micro-batch {}, seq-len {}, recompute {}, ZeRO {}; dtypes weights {}, grads {}, "
-                     "master {}, moments {}/{}\n",
-                     r.training.micro_batch, r.training.seq_len, recompute, r.training.zero,
-                     name_of(pr.weights), name_of(pr.gradients), name_of(pr.master), name_of(pr.exp_avg),
-                     name_of(pr.exp_avg_sq));
+  if (r.training.accelerate_fsdp2) {
+    // hf --fsdp2: fp32 shards of what trains (no separate master copy), bf16 gathered weights.
+    out << fmt::format("training: micro-batch {}, seq-len {}, recompute {}, FSDP2 (accelerate); dtypes weights {} "
+                       "(gathered), shards fp32, grads fp32 shards, moments {}/{}\n",
+                       r.training.micro_batch, r.training.seq_len, recompute, name_of(pr.weights), name_of(pr.exp_avg),
+                       name_of(pr.exp_avg_sq));
+  } else {
+    out << fmt::format("training: micro-batch {}, seq-len {}, recompute {}, ZeRO {}; dtypes weights {}, grads {}, "
+                       "master {}, moments {}/{}\n",
+                       r.training.micro_batch, r.training.seq_len, recompute, r.training.zero, name_of(pr.weights),
+                       name_of(pr.gradients), name_of(pr.master), name_of(pr.exp_avg), name_of(pr.exp_avg_sq));
+  }
   if (r.training.fp8 != Fp8Recipe::none || r.training.moe_imbalance != 1.0 || r.training.moe_capacity_factor ||
       r.training.deepep) {
     out << fmt::format("fp8 {}; moe: hottest rank x{}{}, dispatcher {}\n", name_of(r.training.fp8), r.training.moe_imbalance,

@@ -93,9 +93,12 @@ void add_release_options(CLI::App& app, TrainingOptions& o) {
 void add_fsdp2_options(CLI::App& app, TrainingOptions& o) {
   app.add_flag("--compile", o.fsdp.compile, "torchtitan: torch.compile of each block (and of the loss: --loss fused)");
   app.add_option("--loss", o.fsdp.loss, "torchtitan: how the loss keeps the logits: upcast|fused|chunked (default fused with --compile, else upcast)");
-  app.add_option("--reshard-after-forward", o.fsdp.reshard_after_forward, "torchtitan: FSDP reshard policy: default|always|never")
+  app.add_option("--reshard-after-forward", o.fsdp.reshard_after_forward, "torchtitan (and hf --fsdp2): FSDP reshard policy: default|always|never")
       ->capture_default_str();
   app.add_flag("--fsdp-float8-all-gather", o.fsdp.fsdp_float8_all_gather, "torchtitan: FSDP all-gathers float8 linear weights (needs --fp8)");
+  app.add_flag("--fsdp2", o.fsdp.fsdp2,
+               "--profile hf: PyTorch FSDP2 through accelerate (fsdp_version 2, mixed precision bf16) instead of DeepSpeed; "
+               "--reshard-after-forward never keeps every layer gathered");
 }
 
 void add_training_options(CLI::App& app, TrainingOptions& o) {
@@ -331,6 +334,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.fsdp.reshard = parse_reshard_policy(o.fsdp.reshard_after_forward);
   r.fsdp.fsdp_float8_all_gather = o.fsdp.fsdp_float8_all_gather;
   r.fsdp.dp_replicate = o.fsdp.dp_replicate;
+  r.fsdp.accelerate_fsdp2 = o.fsdp.fsdp2;
   r.recompute = given<Recompute>(o.recompute.recompute, [](const std::string& v) { return parse_recompute(v, "--recompute"); });
   r.recompute_modules = given<std::uint16_t>(
       o.recompute.recompute_modules, [](const std::string& v) { return parse_recompute_modules(v, "--recompute-modules"); });
@@ -347,6 +351,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.finetune = to_finetune(o.finetune);
   if (!o.deepspeed.empty()) {
     if (o.profile != "hf") throw InputError("--deepspeed", o.deepspeed, "--profile hf with a DeepSpeed configuration");
+    if (o.fsdp.fsdp2) throw InputError("--deepspeed", o.deepspeed, "no --deepspeed with --fsdp2 (FSDP2 replaces DeepSpeed)");
     if (o.states.optimizer_cpu_offload) {
       throw InputError("--optimizer-cpu-offload", "set", "zero_optimization.offload_optimizer in the --deepspeed config");
     }

@@ -105,6 +105,28 @@ std::optional<InputError> hf_layout_check(const Layout& layout) {
   return std::nullopt;
 }
 
+// FSDP2 through accelerate replaces DeepSpeed: its own sharding, no ZeRO stage or ds_config; what
+// the state model (hf_fsdp2.cpp) does not cover is refused by name.
+std::optional<InputError> hf_fsdp2_check(const TrainingConfig& t) {
+  if (!t.accelerate_fsdp2) return std::nullopt;
+  if (t.deepspeed) return InputError("--deepspeed", "set", "no DeepSpeed configuration with --fsdp2 (FSDP2 replaces DeepSpeed)");
+  if (t.zero != 0) {
+    return InputError("--zero", std::to_string(t.zero),
+                      "0 with --fsdp2 (FSDP2 shards parameters, gradients and optimizer states over dp itself)");
+  }
+  // accelerate leaves frozen non-float Params4bit out of sharding (fsdp2_prepare_model:
+  // ignored_params, replicated on every rank) unless bnb_4bit_quant_storage is a float dtype: not
+  // modelled.
+  if (t.finetune == Finetune::qlora) {
+    return InputError("--finetune", "qlora", "full or lora with --fsdp2 (QLoRA's NF4 weights under FSDP2 are not modelled)");
+  }
+  if (t.optimizer_offload > 0) {
+    return InputError("--optimizer-cpu-offload", "set",
+                      "no offload with --fsdp2 (accelerate's fsdp_offload_params, FSDP2's CPUOffloadPolicy, is not modelled)");
+  }
+  return std::nullopt;
+}
+
 std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   if (!supported_type(m.model_type)) {
     return InputError("--model", m.model_type,
@@ -121,7 +143,8 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
   }
   if (auto e = refuse_dropout("hf", t)) return e;
   if (auto e = refuse_megatron_options("hf", t)) return e;
-  if (auto e = refuse_fsdp2_options("hf", t)) return e;
+  if (auto e = refuse_fsdp2_options("hf", t, t.accelerate_fsdp2)) return e;
+  if (auto e = hf_fsdp2_check(t)) return e;
   if (auto e = refuse_finetune("hf", t, true, {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion}, true)) return e;
   // ZeRO-3 with 4-bit weights needs bnb_4bit_quant_storage set to the float dtype so that DeepSpeed
   // can flatten and partition them: a different storage, not modelled.
@@ -168,8 +191,9 @@ const Profile kHf{
             "Qwen3-MoE renormalises the top-k weights (norm_topk_prob true, as its released configs)",
             "gradient checkpointing (--recompute full) keeps each decoder layer's input; one layer is recomputed at a "
             "time",
-            "ZeRO stages shard optimizer states (1), gradients (2) and weights (3) over dp; no tp/pp/cp/ep",
-            "DeepSpeed's buffers from the ds_config, or its defaults for a bare --zero: reduce buckets (two with "
+            "without --fsdp2, DeepSpeed: ZeRO stages shard optimizer states (1), gradients (2) and weights (3) over dp; "
+            "no tp/pp/cp/ep",
+            "without --fsdp2, DeepSpeed's buffers from the ds_config, or its defaults for a bare --zero: reduce buckets (two with "
             "overlap_comm below stage 3), ZeRO-3's persistent parameters and its gathered module plus prefetch bucket; "
             "parameters kept gathered by stage3_max_reuse_distance are not counted",
             "loss: ForCausalLMLoss upcasts the logits; log_softmax keeps fp32 log-probabilities",
@@ -181,7 +205,7 @@ const Profile kHf{
     .tp_split = megatron_tp_split,
     .zero_group = megatron_zero_group,
     .accounts = megatron_accounts,
-    .states = &detail::kDeepSpeedStates,
+    .states = &detail::kHfStates,
     // DeepSpeed bf16 with ZeRO: bf16 module weights, fp32 master copies and Adam moments
     // (stage_1_and_2.py single_partition_of_fp32_groups, optimizer state on them), fp32 gradient
     // partitions for the step.

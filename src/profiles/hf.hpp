@@ -15,6 +15,8 @@
 namespace moemem::detail {
 // ZeRO's states plus DeepSpeed's own buffers (hf_deepspeed.cpp).
 extern const StateModel kDeepSpeedStates;
+// The hf profile's states: DeepSpeed's, or FSDP2's under --fsdp2 (hf_fsdp2.cpp).
+extern const StateModel kHfStates;
 }  // namespace moemem::detail
 
 namespace moemem::profiles {

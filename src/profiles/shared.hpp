@@ -111,12 +111,22 @@ inline std::optional<InputError> refuse_routing_without_experts(const ModelSpec&
 
 // torchtitan's settings (torch.compile, loss variants, FSDP2 resharding and float8 all-gather,
 // HSDP replicas, a release) under a profile without FSDP2.
-inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, const TrainingConfig& t) {
+// `hf_fsdp2`: the hf profile under --fsdp2, which takes --reshard-after-forward (accelerate's
+// fsdp_reshard_after_forward).
+inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, const TrainingConfig& t, bool hf_fsdp2 = false) {
   if (t.torchtitan_version != TorchtitanVersion::current) {
     return InputError("--torchtitan-version", std::string(name_of(t.torchtitan_version)),
                      fmt::format("current with the {} profile (releases are a torchtitan-profile setting)", profile));
   }
-  if (t.compile || t.loss || t.reshard != ReshardPolicy::standard || t.fsdp_float8_all_gather || t.dp_replicate != 1) {
+  if (t.accelerate_fsdp2 && profile != "hf") {
+    return InputError("--fsdp2", "set", fmt::format("the hf profile (not {}): FSDP2 through accelerate", profile));
+  }
+  const bool reshard = t.reshard != ReshardPolicy::standard && !hf_fsdp2;
+  if (reshard && profile == "hf") {
+    return InputError("--reshard-after-forward", std::string(name_of(t.reshard)),
+                      "default with the hf profile unless --fsdp2 (DeepSpeed has no such policy)");
+  }
+  if (t.compile || t.loss || reshard || t.fsdp_float8_all_gather || t.dp_replicate != 1) {
     return InputError("--compile/--loss/--reshard-after-forward/--fsdp-float8-all-gather/--dp-replicate", "set",
                      fmt::format("the torchtitan profile (not {})", profile));
   }

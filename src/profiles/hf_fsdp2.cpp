@@ -1,0 +1,217 @@
+// The hf profile under --fsdp2: Hugging Face modeling code sharded by PyTorch FSDP2 as accelerate
+// applies it (the Trainer, TRL and axolotl with fsdp_version 2 and mixed_precision bf16), and the
+// dispatch between it and DeepSpeed's states (hf_deepspeed.cpp). Facts from huggingface/accelerate
+// (v1.14.0 and later, commit 60b5c258 for the units) and torch.distributed.fsdp (fully_shard):
+// - utils/fsdp_utils.py fsdp2_prepare_model: every decoder layer (the model's _no_split_modules,
+//   TRANSFORMER_BASED_WRAP) is its own fully_shard unit with reshard_after_forward from the
+//   plugin (default True for fsdp_version 2, utils/dataclasses.py); the input embedding is its own
+//   unit; the tail [final norm, lm_head] is one unit with reshard_after_forward False; the root
+//   holds what is left (no parameters in the supported models). With mixed precision every
+//   trainable parameter is upcast to fp32 ("FSDP upcast of low precision parameters to fp32"),
+//   frozen ones keep their dtype.
+// - FullyShardedDataParallelPlugin.set_mixed_precision: MixedPrecisionPolicy(param_dtype=bf16,
+//   reduce_dtype=bf16, output_dtype=bf16): layers run on bf16 all-gathered copies, gradients are
+//   reduce-scattered in bf16 and land as fp32 shards of the fp32 parameters.
+// - The Trainer runs every micro-batch but the last of a step under accelerator.no_sync, which
+//   for FSDP2 is set_requires_gradient_sync(False) (accelerator.py no_sync). FSDP2's
+//   post_backward then keeps each unsharded gradient on the unsharded parameter
+//   (FSDPParam.to_accumulated_grad_if_needed converts only when reduce_dtype differs from
+//   param_dtype, both bf16 here) until the last micro-batch reduce-scatters it: with gradient
+//   accumulation a device holds a bf16 gradient of every trainable parameter, unsharded.
+// - The optimizer: transformers' default optim is adamw_torch_fused from torch 2.8
+//   (training_args.py default_optim), whose step allocates nothing of parameter size; its moments
+//   live on the fp32 shards, so there is no separate master copy.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "analyze/internal.hpp"
+#include "profiles/hf.hpp"
+
+namespace moemem::detail {
+
+namespace {
+
+Count params_of(const Share& s) { return s.params.non_expert + s.params.expert; }
+Count trainable_of(const Share& s) { return s.trainable.non_expert.params + s.trainable.expert.params; }
+
+// The units: the tail (final norm and lm_head; with tied embeddings the embedding stands in for
+// lm_head in the tail) and one decoder layer, the larger of the two kinds (a layer's routed
+// experts are in its unit: Hugging Face's MoE blocks hold them as submodules).
+void hf_fsdp2_prepare(const EvalContext& c, const Shares& sh, StageReport& st) {
+  FsdpDetail f;
+  f.root_params = params_of(sh.head);
+  f.root_trainable = trainable_of(sh.head);
+  if (c.model.tie_embeddings) {
+    f.root_params += params_of(sh.emb);
+    f.root_trainable += trainable_of(sh.emb);
+  }
+  const bool moe_larger = params_of(sh.moe) > params_of(sh.dense);
+  f.block_params = moe_larger ? params_of(sh.moe) : params_of(sh.dense);
+  f.block_trainable = moe_larger ? trainable_of(sh.moe) : trainable_of(sh.dense);
+  st.fsdp = f;
+}
+
+Count all_params(const StageReport& st) { return st.params.non_expert + st.params.expert; }
+OptimizerCounts all_trainable(const StageReport& st) {
+  OptimizerCounts n = st.trainable.non_expert;
+  n += st.trainable.expert;
+  return n;
+}
+Count shard_of(Count n, std::int64_t dp) { return Count(ceil_div(n.value(), static_cast<std::uint64_t>(dp))); }
+
+// What the step keeps per shard: the optimizer's states without a master copy (the fp32 shard
+// is the parameter the optimizer updates).
+Bytes moment_bytes(const EvalContext& c, const OptimizerCounts& shard) {
+  const auto states = optimizer_states(c.t.finetuning(), c.t.precision, shard);
+  Bytes b;
+  for (std::size_t i = 1; i < states.size(); ++i) b += bytes_of(states[i].elements, states[i].dtype);
+  return b;
+}
+
+// Parameter shards: fp32 for what trains (accelerate's upcast), the weights' dtype for the rest.
+Bytes shard_bytes(const EvalContext& c, const StageReport& st) {
+  const std::int64_t dp = c.layout.config.dp;
+  const Count trains = all_trainable(st).params;
+  return bytes_of(shard_of(trains, dp), DType::fp32) +
+         bytes_of(shard_of(Count(all_params(st).value() - trains.value()), dp), c.t.precision.weights);
+}
+
+// Gradient accumulation under no_sync: a bf16 gradient of every trainable parameter, unsharded.
+Bytes held_grads(const EvalContext& c, const StageReport& st) {
+  if (c.microbatches.value_or(1) <= 1) return Bytes{};
+  return bytes_of(all_trainable(st).params, c.t.activation_dtype);
+}
+
+// Layers gathered at backward: the layer whose backward runs and the one FSDP2 prefetches
+// (backward prefetch of the next unit in reverse forward order); every layer when none is
+// resharded after forward. The tail is never resharded after forward.
+std::int64_t layers_gathered(const EvalContext& c, const StageReport& st) {
+  if (c.t.reshard == ReshardPolicy::never) return st.layers.num_layers;
+  return std::min<std::int64_t>(2, st.layers.num_layers);
+}
+
+// Peak at the start of backward (activations, the loss's gradients, the gathered units and, with
+// accumulation, the unsharded gradients) or at the optimizer step (shards, fp32 gradient shards
+// and moments), whichever is higher.
+bool hf_fsdp2_cost(const EvalContext& c, StageReport& st, Bytes activations) {
+  FsdpDetail& f = *st.fsdp;
+  const std::int64_t dp = c.layout.config.dp;
+  const DType w = c.t.activation_dtype;
+  f.shard_params = shard_of(all_trainable(st).params, dp);
+  f.blocks_kept = layers_gathered(c, st);
+  f.root_unsharded = bytes_of(f.root_params, w);
+  f.blocks_unsharded = times(bytes_of(f.block_params, w), f.blocks_kept, "fsdp");
+  const Bytes states = shard_bytes(c, st) + moment_bytes(c, all_trainable(st).sharded(dp));
+  const Bytes backward = states + f.root_unsharded + f.blocks_unsharded + held_grads(c, st) + activations;
+  f.optimizer_step_peak = states + bytes_of(f.shard_params, DType::fp32) > backward;
+  if (dp > 1) {
+    // The all-gather outputs (copied out into the parameters) and the bf16 reduce-scatter inputs
+    // and outputs are allocated on FSDP2's own streams, whose cached blocks the default stream
+    // cannot reuse: two layers' all-gathers and two layers' and the tail's reduce-scatters.
+    f.all_gather_cache = std::max(f.root_unsharded, times(bytes_of(f.block_params, w), 2, "fsdp"));
+    const Count reduced = f.root_trainable + Count(checked_mul(f.block_trainable.value(), 2, "fsdp"));
+    f.reduce_scatter_cache = bytes_of(reduced, w) + bytes_of(shard_of(reduced, dp), w);
+  }
+  return f.optimizer_step_peak;
+}
+
+void record_hf_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger) {
+  const FsdpDetail& f = *st.fsdp;
+  const std::int64_t dp = c.layout.config.dp;
+  const DType w = c.t.activation_dtype;
+  const OptimizerCounts trains = all_trainable(st);
+  const Count frozen(all_params(st).value() - trains.params.value());
+  ledger.add(Category::weights, bytes_of(f.shard_params, DType::fp32), [&] {
+    return ledger_item("fsdp", "fp32 shard of the trainable parameters",
+                       fmt::format("ceil({} / dp {}) x fp32 (accelerate upcasts what trains)", trains.params.value(), dp),
+                       f.shard_params, DType::fp32);
+  });
+  if (frozen.value() > 0) {
+    const Count n = shard_of(frozen, dp);
+    ledger.add(Category::weights, bytes_of(n, c.t.precision.weights), [&] {
+      return ledger_item("fsdp", "shard of the frozen parameters", fmt::format("ceil({} / dp {})", frozen.value(), dp), n,
+                         c.t.precision.weights);
+    });
+  }
+  const OptimizerCounts shard = trains.sharded(dp);
+  const auto states = optimizer_states(c.t.finetuning(), c.t.precision, shard);
+  for (std::size_t i = 1; i < states.size(); ++i) {  // [0] is the master copy, which FSDP2 does not keep
+    ledger.add(Category::optimizer, bytes_of(states[i].elements, states[i].dtype), [&] {
+      return ledger_item("fsdp", std::string(states[i].name), fmt::format("shard of {} trainable", trains.params.value()),
+                         states[i].elements, states[i].dtype);
+    });
+  }
+  if (f.optimizer_step_peak) {
+    ledger.add(Category::gradients, bytes_of(f.shard_params, DType::fp32), [&] {
+      return ledger_item("fsdp", "fp32 gradient shard", "as the trainable shard (optimizer step)", f.shard_params, DType::fp32);
+    });
+    return;
+  }
+  if (const Bytes g = held_grads(c, st); g.value() > 0) {
+    ledger.add(Category::gradients, g, [&] {
+      return ledger_item("fsdp", "unsharded gradients held across micro-batches",
+                         fmt::format("{} trainable x {} ({} micro-batches: the Trainer's no_sync keeps them until the last)",
+                                     trains.params.value(), name_of(w), *c.microbatches),
+                         trains.params, w);
+    });
+  }
+  ledger.add(Category::weights, f.root_unsharded, [&] {
+    return ledger_item("fsdp", "tail gathered (final norm, lm_head)",
+                       fmt::format("{} parameters x {} (reshard_after_forward False)", f.root_params.value(), name_of(w)),
+                       f.root_params, w);
+  });
+  ledger.add(Category::weights, f.blocks_unsharded, [&] {
+    return ledger_item("fsdp", "decoder layers gathered",
+                       fmt::format("{} layers x {} parameters x {} ({})", f.blocks_kept, f.block_params.value(), name_of(w),
+                                   c.t.reshard == ReshardPolicy::never ? "reshard-after-forward never: all of them"
+                                                                       : "the layer in backward and the one prefetched"),
+                       f.block_params, w, f.blocks_kept);
+  });
+}
+
+void hf_fsdp2_cache(const EvalContext&, const StageReport& st, Bytes pct, Ledger& ledger) {
+  const FsdpDetail& f = *st.fsdp;
+  if (f.all_gather_cache.value() > 0) {
+    ledger.add(Category::fragmentation, f.all_gather_cache, [] {
+      return ledger_item("fsdp", "all-gather stream cache", "max(tail, two decoder layers' all-gather outputs)");
+    });
+  }
+  if (f.reduce_scatter_cache.value() > 0) {
+    ledger.add(Category::fragmentation, f.reduce_scatter_cache, [] {
+      return ledger_item("fsdp", "reduce-scatter stream cache", "bf16 reduce-scatter inputs and outputs of the tail and two layers");
+    });
+  }
+  const Bytes rest = pct + st.loss.cached;
+  if (rest.value() > 0) {
+    ledger.add(Category::fragmentation, rest,
+               [] { return ledger_item("allocator", "reserved - allocated", "percentage of allocated bytes"); });
+  }
+}
+
+// The dispatch: FSDP2 under --fsdp2, DeepSpeed's ZeRO otherwise.
+void hf_prepare(const EvalContext& c, const Shares& sh, StageReport& st) {
+  if (c.t.accelerate_fsdp2) hf_fsdp2_prepare(c, sh, st);
+}
+bool hf_cost(const EvalContext& c, StageReport& st, Bytes activations) {
+  return c.t.accelerate_fsdp2 ? hf_fsdp2_cost(c, st, activations) : kDeepSpeedStates.cost(c, st, activations);
+}
+void hf_record(const EvalContext& c, const StageReport& st, Ledger& ledger) {
+  if (c.t.accelerate_fsdp2) record_hf_fsdp2(c, st, ledger);
+  else kDeepSpeedStates.record(c, st, ledger);
+}
+void hf_record_cache(const EvalContext& c, const StageReport& st, Bytes pct, Ledger& ledger) {
+  if (c.t.accelerate_fsdp2) hf_fsdp2_cache(c, st, pct, ledger);
+  else kDeepSpeedStates.record_cache(c, st, pct, ledger);
+}
+
+}  // namespace
+
+const StateModel kHfStates{
+    .prepare = hf_prepare,
+    .cost = hf_cost,
+    .record = hf_record,
+    .record_cache = hf_record_cache,
+};
+
+}  // namespace moemem::detail
