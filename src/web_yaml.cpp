@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "megatron_internal.hpp"
+#include "moemem/accelerate.hpp"
 #include "moemem/errors.hpp"
 
 namespace moemem::detail {
@@ -25,3 +26,13 @@ std::optional<std::string> modelzoo_yaml_args(std::string_view text, const std::
 }
 
 }  // namespace moemem::detail
+
+namespace moemem {
+
+// accelerate's YAML config (src/accelerate_yaml.cpp): refused by name, as ModelZoo recipes are.
+AccelerateConfig parse_accelerate_config(std::string_view, const std::string& source) {
+  throw InputError("--accelerate-config", source, "no accelerate config in the web build (it reads no YAML; the CLI does)");
+}
+AccelerateConfig read_accelerate_config(const std::string& path) { return parse_accelerate_config({}, path); }
+
+}  // namespace moemem

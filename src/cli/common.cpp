@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "moemem/accelerate.hpp"
 #include "moemem/deepspeed.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/gpu.hpp"
@@ -96,6 +97,9 @@ void add_fsdp2_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--reshard-after-forward", o.fsdp.reshard_after_forward, "torchtitan (and hf --fsdp2): FSDP reshard policy: default|always|never")
       ->capture_default_str();
   app.add_flag("--fsdp-float8-all-gather", o.fsdp.fsdp_float8_all_gather, "torchtitan: FSDP all-gathers float8 linear weights (needs --fp8)");
+  app.add_option("--accelerate-config", o.accelerate_config,
+                 "--profile hf: accelerate's config YAML (distributed_type FSDP, fsdp_version 2): --fsdp2 with its "
+                 "fsdp_reshard_after_forward and fsdp_activation_checkpointing; num_processes must equal --dp");
   app.add_flag("--fsdp2", o.fsdp.fsdp2,
                "--profile hf: PyTorch FSDP2 through accelerate (fsdp_version 2, mixed precision bf16) instead of DeepSpeed; "
                "--reshard-after-forward never keeps every layer gathered");
@@ -357,6 +361,13 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
     }
     apply_deepspeed(read_deepspeed_config(o.deepspeed), r);
   }
+  if (!o.accelerate_config.empty()) {
+    if (o.profile != "hf") {
+      throw InputError("--accelerate-config", o.accelerate_config, "--profile hf with an accelerate config (FSDP2)");
+    }
+    if (!o.deepspeed.empty()) throw InputError("--accelerate-config", o.accelerate_config, "no --deepspeed as well");
+    apply_accelerate(read_accelerate_config(o.accelerate_config), r, o.accelerate_config);
+  }
   return r;
 }
 
@@ -369,6 +380,9 @@ Request to_request(const ModelOptions& mo, const LayoutOptions& lo, const Traini
   r.model = to_model_request(mo);
   r.parallel = to_parallel(lo);
   r.training = to_training_request(to);
+  if (!to.accelerate_config.empty()) {
+    check_accelerate_processes(read_accelerate_config(to.accelerate_config), lo.dp, "--dp", to.accelerate_config);
+  }
   r.profile = to.profile;
   return r;
 }

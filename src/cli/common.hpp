@@ -102,6 +102,7 @@ struct TrainingOptions {
   FinetuneOptions finetune;
   GpuOptions gpu;
   std::string deepspeed;  // --deepspeed ds_config.json (hf profile)
+  std::string accelerate_config;  // --accelerate-config accelerate.yaml (hf profile, FSDP2)
 };
 
 // --megatron-args (analyze, explain): the script's path and, once read after parsing (cli.cpp),

@@ -381,6 +381,10 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   const auto gpu = gpu_choice(training);
   if (!gpu) throw InputError("--gpu/--gpu-memory", "missing", "the GPU to fit on (--gpu NAME or --gpu-memory SIZE)");
   if (!training.batch.global_batch) throw InputError("--global-batch", "missing", "the sequences per optimizer step");
+  if (!training.accelerate_config.empty()) {
+    throw InputError("--accelerate-config", training.accelerate_config,
+                     "analyze or explain (search takes --fsdp2 and searches the recomputation itself)");
+  }
 
   const Profile& profile = get_profile(training.profile);
   const ModelSpec m = load_model_for(model, profile);
