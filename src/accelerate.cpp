@@ -27,6 +27,7 @@ void apply_accelerate(const AccelerateConfig& a, TrainingRequest& r, const std::
                                  a.reshard_after_forward ? "always" : "never", source, a.reshard_after_forward));
   }
   r.fsdp.reshard = policy;
+  r.fsdp.fsdp_offload_params = r.fsdp.fsdp_offload_params || a.offload_params;
   if (a.activation_checkpointing) {
     // fsdp_activation_checkpointing wraps each decoder layer in checkpoint_wrapper
     // (utils/fsdp_utils.py fsdp2_apply_ac): each layer keeps its input, as gradient_checkpointing.

@@ -64,14 +64,14 @@ void read_fsdp(const YAML::Node& f, const std::string& source, AccelerateConfig&
     } else if (k == "fsdp_activation_checkpointing") {
       out.activation_checkpointing = yaml_bool(kv.second, field);
     } else if (k == "fsdp_offload_params") {
-      if (yaml_bool(kv.second, field)) throw InputError(field, "true", "false (FSDP2's CPUOffloadPolicy is not modelled)");
+      out.offload_params = yaml_bool(kv.second, field);
     } else if (k == "fsdp_auto_wrap_policy") {
       if (scalar(kv.second) != "TRANSFORMER_BASED_WRAP") {
         throw InputError(field, scalar(kv.second), "TRANSFORMER_BASED_WRAP (one unit per decoder layer)");
       }
     } else {
       throw InputError(field, scalar(kv.second), "a key moemem models (fsdp_version, fsdp_reshard_after_forward, "
-                                                 "fsdp_activation_checkpointing, fsdp_offload_params false, "
+                                                 "fsdp_activation_checkpointing, fsdp_offload_params, "
                                                  "fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP) or one that leaves memory alone");
     }
   }

@@ -17,6 +17,7 @@ namespace moemem {
 struct AccelerateConfig {
   bool reshard_after_forward = true;    // fsdp_config.fsdp_reshard_after_forward (FSDP2's default)
   bool activation_checkpointing = false;  // fsdp_config.fsdp_activation_checkpointing
+  bool offload_params = false;            // fsdp_config.fsdp_offload_params (CPUOffloadPolicy)
   std::optional<std::int64_t> num_processes;  // all processes of the launch (every machine's)
 };
 

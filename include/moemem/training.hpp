@@ -193,6 +193,7 @@ struct FsdpSettings {
   bool fsdp_float8_all_gather = false;  // FSDP all-gathers FP8 linear weights (1 byte per parameter)
   std::int64_t dp_replicate = 1;        // HSDP: replicas; parameters shard over dp / dp_replicate x cp
   bool accelerate_fsdp2 = false;        // hf profile: PyTorch FSDP2 through accelerate instead of DeepSpeed
+  bool fsdp_offload_params = false;     // with it: CPUOffloadPolicy (shards, gradients, optimizer states on the host)
   auto operator<=>(const FsdpSettings&) const = default;
 };
 

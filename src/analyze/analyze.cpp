@@ -76,6 +76,10 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
         "sharded in their dtype; bf16 all-gathers and reduce-scatters; two layers gathered at backward (the one running "
         "and the one prefetched); with gradient accumulation the Trainer's no_sync keeps a bf16 gradient of every "
         "trainable parameter unsharded until the last micro-batch");
+    if (c.t.fsdp_offload_params) {
+      r.assumptions.push_back("--fsdp-offload-params: CPUOffloadPolicy keeps the parameter and gradient shards and the "
+                              "optimizer states in pinned host memory (the host column) and steps on the CPU");
+    }
   }
   const auto& layout = c.layout;
   r.stages.resize(layout.rank_chunks.size());

@@ -103,6 +103,9 @@ void add_fsdp2_options(CLI::App& app, TrainingOptions& o) {
   app.add_flag("--fsdp2", o.fsdp.fsdp2,
                "--profile hf: PyTorch FSDP2 through accelerate (fsdp_version 2, mixed precision bf16) instead of DeepSpeed; "
                "--reshard-after-forward never keeps every layer gathered");
+  app.add_flag("--fsdp-offload-params", o.fsdp.fsdp_offload_params,
+               "--profile hf --fsdp2: FSDP2's CPUOffloadPolicy (accelerate's fsdp_offload_params): parameter shards, "
+               "gradient shards and optimizer states in host memory, the optimizer step on the CPU");
 }
 
 void add_training_options(CLI::App& app, TrainingOptions& o) {
@@ -339,6 +342,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.fsdp.fsdp_float8_all_gather = o.fsdp.fsdp_float8_all_gather;
   r.fsdp.dp_replicate = o.fsdp.dp_replicate;
   r.fsdp.accelerate_fsdp2 = o.fsdp.fsdp2;
+  r.fsdp.fsdp_offload_params = o.fsdp.fsdp_offload_params;
   r.recompute = given<Recompute>(o.recompute.recompute, [](const std::string& v) { return parse_recompute(v, "--recompute"); });
   r.recompute_modules = given<std::uint16_t>(
       o.recompute.recompute_modules, [](const std::string& v) { return parse_recompute_modules(v, "--recompute-modules"); });

@@ -83,7 +83,7 @@ struct FinetuneOptions {
   std::optional<std::int64_t> lora_rank;
 };
 struct FsdpOptions {  // torchtitan profile (fsdp2: the hf profile's accelerate FSDP2)
-  bool compile = false, fsdp_float8_all_gather = false, fsdp2 = false;
+  bool compile = false, fsdp_float8_all_gather = false, fsdp2 = false, fsdp_offload_params = false;
   std::string loss, reshard_after_forward = "default";
   std::int64_t dp_replicate = 1;
 };

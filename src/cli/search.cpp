@@ -233,6 +233,7 @@ std::string base_flags(const SearchCommand& c) {
   if (t.fsdp.compile) out += " --compile";
   if (t.fsdp.fsdp_float8_all_gather) out += " --fsdp-float8-all-gather";
   if (t.fsdp.fsdp2) out += " --fsdp2";
+  if (t.fsdp.fsdp_offload_params) out += " --fsdp-offload-params";
   if (t.fsdp.reshard_after_forward != "default") out += " --reshard-after-forward " + t.fsdp.reshard_after_forward;
   if (t.moe.dispatcher != "alltoall") out += " --moe-token-dispatcher " + t.moe.dispatcher;
   if (t.moe.ep_overlap) out += " --overlap-moe-expert-parallel-comm";

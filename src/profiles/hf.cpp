@@ -122,7 +122,8 @@ std::optional<InputError> hf_fsdp2_check(const TrainingConfig& t) {
   }
   if (t.optimizer_offload > 0) {
     return InputError("--optimizer-cpu-offload", "set",
-                      "no offload with --fsdp2 (accelerate's fsdp_offload_params, FSDP2's CPUOffloadPolicy, is not modelled)");
+                      "--fsdp-offload-params with --fsdp2 (FSDP2's CPUOffloadPolicy moves parameters, gradients and "
+                      "optimizer states together)");
   }
   return std::nullopt;
 }

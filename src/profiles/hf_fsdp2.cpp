@@ -21,6 +21,12 @@
 // - The optimizer: transformers' default optim is adamw_torch_fused from torch 2.8
 //   (training_args.py default_optim), whose step allocates nothing of parameter size; its moments
 //   live on the fp32 shards, so there is no separate master copy.
+// - --fsdp-offload-params (accelerate's fsdp_offload_params: fully_shard's
+//   CPUOffloadPolicy(pin_memory=True)): the sharded parameters live in pinned host memory, FSDP2
+//   copies each shard to the GPU for its all-gather (FSDPParam.all_gather_inputs) and the
+//   reduce-scattered gradient back to a pinned host shard (foreach_reduce: non-blocking D2H copy);
+//   the optimizer is built on the host parameters, so its states and its step are on the CPU. The
+//   GPU keeps the gathered units, the activations and, under no_sync, the unsharded gradients.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -102,14 +108,18 @@ bool hf_fsdp2_cost(const EvalContext& c, StageReport& st, Bytes activations) {
   f.blocks_kept = layers_gathered(c, st);
   f.root_unsharded = bytes_of(f.root_params, w);
   f.blocks_unsharded = times(bytes_of(f.block_params, w), f.blocks_kept, "fsdp");
-  const Bytes states = shard_bytes(c, st) + moment_bytes(c, all_trainable(st).sharded(dp));
+  // On the GPU unless offloaded (then the step runs on the CPU and backward is the GPU's peak).
+  const bool offload = c.t.fsdp_offload_params;
+  const Bytes states = offload ? Bytes{} : shard_bytes(c, st) + moment_bytes(c, all_trainable(st).sharded(dp));
   const Bytes backward = states + f.root_unsharded + f.blocks_unsharded + held_grads(c, st) + activations;
-  f.optimizer_step_peak = states + bytes_of(f.shard_params, DType::fp32) > backward;
+  f.optimizer_step_peak = !offload && states + bytes_of(f.shard_params, DType::fp32) > backward;
   if (dp > 1) {
     // The all-gather outputs (copied out into the parameters) and the bf16 reduce-scatter inputs
     // and outputs are allocated on FSDP2's own streams, whose cached blocks the default stream
-    // cannot reuse: two layers' all-gathers and two layers' and the tail's reduce-scatters.
+    // cannot reuse: two layers' all-gathers and two layers' and the tail's reduce-scatters; with
+    // offload also a layer's fp32 shard copied to the GPU for its all-gather.
     f.all_gather_cache = std::max(f.root_unsharded, times(bytes_of(f.block_params, w), 2, "fsdp"));
+    if (offload) f.all_gather_cache += bytes_of(shard_of(f.block_params, dp), DType::fp32);
     const Count reduced = f.root_trainable + Count(checked_mul(f.block_trainable.value(), 2, "fsdp"));
     f.reduce_scatter_cache = bytes_of(reduced, w) + bytes_of(shard_of(reduced, dp), w);
   }
@@ -122,24 +132,32 @@ void record_hf_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger
   const DType w = c.t.activation_dtype;
   const OptimizerCounts trains = all_trainable(st);
   const Count frozen(all_params(st).value() - trains.params.value());
-  ledger.add(Category::weights, bytes_of(f.shard_params, DType::fp32), [&] {
-    return ledger_item("fsdp", "fp32 shard of the trainable parameters",
+  // --fsdp-offload-params: shards, gradient shards and states in pinned host memory.
+  const bool offload = c.t.fsdp_offload_params;
+  const char* where = offload ? " (CPU memory)" : "";
+  ledger.add(offload ? Category::host : Category::weights, bytes_of(f.shard_params, DType::fp32), [&] {
+    return ledger_item("fsdp", fmt::format("fp32 shard of the trainable parameters{}", where),
                        fmt::format("ceil({} / dp {}) x fp32 (accelerate upcasts what trains)", trains.params.value(), dp),
                        f.shard_params, DType::fp32);
   });
   if (frozen.value() > 0) {
     const Count n = shard_of(frozen, dp);
-    ledger.add(Category::weights, bytes_of(n, c.t.precision.weights), [&] {
-      return ledger_item("fsdp", "shard of the frozen parameters", fmt::format("ceil({} / dp {})", frozen.value(), dp), n,
-                         c.t.precision.weights);
+    ledger.add(offload ? Category::host : Category::weights, bytes_of(n, c.t.precision.weights), [&] {
+      return ledger_item("fsdp", fmt::format("shard of the frozen parameters{}", where),
+                         fmt::format("ceil({} / dp {})", frozen.value(), dp), n, c.t.precision.weights);
     });
   }
   const OptimizerCounts shard = trains.sharded(dp);
   const auto states = optimizer_states(c.t.finetuning(), c.t.precision, shard);
   for (std::size_t i = 1; i < states.size(); ++i) {  // [0] is the master copy, which FSDP2 does not keep
-    ledger.add(Category::optimizer, bytes_of(states[i].elements, states[i].dtype), [&] {
-      return ledger_item("fsdp", std::string(states[i].name), fmt::format("shard of {} trainable", trains.params.value()),
-                         states[i].elements, states[i].dtype);
+    ledger.add(offload ? Category::host : Category::optimizer, bytes_of(states[i].elements, states[i].dtype), [&] {
+      return ledger_item("fsdp", fmt::format("{}{}", states[i].name, where),
+                         fmt::format("shard of {} trainable", trains.params.value()), states[i].elements, states[i].dtype);
+    });
+  }
+  if (offload) {
+    ledger.add(Category::host, bytes_of(f.shard_params, DType::fp32), [&] {
+      return ledger_item("fsdp", "fp32 gradient shard (CPU memory, pinned)", "as the trainable shard", f.shard_params, DType::fp32);
     });
   }
   if (f.optimizer_step_peak) {

@@ -121,6 +121,9 @@ inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, 
   if (t.accelerate_fsdp2 && profile != "hf") {
     return InputError("--fsdp2", "set", fmt::format("the hf profile (not {}): FSDP2 through accelerate", profile));
   }
+  if (t.fsdp_offload_params && !hf_fsdp2) {
+    return InputError("--fsdp-offload-params", "set", "--profile hf with --fsdp2 (FSDP2's CPUOffloadPolicy through accelerate)");
+  }
   const bool reshard = t.reshard != ReshardPolicy::standard && !hf_fsdp2;
   if (reshard && profile == "hf") {
     return InputError("--reshard-after-forward", std::string(name_of(t.reshard)),

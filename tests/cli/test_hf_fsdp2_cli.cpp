@@ -87,6 +87,21 @@ TEST(HfFsdp2, ShortSequencesPeakAtTheOptimizerStep) {
   EXPECT_TRUE(items_of(j, "activations").empty());
 }
 
+TEST(HfFsdp2, OffloadMovesShardsGradientsAndMomentsToTheHost) {
+  // CPUOffloadPolicy: the fp32 parameter shard, the fp32 gradient shard and both moments, each
+  // 1,003,782,656 x 4 bytes, in host memory; the GPU keeps the tail and two gathered layers.
+  const auto j = analyze_json(fsdp2({"--fsdp-offload-params"}));
+  EXPECT_EQ(stage_bytes(j, 0, "host"), 4 * 1'003'782'656ull * 4);
+  EXPECT_EQ(stage_bytes(j, 0, "weights"), kTail * 2 + 2 * kLayer * 2);
+  EXPECT_EQ(stage_bytes(j, 0, "optimizer"), 0u);
+  EXPECT_EQ(stage_bytes(j, 0, "gradients"), 0u);
+  // Short sequences: the step runs on the CPU, so the GPU's peak stays at backward.
+  EXPECT_FALSE(items_of(explain_json(fsdp2({"--fsdp-offload-params"}, "256"), 0), "activations").empty());
+  const auto r = run_cli({"analyze", "--model", "llama-3.1-8b", "--profile", "hf", "--fsdp-offload-params"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--fsdp-offload-params: 'set' is not accepted"), std::string::npos) << r.err;
+}
+
 TEST(HfFsdp2, SettingsFsdp2CannotHonourAreRefused) {
   const auto refused = [](const Args& a, const std::string& field) {
     const auto r = run_cli(concat({"analyze"}, a));

@@ -34,6 +34,7 @@ TEST(AccelerateConfig, ReadsTheKeysThatSetMemory) {
   EXPECT_TRUE(a.activation_checkpointing);
   EXPECT_TRUE(a.reshard_after_forward);
   EXPECT_EQ(a.num_processes, 8);
+  EXPECT_FALSE(a.offload_params);
   const auto b = moemem::parse_accelerate_config(kBase + "  fsdp_reshard_after_forward: false\nnum_processes: -1\n", "a.yaml");
   EXPECT_FALSE(b.reshard_after_forward);
   EXPECT_FALSE(b.activation_checkpointing);
@@ -48,7 +49,8 @@ TEST(AccelerateConfig, RefusesWhatItDoesNotModelByName) {
   EXPECT_NE(refusal("distributed_type: FSDP\nmixed_precision: bf16\nfsdp_config:\n  fsdp_offload_params: false\n")
                 .find("fsdp_config.fsdp_version: '1'"),
             std::string::npos);  // accelerate's default version is 1
-  EXPECT_NE(refusal(kBase + "  fsdp_offload_params: true\n").find("fsdp_config.fsdp_offload_params: 'true'"), std::string::npos);
+  EXPECT_TRUE(moemem::parse_accelerate_config(kBase + "  fsdp_offload_params: true\n", "a.yaml").offload_params);
+  EXPECT_NE(refusal(kBase + "  fsdp_offload_params: 2\n").find("fsdp_config.fsdp_offload_params: '2'"), std::string::npos);
   EXPECT_NE(refusal(kBase + "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n").find("fsdp_auto_wrap_policy"), std::string::npos);
   EXPECT_NE(refusal(kBase + "  fsdp_new_knob: 3\n").find("fsdp_config.fsdp_new_knob: '3'"), std::string::npos);
   EXPECT_NE(refusal("distributed_type: FSDP\nmixed_precision: fp16\nfsdp_config:\n  fsdp_version: 2\n").find("mixed_precision: 'fp16'"),
