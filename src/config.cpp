@@ -358,11 +358,15 @@ ModelSpec parse_config_object(const json& j, const std::string& source);
 ModelSpec parse_text_config(const json& j, const json& tc, const std::string& source) {
   json inner = tc;  // the text's nesting depth is bounded (check_json_limits), so is this copy's
   const bool llama4 = j.contains("model_type") && j.at("model_type") == "llama4";
+  // Qwen3_5MoeConfig likewise builds Qwen3_5MoeTextConfig and its vision tower (config_qwen3_5.cpp).
+  const bool qwen3_5 = j.contains("model_type") && j.at("model_type") == "qwen3_5_moe";
   if (llama4) inner["model_type"] = "llama4_text";
+  if (qwen3_5) inner["model_type"] = "qwen3_5_moe_text";
   if (!inner.contains("model_type") && j.contains("model_type")) inner["model_type"] = j.at("model_type");
   ModelSpec m = parse_config_object(inner, source + " (text_config)");
-  if (llama4) {
-    parse_llama4_vision(j, source, m);
+  if (llama4 || qwen3_5) {
+    if (llama4) parse_llama4_vision(j, source, m);
+    else parse_qwen3_5_vision(j, source, m);
     try {
       (void)build_inventory(m).total();
     } catch (const OverflowError&) {
@@ -372,6 +376,7 @@ ModelSpec parse_text_config(const json& j, const json& tc, const std::string& so
   for (const auto& [key, value] : j.items()) {
     if (key == "text_config" || key == "model_type" || kNoMemoryEffect.contains(key) || kWrapperTokenKeys.contains(key)) continue;
     if (llama4 && is_llama4_wrapper_key(key)) continue;
+    if (qwen3_5 && key == "vision_config") continue;
     note_unrecognised(m, key);
   }
   return m;
@@ -442,6 +447,11 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     parse_mimo_v2_flash(j, source, m, used);
   } else if (m.model_type == "nemotron-nas") {
     parse_nemotron_nas(j, source, m, used);
+  } else if (m.model_type == "qwen3_5_moe_text") {
+    parse_qwen3_5_moe_text(j, source, m, used);
+  } else if (m.model_type == "qwen3_5_moe") {
+    throw InputError(source_field(source, "text_config"), "missing",
+                     "a text_config object for model_type qwen3_5_moe (Qwen3_5MoeConfig's text model), or a qwen3_5_moe_text config");
   } else if (m.model_type == "llama4") {
     throw InputError(source_field(source, "text_config"), "missing",
                      "a text_config object for model_type llama4 (Llama4Config's text model), or a llama4_text config");

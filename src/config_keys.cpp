@@ -19,7 +19,7 @@ constexpr auto kTypes = std::to_array<std::string_view>({
     "mixtral",  "qwen2",       "qwen2_moe",   "qwen3",   "qwen3_moe", "glm4_moe", "gpt_oss",
     "olmoe",    "dots1",       "ernie4_5_moe", "deepseek_v32", "glm4_moe_lite", "gemma2", "gemma3_text",
     "phimoe", "granitemoe", "granitemoeshared", "dbrx", "minimax_m2", "hunyuan_v1_moe", "qwen3_next", "llama4_text", "llama4", "glm_moe_dsa",
-    "nemotron_h", "mimo_v2_flash", "nemotron-nas"});
+    "nemotron_h", "mimo_v2_flash", "nemotron-nas", "qwen3_5_moe", "qwen3_5_moe_text"});
 
 // Keys that add or reshape tensors in the Hugging Face families that use them, with what they
 // add. A family that reads one lists it in `used`; in any other family a set value is refused
@@ -48,6 +48,7 @@ constexpr auto kTensorKeys = std::to_array<TensorKey>({
     {"num_mtp_modules", "multi-token-prediction modules"},
     {"mtp_num_layers", "multi-token-prediction layers"},
     {"mtp_num_hidden_layers", "multi-token-prediction layers"},
+    {"mtp_use_dedicated_embeddings", "a multi-token-prediction embedding of its own"},
     {"n_routed_experts", "routed experts"},
     {"num_experts", "routed experts"},
     {"num_local_experts", "routed experts"},

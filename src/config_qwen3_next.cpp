@@ -12,12 +12,11 @@ namespace moemem::config_detail {
 
 using nlohmann::json;
 
-namespace {
-
 // layer_types when given ("linear_attention" or "full_attention" per layer); otherwise
-// Qwen3NextConfig.__post_init__'s pattern: layer i is full attention when (i + 1) is a multiple
-// of full_attention_interval (default 4), linear attention otherwise.
-void parse_mixers(const json& j, const std::string& source, ModelSpec& m) {
+// Qwen3NextConfig.__post_init__'s pattern (Qwen3_5MoeTextConfig's too): layer i is full attention
+// when (i + 1) is a multiple of full_attention_interval (default 4), linear attention otherwise.
+// Shared with config_qwen3_5.cpp.
+void parse_linear_mixers(const json& j, const std::string& source, ModelSpec& m) {
   const auto n = static_cast<std::size_t>(m.num_layers);
   m.layer_mixers.assign(n, MixerKind::gated_delta_net);
   if (const auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
@@ -40,8 +39,6 @@ void parse_mixers(const json& j, const std::string& source, ModelSpec& m) {
     if ((i + 1) % interval == 0) m.layer_mixers[static_cast<std::size_t>(i)] = MixerKind::attention;
   }
 }
-
-}  // namespace
 
 // Softmax layers: Qwen3-MoE's attention with per-head q/k RMSNorm whose q_proj is twice as wide
 // (each head's query, then its output gate: attn_output * sigmoid(gate) before o_proj).
@@ -80,7 +77,7 @@ void parse_qwen3_next(const json& j, const std::string& source, ModelSpec& m, Ke
     throw InputError(source_field(source, "linear_num_value_heads"), std::to_string(m.gdn.num_v_heads),
                      fmt::format("a multiple of linear_num_key_heads ({})", m.gdn.num_k_heads));
   }
-  parse_mixers(j, source, m);
+  parse_linear_mixers(j, source, m);
   m.moe.num_routed_experts = get_int(j, "num_experts", source, 512, 1, kMaxCount);
   m.moe.top_k = get_int(j, "num_experts_per_tok", source, 10);
   m.moe.expert_ffn = get_int(j, "moe_intermediate_size", source, 512);

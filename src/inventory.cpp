@@ -117,8 +117,14 @@ struct Builder {
     const std::int64_t key = dim(g.num_k_heads, g.k_head_dim, "linear key heads x head dim");
     const std::int64_t value = dim(g.num_v_heads, g.v_head_dim, "linear value heads x head dim");
     const std::int64_t conv = dim(2, key, "2 x key dim") + value;
-    add(x + "in_proj_qkvz.weight", "", Role::gdn_in_qkvz, pl, layer, conv + value, m.hidden);
-    add(x + "in_proj_ba.weight", "", Role::gdn_in_ba, pl, layer, dim(2, g.num_v_heads, "2 x linear value heads"), m.hidden);
+    if (m.naming == NamingStyle::qwen3_5) {  // the same sizes in four tensors (inventory_qwen3_5.cpp)
+      qwen3_5_gdn_inputs(m, x, [&](std::string name, Role role, std::int64_t rows, std::int64_t cols, std::int64_t) {
+        add(std::move(name), "", role, pl, layer, rows, cols);
+      });
+    } else {
+      add(x + "in_proj_qkvz.weight", "", Role::gdn_in_qkvz, pl, layer, conv + value, m.hidden);
+      add(x + "in_proj_ba.weight", "", Role::gdn_in_ba, pl, layer, dim(2, g.num_v_heads, "2 x linear value heads"), m.hidden);
+    }
     add(x + "conv1d.weight", "", Role::gdn_conv, pl, layer, conv, g.conv_kernel);
     add(x + "dt_bias", "", Role::gdn_dt_bias, pl, layer, g.num_v_heads, 1);
     add(x + "A_log", "", Role::gdn_a_log, pl, layer, g.num_v_heads, 1);
@@ -172,12 +178,19 @@ struct Builder {
       add(moe + bias, "", Role::router_bias, pl, layer, e.num_routed_experts, 1);
     }
     const std::int64_t n = e.num_routed_experts, f = e.expert_ffn;
-    add(moe + (mixtral ? "experts.*.w1.weight" : "experts.*.gate_proj.weight"), "", Role::expert_gate, pl, layer, f, h, n);
-    add(moe + (mixtral ? "experts.*.w3.weight" : "experts.*.up_proj.weight"), "", Role::expert_up, pl, layer, f, h, n);
-    add(moe + (mixtral ? "experts.*.w2.weight" : "experts.*.down_proj.weight"), "", Role::expert_down, pl, layer, h, f, n);
+    if (m.naming == NamingStyle::qwen3_5) {  // Qwen3NextExperts, as the checkpoint stores them: gate_up_proj [E, 2f, h], down_proj [E, h, f]
+      add(moe + "experts.gate_up_proj", "gate", Role::expert_gate, pl, layer, f, h, n);
+      add(moe + "experts.gate_up_proj", "up", Role::expert_up, pl, layer, f, h, n);
+      add(moe + "experts.down_proj", "", Role::expert_down, pl, layer, h, f, n);
+    } else {
+      add(moe + (mixtral ? "experts.*.w1.weight" : "experts.*.gate_proj.weight"), "", Role::expert_gate, pl, layer, f, h, n);
+      add(moe + (mixtral ? "experts.*.w3.weight" : "experts.*.up_proj.weight"), "", Role::expert_up, pl, layer, f, h, n);
+      add(moe + (mixtral ? "experts.*.w2.weight" : "experts.*.down_proj.weight"), "", Role::expert_down, pl, layer, h, f, n);
+    }
     if (e.shared_ffn > 0) {
       const std::int64_t sf = e.shared_ffn;
-      const std::string sh = moe + (m.naming == NamingStyle::qwen_moe  ? "shared_expert."
+      const bool qwen = m.naming == NamingStyle::qwen_moe || m.naming == NamingStyle::qwen3_5;
+      const std::string sh = moe + (qwen                               ? "shared_expert."
                                     : m.naming == NamingStyle::hunyuan ? "shared_mlp."
                                                                        : "shared_experts.");
       add(sh + "gate_proj.weight", "", Role::shared_gate, pl, layer, sf, h);
@@ -317,6 +330,19 @@ struct Builder {
     norm(p + "pre_mlp_layernorm", Role::post_attn_norm, Placement::mtp, i);
     mlp(p, Placement::mtp, i, LayerKind::dense);
     add(p + "final_layernorm.weight", "", Role::mtp_head_norm, Placement::mtp, i, h, 1);
+  }
+
+  // Qwen3.5-MoE's MTP block (checkpoint mtp.*; vLLM qwen3_next_mtp.py Qwen3NextMultiTokenPredictor,
+  // NeMo Automodel's Qwen3.5 MTP key map): pre_fc_norm_embedding and pre_fc_norm_hidden (the
+  // enorm and hnorm), fc [h, 2h] (eh_proj), one full-attention sparse decoder layer mtp.layers.0,
+  // and mtp.norm; the embedding and head are the main model's (mtp_use_dedicated_embeddings false).
+  void qwen3_5_mtp() {
+    const std::int64_t i = m.num_layers, h = m.hidden;
+    add("mtp.pre_fc_norm_embedding.weight", "", Role::mtp_enorm, Placement::mtp, i, h, 1);
+    add("mtp.pre_fc_norm_hidden.weight", "", Role::mtp_hnorm, Placement::mtp, i, h, 1);
+    add("mtp.fc.weight", "", Role::mtp_eh_proj, Placement::mtp, i, h, dim(2, h, "2 x hidden_size"));
+    decoder_layer("mtp.layers.0.", i, Placement::mtp, LayerKind::moe);
+    add("mtp.norm.weight", "", Role::mtp_head_norm, Placement::mtp, i, h, 1);
   }
 
   void norm(const std::string& name, Role role, Placement pl, std::int64_t layer) {
@@ -473,7 +499,13 @@ Inventory build_inventory(const ModelSpec& m) {
   const std::int64_t h = m.hidden;
   const bool dbrx = m.naming == NamingStyle::dbrx;  // DbrxModel: wte, blocks, norm_f
   const bool nemotron = m.naming == NamingStyle::nemotron_h;  // NemotronHModel: embeddings, layers, norm_f
-  if (m.has_vision()) b.vision_tower();
+  if (m.has_vision() && m.naming == NamingStyle::qwen3_5) {
+    qwen3_5_vision_tower(m, [&](std::string name, Role role, std::int64_t rows, std::int64_t cols, std::int64_t) {
+      b.add(std::move(name), "", role, Placement::embedding, -1, rows, cols);
+    });
+  } else if (m.has_vision()) {
+    b.vision_tower();
+  }
   b.add(dbrx ? "wte.weight" : nemotron ? "embeddings.weight" : "embed_tokens.weight", "", Role::embedding, Placement::embedding, -1, m.vocab, h);
   if (m.learned_positions > 0) {
     b.add("position_embeddings.weight", "", Role::position_embedding, Placement::embedding, -1, m.learned_positions, h);
@@ -501,7 +533,9 @@ Inventory build_inventory(const ModelSpec& m) {
     b.decoder_layer(fmt::format("mtp_block.{}.", k), i, Placement::mtp, mtp_kind);
   }
   for (std::int64_t k = 0; k < m.mtp_layers && m.naming == NamingStyle::mimo_v2; ++k) b.mimo_mtp_layer(k);
-  for (std::int64_t k = 0; k < m.mtp_layers && m.naming != NamingStyle::ernie && m.naming != NamingStyle::mimo_v2; ++k) {
+  if (m.mtp_layers > 0 && m.naming == NamingStyle::qwen3_5) b.qwen3_5_mtp();  // one layer at most (config_qwen3_5.cpp)
+  const bool own_mtp = m.naming == NamingStyle::ernie || m.naming == NamingStyle::mimo_v2 || m.naming == NamingStyle::qwen3_5;
+  for (std::int64_t k = 0; k < m.mtp_layers && !own_mtp; ++k) {
     const std::int64_t i = m.num_layers + k;
     const std::string p = fmt::format("layers.{}.", i);
     b.add(p + "embed_tokens.weight", "", Role::mtp_embedding, Placement::mtp, i, m.vocab, h, 1, true);

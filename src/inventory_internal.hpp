@@ -17,4 +17,9 @@ using AddBlockTensor = std::function<void(std::string name, Role role, std::int6
 // (src/inventory_nemotron_h.cpp).
 void nemotron_h_block(const ModelSpec& m, const std::string& p, std::int64_t layer, LayerKind kind, const AddBlockTensor& add);
 
+// Qwen3.5-MoE (src/inventory_qwen3_5.cpp): the Gated DeltaNet's four input projections under
+// prefix `x` (layers.<i>.linear_attn.), and the multimodal checkpoint's vision tower.
+void qwen3_5_gdn_inputs(const ModelSpec& m, const std::string& x, const AddBlockTensor& add);
+void qwen3_5_vision_tower(const ModelSpec& m, const AddBlockTensor& add);
+
 }  // namespace moemem
