@@ -100,7 +100,10 @@ std::string record_family(const json& record) {
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return contains(framework, "FlagPerf") ? "FlagPerf (Megatron)"
          : contains(lower, "megatron") ? "Megatron-LM"
-         : contains(lower, "torchtitan") ? "torchtitan" : framework;
+         : contains(lower, "torchtitan") ? "torchtitan"
+         // Hugging Face modeling code (Trainer, TRL, PEFT, accelerate, ms-swift's transformers path):
+         // the hf profile's runs, one family whatever launcher the source names.
+         : contains(lower, "transformers") ? "transformers (hf)" : framework;
 }
 
 std::variant<RecordSpec, std::string> record_spec(const json& record) {
