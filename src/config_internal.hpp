@@ -73,7 +73,8 @@ void parse_minimax_m2(const nlohmann::json& j, const std::string& source, ModelS
 void parse_hunyuan_v1_moe(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 // Qwen3-Next, in src/config_qwen3_next.cpp.
 void parse_qwen3_next(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
-// Qwen3-Next's and Qwen3.5-MoE's per-layer mixers (layer_types or full_attention_interval).
+// Qwen3-Next's and Qwen3.5-MoE's Gated DeltaNet sizes and per-layer mixers (layer_types or
+// full_attention_interval).
 void parse_linear_mixers(const nlohmann::json& j, const std::string& source, ModelSpec& m);
 // Qwen3.5-MoE, in src/config_qwen3_5.cpp: the text model, and the multimodal wrapper's vision tower.
 void parse_qwen3_5_moe_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);

@@ -75,15 +75,6 @@ void parse_qwen3_5_moe_text(const json& j, const std::string& source, ModelSpec&
   m.naming = NamingStyle::qwen3_5;
   m.qk_norm = true;
   m.attn_output_gate = true;
-  m.gdn.num_k_heads = get_int(j, "linear_num_key_heads", source, 16);
-  m.gdn.num_v_heads = get_int(j, "linear_num_value_heads", source, 32);
-  m.gdn.k_head_dim = get_int(j, "linear_key_head_dim", source, 128);
-  m.gdn.v_head_dim = get_int(j, "linear_value_head_dim", source, 128);
-  m.gdn.conv_kernel = get_int(j, "linear_conv_kernel_dim", source, 4, 1, 1024);
-  if (m.gdn.num_v_heads % m.gdn.num_k_heads != 0) {  // Qwen3_5GatedDeltaNet repeats q/k heads over the value heads
-    throw InputError(source_field(source, "linear_num_value_heads"), std::to_string(m.gdn.num_v_heads),
-                     fmt::format("a multiple of linear_num_key_heads ({})", m.gdn.num_k_heads));
-  }
   parse_linear_mixers(j, source, m);
   refuse_dense_layers(j, source);
   m.moe.num_routed_experts = get_int(j, "num_experts", source, 256, 1, kMaxCount);

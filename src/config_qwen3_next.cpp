@@ -17,6 +17,17 @@ using nlohmann::json;
 // when (i + 1) is a multiple of full_attention_interval (default 4), linear attention otherwise.
 // Shared with config_qwen3_5.cpp.
 void parse_linear_mixers(const json& j, const std::string& source, ModelSpec& m) {
+  // The Gated DeltaNet's sizes; Qwen3NextConfig's and Qwen3_5MoeTextConfig's defaults are
+  // Qwen3-Next-80B-A3B's.
+  m.gdn.num_k_heads = get_int(j, "linear_num_key_heads", source, 16);
+  m.gdn.num_v_heads = get_int(j, "linear_num_value_heads", source, 32);
+  m.gdn.k_head_dim = get_int(j, "linear_key_head_dim", source, 128);
+  m.gdn.v_head_dim = get_int(j, "linear_value_head_dim", source, 128);
+  m.gdn.conv_kernel = get_int(j, "linear_conv_kernel_dim", source, 4, 1, 1024);
+  if (m.gdn.num_v_heads % m.gdn.num_k_heads != 0) {  // the value heads share the q/k heads in groups
+    throw InputError(source_field(source, "linear_num_value_heads"), std::to_string(m.gdn.num_v_heads),
+                     fmt::format("a multiple of linear_num_key_heads ({})", m.gdn.num_k_heads));
+  }
   const auto n = static_cast<std::size_t>(m.num_layers);
   m.layer_mixers.assign(n, MixerKind::gated_delta_net);
   if (const auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
@@ -67,16 +78,6 @@ void parse_qwen3_next(const json& j, const std::string& source, ModelSpec& m, Ke
   m.naming = NamingStyle::qwen_moe;
   m.qk_norm = true;
   m.attn_output_gate = true;
-  // Qwen3NextConfig's defaults are Qwen3-Next-80B-A3B's sizes.
-  m.gdn.num_k_heads = get_int(j, "linear_num_key_heads", source, 16);
-  m.gdn.num_v_heads = get_int(j, "linear_num_value_heads", source, 32);
-  m.gdn.k_head_dim = get_int(j, "linear_key_head_dim", source, 128);
-  m.gdn.v_head_dim = get_int(j, "linear_value_head_dim", source, 128);
-  m.gdn.conv_kernel = get_int(j, "linear_conv_kernel_dim", source, 4, 1, 1024);
-  if (m.gdn.num_v_heads % m.gdn.num_k_heads != 0) {
-    throw InputError(source_field(source, "linear_num_value_heads"), std::to_string(m.gdn.num_v_heads),
-                     fmt::format("a multiple of linear_num_key_heads ({})", m.gdn.num_k_heads));
-  }
   parse_linear_mixers(j, source, m);
   m.moe.num_routed_experts = get_int(j, "num_experts", source, 512, 1, kMaxCount);
   m.moe.top_k = get_int(j, "num_experts_per_tok", source, 10);

@@ -7,8 +7,21 @@
 #include <string>
 
 #include "moemem/inventory.hpp"
+#include "moemem/units.hpp"
 
 namespace moemem {
+
+// Checked products and sums of tensor dimensions: OverflowError naming `what`, never a wrap.
+inline std::int64_t dim_mul(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw_overflow(what);
+  return r;
+}
+inline std::int64_t dim_sum(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw_overflow(what);
+  return r;
+}
 
 // Adds one tensor of the block: its checkpoint name, role, [rows, cols] and the experts it holds.
 using AddBlockTensor = std::function<void(std::string name, Role role, std::int64_t rows, std::int64_t cols, std::int64_t copies)>;

@@ -11,18 +11,6 @@ namespace moemem {
 
 namespace {
 
-std::int64_t mul(std::int64_t a, std::int64_t b, const char* what) {
-  std::int64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r)) throw_overflow(what);
-  return r;
-}
-
-std::int64_t sum(std::int64_t a, std::int64_t b, const char* what) {
-  std::int64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r)) throw_overflow(what);
-  return r;
-}
-
 // NemotronHMamba2Mixer.__init__: intermediate = mamba_num_heads x mamba_head_dim (not expand x
 // hidden); conv_dim = intermediate + 2 n_groups ssm_state_size (x, B, C); in_proj [intermediate +
 // conv_dim + num_heads, h] (z, then x B C, then dt), bias only with use_bias (refused by the
@@ -30,9 +18,9 @@ std::int64_t sum(std::int64_t a, std::int64_t b, const char* what) {
 // A_log and D [num_heads]; norm (Zamba2RMSNormGated) [intermediate]; out_proj [h, intermediate].
 void mamba2(const ModelSpec& m, const std::string& x, const AddBlockTensor& add) {
   const auto& s = m.mamba;
-  const std::int64_t inner = mul(s.num_heads, s.head_dim, "mamba heads x head dim");
-  const std::int64_t conv = sum(inner, mul(2, mul(s.n_groups, s.state_size, "groups x state"), "2 x groups x state"), "conv dim");
-  add(x + "in_proj.weight", Role::mamba_in_proj, sum(sum(inner, conv, "in_proj rows"), s.num_heads, "in_proj rows"), m.hidden, 1);
+  const std::int64_t inner = dim_mul(s.num_heads, s.head_dim, "mamba heads x head dim");
+  const std::int64_t conv = dim_sum(inner, dim_mul(2, dim_mul(s.n_groups, s.state_size, "groups x state"), "2 x groups x state"), "conv dim");
+  add(x + "in_proj.weight", Role::mamba_in_proj, dim_sum(dim_sum(inner, conv, "in_proj rows"), s.num_heads, "in_proj rows"), m.hidden, 1);
   add(x + "conv1d.weight", Role::mamba_conv, conv, s.conv_kernel, 1);
   if (s.conv_bias) add(x + "conv1d.bias", Role::mamba_conv_bias, conv, 1, 1);
   add(x + "dt_bias", Role::mamba_dt_bias, s.num_heads, 1, 1);
@@ -45,7 +33,7 @@ void mamba2(const ModelSpec& m, const std::string& x, const AddBlockTensor& add)
 // NemotronHAttention: q_proj [heads x head_dim, h], k_proj and v_proj [kv heads x head_dim, h],
 // o_proj [h, heads x head_dim], no biases, no q/k norms (RoPE or none changes no tensor).
 void attention(const ModelSpec& m, const std::string& x, const AddBlockTensor& add) {
-  const std::int64_t q = mul(m.num_heads, m.head_dim, "heads x head_dim"), kv = mul(m.num_kv_heads, m.head_dim, "kv heads x head_dim");
+  const std::int64_t q = dim_mul(m.num_heads, m.head_dim, "heads x head_dim"), kv = dim_mul(m.num_kv_heads, m.head_dim, "kv heads x head_dim");
   add(x + "q_proj.weight", Role::q_proj, q, m.hidden, 1);
   add(x + "k_proj.weight", Role::k_proj, kv, m.hidden, 1);
   add(x + "v_proj.weight", Role::v_proj, kv, m.hidden, 1);

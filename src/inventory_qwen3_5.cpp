@@ -12,30 +12,14 @@
 
 namespace moemem {
 
-namespace {
-
-std::int64_t mul(std::int64_t a, std::int64_t b, const char* what) {
-  std::int64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r)) throw_overflow(what);
-  return r;
-}
-
-std::int64_t sum(std::int64_t a, std::int64_t b, const char* what) {
-  std::int64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r)) throw_overflow(what);
-  return r;
-}
-
-}  // namespace
-
 // Qwen3_5GatedDeltaNet.__init__ replaces Qwen3-Next's in_proj_qkvz and in_proj_ba with
 // in_proj_qkv [2 key_dim + value_dim, h], in_proj_z [value_dim, h], in_proj_b and in_proj_a
 // [v_heads, h], all bias-free: the same parameters, in four tensors.
 void qwen3_5_gdn_inputs(const ModelSpec& m, const std::string& x, const AddBlockTensor& add) {
   const auto& g = m.gdn;
-  const std::int64_t key = mul(g.num_k_heads, g.k_head_dim, "linear key heads x head dim");
-  const std::int64_t value = mul(g.num_v_heads, g.v_head_dim, "linear value heads x head dim");
-  add(x + "in_proj_qkv.weight", Role::gdn_in_qkvz, sum(mul(2, key, "2 x key dim"), value, "in_proj_qkv rows"), m.hidden, 1);
+  const std::int64_t key = dim_mul(g.num_k_heads, g.k_head_dim, "linear key heads x head dim");
+  const std::int64_t value = dim_mul(g.num_v_heads, g.v_head_dim, "linear value heads x head dim");
+  add(x + "in_proj_qkv.weight", Role::gdn_in_qkvz, dim_sum(dim_mul(2, key, "2 x key dim"), value, "in_proj_qkv rows"), m.hidden, 1);
   add(x + "in_proj_z.weight", Role::gdn_in_qkvz, value, m.hidden, 1);
   add(x + "in_proj_b.weight", Role::gdn_in_ba, g.num_v_heads, m.hidden, 1);
   add(x + "in_proj_a.weight", Role::gdn_in_ba, g.num_v_heads, m.hidden, 1);
@@ -57,7 +41,7 @@ void qwen3_5_vision_tower(const ModelSpec& m, const AddBlockTensor& add) {
     w(name + ".weight", out, in);
     w(name + ".bias", out, 1);
   };
-  const std::int64_t patch = mul(v.channels, mul(v.temporal_patch, mul(v.patch_size, v.patch_size, "patch_size^2"), "patch volume"),
+  const std::int64_t patch = dim_mul(v.channels, dim_mul(v.temporal_patch, dim_mul(v.patch_size, v.patch_size, "patch_size^2"), "patch volume"),
                                  "channels x patch volume");
   linear("patch_embed.proj", v.hidden, patch);
   w("pos_embed.weight", v.positions, v.hidden);
@@ -65,12 +49,12 @@ void qwen3_5_vision_tower(const ModelSpec& m, const AddBlockTensor& add) {
     const std::string b = fmt::format("blocks.{}.", i);
     linear(b + "norm1", v.hidden, 1);
     linear(b + "norm2", v.hidden, 1);
-    linear(b + "attn.qkv", mul(3, v.hidden, "3 x vision hidden"), v.hidden);
+    linear(b + "attn.qkv", dim_mul(3, v.hidden, "3 x vision hidden"), v.hidden);
     linear(b + "attn.proj", v.hidden, v.hidden);
     linear(b + "mlp.linear_fc1", v.intermediate, v.hidden);
     linear(b + "mlp.linear_fc2", v.hidden, v.intermediate);
   }
-  const std::int64_t merged = mul(v.hidden, mul(v.merge_size, v.merge_size, "merge_size^2"), "merged patch width");
+  const std::int64_t merged = dim_mul(v.hidden, dim_mul(v.merge_size, v.merge_size, "merge_size^2"), "merged patch width");
   linear("merger.norm", v.hidden, 1);
   linear("merger.linear_fc1", merged, merged);
   linear("merger.linear_fc2", v.output_dim, merged);
