@@ -313,24 +313,28 @@ namespace {
 
 // The data-parallel collectives of one rank's parameters and how much of them the backward (or,
 // under ZeRO-3, each micro-batch) leaves exposed; Megatron's --overlap-grad-reduce and
-// --overlap-param-gather are assumed on (every published layout runs with them).
+// --overlap-param-gather are assumed on (every published layout runs with them). The hf profile's
+// FSDP2 (--fsdp2) gathers and reduce-scatters each micro-batch as ZeRO-3 does, in bf16 (its
+// reduce dtype).
 double dp_exposed(const Shape& s, const MicroBatch& mb, double microbatches) {
   const ParallelConfig& p = s.layout.config;
   const double span = d(p.tp * p.cp * p.dp);
   const double bw = span <= d(s.gpu.gpus_per_node) ? s.r.nvlink : s.r.network;
-  const double gbytes = d(bits_of(s.t.precision.gradients)) / 8, wbytes = d(bits_of(s.t.precision.weights)) / 8;
+  const double wbytes = d(bits_of(s.t.precision.weights)) / 8;
+  const double gbytes = s.t.accelerate_fsdp2 ? wbytes : d(bits_of(s.t.precision.gradients)) / 8;
+  const bool per_microbatch = s.t.zero >= 3 || s.t.accelerate_fsdp2;
   double reduce = 0, gather = 0;
   for (const auto& [n, params] : {std::pair{d(p.dp * p.cp), mb.params}, std::pair{d(s.layout.edp), mb.expert_params}}) {
     if (n <= 1) continue;
     const double share = (n - 1) / n;
-    if (s.t.zero == 0) reduce += collective(2 * share * params * gbytes, bw, 2 * (n - 1), s.eff);
+    if (s.t.zero == 0 && !s.t.accelerate_fsdp2) reduce += collective(2 * share * params * gbytes, bw, 2 * (n - 1), s.eff);
     else {
       reduce += collective(share * params * gbytes, bw, n - 1, s.eff);
       gather += collective(share * params * wbytes, bw, n - 1, s.eff);
     }
   }
   const double per_mb = mb.total();
-  if (s.t.zero >= 3) return microbatches * std::max(0.0, reduce + 2 * gather - per_mb);
+  if (per_microbatch) return microbatches * std::max(0.0, reduce + 2 * gather - per_mb);
   return std::max(0.0, reduce - per_mb * 2 / 3) + std::max(0.0, gather - per_mb / 3);
 }
 
@@ -370,8 +374,9 @@ StepTime estimate_step_time(const StepTimeModel& sm, const Layout& layout, const
     const double dp = dp_exposed(s, per, microbatches);
     // Optimizer step: each parameter's master weight, gradient, two moments and working copy
     // read and written once (about 24 bytes), over the rank's ZeRO shard.
-    const double shard = t.zero >= 1 ? 1.0 / d(p.dp * p.cp) : 1.0;
-    const double shard_e = t.zero >= 1 ? 1.0 / d(layout.edp) : 1.0;
+    const bool sharded = t.zero >= 1 || t.accelerate_fsdp2;
+    const double shard = sharded ? 1.0 / d(p.dp * p.cp) : 1.0;
+    const double shard_e = sharded ? 1.0 / d(layout.edp) : 1.0;
     const double opt = (mb.params * shard + mb.expert_params * shard_e) * 24 / s.r.hbm;
     const double total = microbatches * per.total() + dp + opt;
     if (total > slowest_total || slowest < 0) {

@@ -54,7 +54,9 @@ void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable, bo
   row.emplace_back(std::string(name_of(p.schedule)));
   row.emplace_back(e.split_name);
   row.emplace_back(e.training.micro_batch);
-  row.emplace_back(std::string(e.training.zero == 1 ? "dist-opt" : fmt::format("zero{}", e.training.zero)));
+  row.emplace_back(std::string(e.training.accelerate_fsdp2 ? "fsdp2"
+                               : e.training.zero == 1      ? "dist-opt"
+                                                           : fmt::format("zero{}", e.training.zero)));
   row.emplace_back(recompute_text(e));
   row.emplace_back(GibBytes{e.peak.value()});
   row.emplace_back(e.peak_stage);
