@@ -11,15 +11,22 @@ namespace moemem {
 void check_accelerate_processes(const AccelerateConfig& a, std::int64_t ranks, const char* field, const std::string& source) {
   if (a.num_processes && ranks != *a.num_processes) {
     throw InputError(field, std::to_string(ranks),
-                     fmt::format("the accelerate config's num_processes ({}, {}): FSDP2 shards over every process",
+                     fmt::format("the accelerate config's num_processes ({}, {}): FSDP shards over every process",
                                  *a.num_processes, source));
   }
 }
 
 void apply_accelerate(const AccelerateConfig& a, TrainingRequest& r, const std::string& source) {
-  r.fsdp.accelerate_fsdp2 = true;
+  if (a.fsdp_version == 1 && r.fsdp.accelerate_fsdp2) {
+    throw InputError("--fsdp2", "set", fmt::format("no --fsdp2, or an fsdp_version 2 config ({} is FSDP1)", source));
+  }
+  if (a.fsdp_version == 2 && r.fsdp.accelerate_fsdp1) {
+    throw InputError("--fsdp1", "set", fmt::format("no --fsdp1, or an fsdp_version 1 config ({} is FSDP2)", source));
+  }
+  (a.fsdp_version == 1 ? r.fsdp.accelerate_fsdp1 : r.fsdp.accelerate_fsdp2) = true;
   // accelerate's fsdp_reshard_after_forward: True reshards every unit but the tail (the policy
   // moemem calls default; always is the same under the hf profile), False keeps every layer gathered.
+  // FSDP1's FULL_SHARD and SHARD_GRAD_OP are the same two.
   const ReshardPolicy policy = a.reshard_after_forward ? ReshardPolicy::standard : ReshardPolicy::never;
   if (r.fsdp.reshard != ReshardPolicy::standard && (r.fsdp.reshard == ReshardPolicy::never) != !a.reshard_after_forward) {
     throw InputError("--reshard-after-forward", std::string(name_of(r.fsdp.reshard)),

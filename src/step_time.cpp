@@ -321,13 +321,13 @@ double dp_exposed(const Shape& s, const MicroBatch& mb, double microbatches) {
   const double span = d(p.tp * p.cp * p.dp);
   const double bw = span <= d(s.gpu.gpus_per_node) ? s.r.nvlink : s.r.network;
   const double wbytes = d(bits_of(s.t.precision.weights)) / 8;
-  const double gbytes = s.t.accelerate_fsdp2 ? wbytes : d(bits_of(s.t.precision.gradients)) / 8;
-  const bool per_microbatch = s.t.zero >= 3 || s.t.accelerate_fsdp2;
+  const double gbytes = s.t.accelerate_fsdp() ? wbytes : d(bits_of(s.t.precision.gradients)) / 8;
+  const bool per_microbatch = s.t.zero >= 3 || s.t.accelerate_fsdp();
   double reduce = 0, gather = 0;
   for (const auto& [n, params] : {std::pair{d(p.dp * p.cp), mb.params}, std::pair{d(s.layout.edp), mb.expert_params}}) {
     if (n <= 1) continue;
     const double share = (n - 1) / n;
-    if (s.t.zero == 0 && !s.t.accelerate_fsdp2) reduce += collective(2 * share * params * gbytes, bw, 2 * (n - 1), s.eff);
+    if (s.t.zero == 0 && !s.t.accelerate_fsdp()) reduce += collective(2 * share * params * gbytes, bw, 2 * (n - 1), s.eff);
     else {
       reduce += collective(share * params * gbytes, bw, n - 1, s.eff);
       gather += collective(share * params * wbytes, bw, n - 1, s.eff);
@@ -374,7 +374,7 @@ StepTime estimate_step_time(const StepTimeModel& sm, const Layout& layout, const
     const double dp = dp_exposed(s, per, microbatches);
     // Optimizer step: each parameter's master weight, gradient, two moments and working copy
     // read and written once (about 24 bytes), over the rank's ZeRO shard.
-    const bool sharded = t.zero >= 1 || t.accelerate_fsdp2;
+    const bool sharded = t.zero >= 1 || t.accelerate_fsdp();
     const double shard = sharded ? 1.0 / d(p.dp * p.cp) : 1.0;
     const double shard_e = sharded ? 1.0 / d(layout.edp) : 1.0;
     const double opt = (mb.params * shard + mb.expert_params * shard_e) * 24 / s.r.hbm;

@@ -193,8 +193,11 @@ struct FsdpSettings {
   bool fsdp_float8_all_gather = false;  // FSDP all-gathers FP8 linear weights (1 byte per parameter)
   std::int64_t dp_replicate = 1;        // HSDP: replicas; parameters shard over dp / dp_replicate x cp
   bool accelerate_fsdp2 = false;        // hf profile: PyTorch FSDP2 through accelerate instead of DeepSpeed
-  bool fsdp_offload_params = false;     // with it: CPUOffloadPolicy (shards, gradients, optimizer states on the host)
+  bool accelerate_fsdp1 = false;        // hf profile: PyTorch FSDP1 (FullyShardedDataParallel) through accelerate
+  bool fsdp_offload_params = false;     // with either: CPU offload (shards, gradients, optimizer states on the host)
   auto operator<=>(const FsdpSettings&) const = default;
+  // The hf profile shards with PyTorch FSDP (1 or 2) through accelerate rather than DeepSpeed.
+  [[nodiscard]] bool accelerate_fsdp() const { return accelerate_fsdp1 || accelerate_fsdp2; }
 };
 
 // Every training setting: the parts above (their fields are reached directly, t.micro_batch).

@@ -68,6 +68,19 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
                                         "logits) until the step ends (step() returns them; return_outputs=False from 0.2.1)",
                                         name_of(c.t.torchtitan_version)));
   }
+  if (c.t.accelerate_fsdp1) {
+    r.assumptions.push_back(
+        "--fsdp1: FSDP1 (FullyShardedDataParallel) through accelerate as the Trainer runs it with mixed_precision bf16: "
+        "every decoder layer a unit and the root unit (embedding, final norm, lm_head) never freed after forward; "
+        "FlatParameters upcast to fp32 and sharded over dp with their optimizer states (fused AdamW: no step "
+        "temporary); bf16 all-gathers and reduce-scatters; two layers gathered at backward (the one running and the "
+        "one prefetched, limit_all_gathers), every layer with SHARD_GRAD_OP; with gradient accumulation no_sync keeps a "
+        "bf16 gradient of every parameter unsharded until the last micro-batch; FlatParameter padding left out");
+  }
+  if (c.t.accelerate_fsdp1 && c.t.fsdp_offload_params) {
+    r.assumptions.push_back("--fsdp-offload-params: CPUOffload(offload_params=True) keeps the parameter and gradient "
+                            "shards and the optimizer states in pinned host memory (the host column) and steps on the CPU");
+  }
   if (c.t.accelerate_fsdp2) {
     r.assumptions.push_back(
         "--fsdp2: FSDP2 through accelerate (>= 1.14) as the Trainer runs it with mixed_precision bf16: every decoder layer, "

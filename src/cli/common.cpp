@@ -94,17 +94,21 @@ void add_release_options(CLI::App& app, TrainingOptions& o) {
 void add_fsdp2_options(CLI::App& app, TrainingOptions& o) {
   app.add_flag("--compile", o.fsdp.compile, "torchtitan: torch.compile of each block (and of the loss: --loss fused)");
   app.add_option("--loss", o.fsdp.loss, "torchtitan: how the loss keeps the logits: upcast|fused|chunked (default fused with --compile, else upcast)");
-  app.add_option("--reshard-after-forward", o.fsdp.reshard_after_forward, "torchtitan (and hf --fsdp2): FSDP reshard policy: default|always|never")
+  app.add_option("--reshard-after-forward", o.fsdp.reshard_after_forward, "torchtitan (and hf --fsdp1/--fsdp2): FSDP reshard policy: default|always|never")
       ->capture_default_str();
   app.add_flag("--fsdp-float8-all-gather", o.fsdp.fsdp_float8_all_gather, "torchtitan: FSDP all-gathers float8 linear weights (needs --fp8)");
   app.add_option("--accelerate-config", o.accelerate_config,
-                 "--profile hf: accelerate's config YAML (distributed_type FSDP, fsdp_version 2): --fsdp2 with its "
-                 "fsdp_reshard_after_forward and fsdp_activation_checkpointing; num_processes must equal --dp");
+                 "--profile hf: accelerate's config YAML (distributed_type FSDP): --fsdp1 or --fsdp2 by its fsdp_version, "
+                 "with its sharding strategy (fsdp_sharding_strategy, fsdp_reshard_after_forward), "
+                 "fsdp_activation_checkpointing and fsdp_offload_params; num_processes must equal --dp");
+  app.add_flag("--fsdp1", o.fsdp.fsdp1,
+               "--profile hf: PyTorch FSDP1 (FullyShardedDataParallel, flat parameters) through accelerate (mixed precision "
+               "bf16, FULL_SHARD) instead of DeepSpeed; --reshard-after-forward never is SHARD_GRAD_OP");
   app.add_flag("--fsdp2", o.fsdp.fsdp2,
                "--profile hf: PyTorch FSDP2 through accelerate (fsdp_version 2, mixed precision bf16) instead of DeepSpeed; "
                "--reshard-after-forward never keeps every layer gathered");
   app.add_flag("--fsdp-offload-params", o.fsdp.fsdp_offload_params,
-               "--profile hf --fsdp2: FSDP2's CPUOffloadPolicy (accelerate's fsdp_offload_params): parameter shards, "
+               "--profile hf --fsdp1/--fsdp2: FSDP's CPU offload (accelerate's fsdp_offload_params): parameter shards, "
                "gradient shards and optimizer states in host memory, the optimizer step on the CPU");
 }
 
@@ -342,6 +346,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.fsdp.fsdp_float8_all_gather = o.fsdp.fsdp_float8_all_gather;
   r.fsdp.dp_replicate = o.fsdp.dp_replicate;
   r.fsdp.accelerate_fsdp2 = o.fsdp.fsdp2;
+  r.fsdp.accelerate_fsdp1 = o.fsdp.fsdp1;
   r.fsdp.fsdp_offload_params = o.fsdp.fsdp_offload_params;
   r.recompute = given<Recompute>(o.recompute.recompute, [](const std::string& v) { return parse_recompute(v, "--recompute"); });
   r.recompute_modules = given<std::uint16_t>(

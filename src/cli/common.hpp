@@ -82,8 +82,8 @@ struct FinetuneOptions {
   std::string finetune = "full", lora_targets, lora_dropout, optimizer = "adamw", sgd_momentum;
   std::optional<std::int64_t> lora_rank;
 };
-struct FsdpOptions {  // torchtitan profile (fsdp2: the hf profile's accelerate FSDP2)
-  bool compile = false, fsdp_float8_all_gather = false, fsdp2 = false, fsdp_offload_params = false;
+struct FsdpOptions {  // torchtitan profile (fsdp1, fsdp2: the hf profile's accelerate FSDP)
+  bool compile = false, fsdp_float8_all_gather = false, fsdp1 = false, fsdp2 = false, fsdp_offload_params = false;
   std::string loss, reshard_after_forward = "default";
   std::int64_t dp_replicate = 1;
 };

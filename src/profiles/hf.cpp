@@ -105,25 +105,37 @@ std::optional<InputError> hf_layout_check(const Layout& layout) {
   return std::nullopt;
 }
 
-// FSDP2 through accelerate replaces DeepSpeed: its own sharding, no ZeRO stage or ds_config; what
-// the state model (hf_fsdp2.cpp) does not cover is refused by name.
-std::optional<InputError> hf_fsdp2_check(const TrainingConfig& t) {
-  if (!t.accelerate_fsdp2) return std::nullopt;
-  if (t.deepspeed) return InputError("--deepspeed", "set", "no DeepSpeed configuration with --fsdp2 (FSDP2 replaces DeepSpeed)");
+// FSDP (1 or 2) through accelerate replaces DeepSpeed: its own sharding, no ZeRO stage or
+// ds_config; what the state model (hf_fsdp2.cpp) does not cover is refused by name.
+std::optional<InputError> hf_fsdp_check(const TrainingConfig& t) {
+  if (!t.accelerate_fsdp()) return std::nullopt;
+  if (t.accelerate_fsdp1 && t.accelerate_fsdp2) return InputError("--fsdp1", "set", "one of --fsdp1 and --fsdp2");
+  const char* flag = t.accelerate_fsdp1 ? "--fsdp1" : "--fsdp2";
+  if (t.deepspeed) return InputError("--deepspeed", "set", fmt::format("no DeepSpeed configuration with {} (FSDP replaces DeepSpeed)", flag));
   if (t.zero != 0) {
     return InputError("--zero", std::to_string(t.zero),
-                      "0 with --fsdp2 (FSDP2 shards parameters, gradients and optimizer states over dp itself)");
+                      fmt::format("0 with {} (FSDP shards parameters, gradients and optimizer states over dp itself)", flag));
   }
   // accelerate leaves frozen non-float Params4bit out of sharding (fsdp2_prepare_model:
   // ignored_params, replicated on every rank) unless bnb_4bit_quant_storage is a float dtype: not
   // modelled.
   if (t.finetune == Finetune::qlora) {
-    return InputError("--finetune", "qlora", "full or lora with --fsdp2 (QLoRA's NF4 weights under FSDP2 are not modelled)");
+    return InputError("--finetune", "qlora",
+                      "full or lora with --fsdp2, full with --fsdp1 (QLoRA's NF4 weights under FSDP are not modelled)");
+  }
+  // FSDP1 flattens a unit's parameters into one FlatParameter: with frozen and trainable ones in
+  // a unit (use_orig_params) its gradient spans the frozen ones too, and the Trainer rewraps PEFT
+  // models by PEFT's fsdp_auto_wrap_policy (adapters as units of their own): not modelled.
+  if (t.accelerate_fsdp1 && t.finetune != Finetune::full) {
+    return InputError("--finetune", std::string(name_of(t.finetune)),
+                      "full with --fsdp1 (adapters under FSDP1's flat parameters and PEFT's wrap policy are not modelled; "
+                      "--fsdp2 models LoRA)");
   }
   if (t.optimizer_offload > 0) {
     return InputError("--optimizer-cpu-offload", "set",
-                      "--fsdp-offload-params with --fsdp2 (FSDP2's CPUOffloadPolicy moves parameters, gradients and "
-                      "optimizer states together)");
+                      fmt::format("--fsdp-offload-params with {} (FSDP's CPU offload moves parameters, gradients and "
+                                  "optimizer states together)",
+                                  flag));
   }
   return std::nullopt;
 }
@@ -144,8 +156,8 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
   }
   if (auto e = refuse_dropout("hf", t)) return e;
   if (auto e = refuse_megatron_options("hf", t)) return e;
-  if (auto e = refuse_fsdp2_options("hf", t, t.accelerate_fsdp2)) return e;
-  if (auto e = hf_fsdp2_check(t)) return e;
+  if (auto e = refuse_fsdp2_options("hf", t, t.accelerate_fsdp())) return e;
+  if (auto e = hf_fsdp_check(t)) return e;
   if (auto e = refuse_finetune("hf", t, true, {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion}, true)) return e;
   // ZeRO-3 with 4-bit weights needs bnb_4bit_quant_storage set to the float dtype so that DeepSpeed
   // can flatten and partition them: a different storage, not modelled.

@@ -27,6 +27,18 @@
 //   reduce-scattered gradient back to a pinned host shard (foreach_reduce: non-blocking D2H copy);
 //   the optimizer is built on the host parameters, so its states and its step are on the CPU. The
 //   GPU keeps the gathered units, the activations and, under no_sync, the unsharded gradients.
+// - --fsdp1 (accelerate's fsdp_version 1, Accelerator.prepare_model: FullyShardedDataParallel with
+//   the plugin's auto_wrap_policy, sharding_strategy and MixedPrecision(param_dtype=bf16,
+//   reduce_dtype=bf16)): each decoder layer a unit, the root unit holding the rest (embedding,
+//   final norm, lm_head); accelerate upcasts every FlatParameter to fp32 under mixed precision
+//   ("mimic DeepSpeed's casting"). torch.distributed.fsdp._runtime_utils: _post_forward_reshard
+//   never frees the root's unsharded parameters after forward ("not state._is_root"), and frees the
+//   others only under FULL_SHARD (SHARD_GRAD_OP keeps every layer gathered until its backward);
+//   _post_backward_hook reduce-scatters the bf16 unsharded gradient and _cast_grad_to_param_dtype
+//   makes the shard fp32 (_saved_grad_shard); outside sync (no_sync) it returns early, leaving the
+//   unsharded bf16 gradient on the FlatParameter. So the same peaks as FSDP2 with the embedding in
+//   the never-resharded unit. CPUOffload(offload_params=True) keeps the shards and gradients on the
+//   host; each FlatParameter's padding to a multiple of dp (at most dp - 1 elements) is left out.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -43,12 +55,13 @@ Count trainable_of(const Share& s) { return s.trainable.non_expert.params + s.tr
 
 // The units: the tail (final norm and lm_head; with tied embeddings the embedding stands in for
 // lm_head in the tail) and one decoder layer, the larger of the two kinds (a layer's routed
-// experts are in its unit: Hugging Face's MoE blocks hold them as submodules).
+// experts are in its unit: Hugging Face's MoE blocks hold them as submodules). Under FSDP1 the
+// root unit is the embedding, final norm and lm_head together (what no decoder-layer unit holds).
 void hf_fsdp2_prepare(const EvalContext& c, const Shares& sh, StageReport& st) {
   FsdpDetail f;
   f.root_params = params_of(sh.head);
   f.root_trainable = trainable_of(sh.head);
-  if (c.model.tie_embeddings) {
+  if (c.model.tie_embeddings || c.t.accelerate_fsdp1) {
     f.root_params += params_of(sh.emb);
     f.root_trainable += trainable_of(sh.emb);
   }
@@ -119,7 +132,9 @@ bool hf_fsdp2_cost(const EvalContext& c, StageReport& st, Bytes activations) {
     // cannot reuse: two layers' all-gathers and two layers' and the tail's reduce-scatters; with
     // offload also a layer's fp32 shard copied to the GPU for its all-gather.
     f.all_gather_cache = std::max(f.root_unsharded, times(bytes_of(f.block_params, w), 2, "fsdp"));
-    if (offload) f.all_gather_cache += bytes_of(shard_of(f.block_params, dp), DType::fp32);
+    // The shard copied up for an all-gather: fp32 under FSDP2, already cast to bf16 under FSDP1
+    // (_use_low_precision_shard copies the host shard into the low-precision _mp_shard).
+    if (offload) f.all_gather_cache += bytes_of(shard_of(f.block_params, dp), c.t.accelerate_fsdp1 ? w : DType::fp32);
     const Count reduced = f.root_trainable + Count(checked_mul(f.block_trainable.value(), 2, "fsdp"));
     f.reduce_scatter_cache = bytes_of(reduced, w) + bytes_of(shard_of(reduced, dp), w);
   }
@@ -175,14 +190,19 @@ void record_hf_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger
     });
   }
   ledger.add(Category::weights, f.root_unsharded, [&] {
-    return ledger_item("fsdp", "tail gathered (final norm, lm_head)",
-                       fmt::format("{} parameters x {} (reshard_after_forward False)", f.root_params.value(), name_of(w)),
-                       f.root_params, w);
+    return c.t.accelerate_fsdp1
+               ? ledger_item("fsdp", "root unit gathered (embedding, final norm, lm_head)",
+                             fmt::format("{} parameters x {} (FSDP1 never frees the root after forward)",
+                                         f.root_params.value(), name_of(w)),
+                             f.root_params, w)
+               : ledger_item("fsdp", "tail gathered (final norm, lm_head)",
+                             fmt::format("{} parameters x {} (reshard_after_forward False)", f.root_params.value(), name_of(w)),
+                             f.root_params, w);
   });
   ledger.add(Category::weights, f.blocks_unsharded, [&] {
     return ledger_item("fsdp", "decoder layers gathered",
                        fmt::format("{} layers x {} parameters x {} ({})", f.blocks_kept, f.block_params.value(), name_of(w),
-                                   c.t.reshard == ReshardPolicy::never ? "reshard-after-forward never: all of them"
+                                   c.t.reshard == ReshardPolicy::never ? (c.t.accelerate_fsdp1 ? "SHARD_GRAD_OP: all of them" : "reshard-after-forward never: all of them")
                                                                        : "the layer in backward and the one prefetched"),
                        f.block_params, w, f.blocks_kept);
   });
@@ -207,19 +227,19 @@ void hf_fsdp2_cache(const EvalContext&, const StageReport& st, Bytes pct, Ledger
   }
 }
 
-// The dispatch: FSDP2 under --fsdp2, DeepSpeed's ZeRO otherwise.
+// The dispatch: FSDP under --fsdp1 or --fsdp2, DeepSpeed's ZeRO otherwise.
 void hf_prepare(const EvalContext& c, const Shares& sh, StageReport& st) {
-  if (c.t.accelerate_fsdp2) hf_fsdp2_prepare(c, sh, st);
+  if (c.t.accelerate_fsdp()) hf_fsdp2_prepare(c, sh, st);
 }
 bool hf_cost(const EvalContext& c, StageReport& st, Bytes activations) {
-  return c.t.accelerate_fsdp2 ? hf_fsdp2_cost(c, st, activations) : kDeepSpeedStates.cost(c, st, activations);
+  return c.t.accelerate_fsdp() ? hf_fsdp2_cost(c, st, activations) : kDeepSpeedStates.cost(c, st, activations);
 }
 void hf_record(const EvalContext& c, const StageReport& st, Ledger& ledger) {
-  if (c.t.accelerate_fsdp2) record_hf_fsdp2(c, st, ledger);
+  if (c.t.accelerate_fsdp()) record_hf_fsdp2(c, st, ledger);
   else kDeepSpeedStates.record(c, st, ledger);
 }
 void hf_record_cache(const EvalContext& c, const StageReport& st, Bytes pct, Ledger& ledger) {
-  if (c.t.accelerate_fsdp2) hf_fsdp2_cache(c, st, pct, ledger);
+  if (c.t.accelerate_fsdp()) hf_fsdp2_cache(c, st, pct, ledger);
   else kDeepSpeedStates.record_cache(c, st, pct, ledger);
 }
 

@@ -111,23 +111,24 @@ inline std::optional<InputError> refuse_routing_without_experts(const ModelSpec&
 
 // torchtitan's settings (torch.compile, loss variants, FSDP2 resharding and float8 all-gather,
 // HSDP replicas, a release) under a profile without FSDP2.
-// `hf_fsdp2`: the hf profile under --fsdp2, which takes --reshard-after-forward (accelerate's
-// fsdp_reshard_after_forward).
+// `hf_fsdp2`: the hf profile under --fsdp1 or --fsdp2, which takes --reshard-after-forward
+// (accelerate's fsdp_reshard_after_forward, or FSDP1's sharding strategy).
 inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, const TrainingConfig& t, bool hf_fsdp2 = false) {
   if (t.torchtitan_version != TorchtitanVersion::current) {
     return InputError("--torchtitan-version", std::string(name_of(t.torchtitan_version)),
                      fmt::format("current with the {} profile (releases are a torchtitan-profile setting)", profile));
   }
-  if (t.accelerate_fsdp2 && profile != "hf") {
-    return InputError("--fsdp2", "set", fmt::format("the hf profile (not {}): FSDP2 through accelerate", profile));
+  if (t.accelerate_fsdp() && profile != "hf") {
+    return InputError(t.accelerate_fsdp1 ? "--fsdp1" : "--fsdp2", "set",
+                      fmt::format("the hf profile (not {}): FSDP through accelerate", profile));
   }
   if (t.fsdp_offload_params && !hf_fsdp2) {
-    return InputError("--fsdp-offload-params", "set", "--profile hf with --fsdp2 (FSDP2's CPUOffloadPolicy through accelerate)");
+    return InputError("--fsdp-offload-params", "set", "--profile hf with --fsdp1 or --fsdp2 (FSDP's CPU offload through accelerate)");
   }
   const bool reshard = t.reshard != ReshardPolicy::standard && !hf_fsdp2;
   if (reshard && profile == "hf") {
     return InputError("--reshard-after-forward", std::string(name_of(t.reshard)),
-                      "default with the hf profile unless --fsdp2 (DeepSpeed has no such policy)");
+                      "default with the hf profile unless --fsdp1 or --fsdp2 (DeepSpeed has no such policy)");
   }
   if (t.compile || t.loss || reshard || t.fsdp_float8_all_gather || t.dp_replicate != 1) {
     return InputError("--compile/--loss/--reshard-after-forward/--fsdp-float8-all-gather/--dp-replicate", "set",

@@ -131,8 +131,9 @@ std::optional<InputError> titan_check(const ModelSpec& m, const Layout&, const T
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_dropout("torchtitan", t)) return e;
   if (auto e = refuse_megatron_options("torchtitan", t)) return e;
-  if (t.accelerate_fsdp2 || t.fsdp_offload_params) {
-    return InputError("--fsdp2/--fsdp-offload-params", "set", "the hf profile (torchtitan always runs FSDP2: the flag selects it for Hugging Face code)");
+  if (t.accelerate_fsdp() || t.fsdp_offload_params) {
+    return InputError("--fsdp1/--fsdp2/--fsdp-offload-params", "set",
+                      "the hf profile (torchtitan always runs FSDP2: the flags select FSDP for Hugging Face code)");
   }
   if (auto e = refuse_finetune("torchtitan", t, false, {OptimizerKind::adamw})) return e;
   if (t.optimizer_offload > 0) return InputError("--optimizer-cpu-offload", "set", "the megatron profile (Megatron-Core's offload)");

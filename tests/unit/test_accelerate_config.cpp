@@ -43,12 +43,32 @@ TEST(AccelerateConfig, ReadsTheKeysThatSetMemory) {
                    .reshard_after_forward);
 }
 
+TEST(AccelerateConfig, ReadsFsdp1AndItsShardingStrategy) {
+  // No fsdp_version: accelerate's default, FSDP1 (FullyShardedDataParallelPlugin).
+  const auto v1 = moemem::parse_accelerate_config("distributed_type: FSDP\nmixed_precision: bf16\nfsdp_config:\n  "
+                                                  "fsdp_offload_params: false\n",
+                                                  "a.yaml");
+  EXPECT_EQ(v1.fsdp_version, 1);
+  EXPECT_TRUE(v1.reshard_after_forward);
+  const auto f = moemem::read_accelerate_config(std::string(MOEMEM_TEST_DATA_DIR) + "/accelerate/fsdp1.yaml");
+  EXPECT_EQ(f.fsdp_version, 1);
+  EXPECT_TRUE(f.reshard_after_forward);
+  EXPECT_EQ(f.num_processes, 8);
+  for (const char* s : {"SHARD_GRAD_OP", "2"}) {
+    EXPECT_FALSE(moemem::parse_accelerate_config(kBase + "  fsdp_sharding_strategy: " + s + "\n", "a.yaml").reshard_after_forward);
+  }
+  EXPECT_EQ(moemem::parse_accelerate_config(kBase, "a.yaml").fsdp_version, 2);
+}
+
 TEST(AccelerateConfig, RefusesWhatItDoesNotModelByName) {
   EXPECT_NE(refusal("distributed_type: MULTI_GPU\nmixed_precision: bf16\n").find("a.yaml: distributed_type: 'MULTI_GPU'"),
             std::string::npos);
-  EXPECT_NE(refusal("distributed_type: FSDP\nmixed_precision: bf16\nfsdp_config:\n  fsdp_offload_params: false\n")
-                .find("fsdp_config.fsdp_version: '1'"),
-            std::string::npos);  // accelerate's default version is 1
+  EXPECT_NE(refusal("distributed_type: FSDP\nmixed_precision: bf16\nfsdp_config:\n  fsdp_version: 3\n")
+                .find("fsdp_config.fsdp_version: '3'"),
+            std::string::npos);
+  EXPECT_NE(refusal(kBase + "  fsdp_sharding_strategy: NO_SHARD\n").find("fsdp_config.fsdp_sharding_strategy: 'NO_SHARD'"),
+            std::string::npos);
+  EXPECT_NE(refusal(kBase + "  fsdp_reshard_after_forward: HYBRID_SHARD\n").find("'HYBRID_SHARD'"), std::string::npos);
   EXPECT_TRUE(moemem::parse_accelerate_config(kBase + "  fsdp_offload_params: true\n", "a.yaml").offload_params);
   EXPECT_NE(refusal(kBase + "  fsdp_offload_params: 2\n").find("fsdp_config.fsdp_offload_params: '2'"), std::string::npos);
   EXPECT_NE(refusal(kBase + "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n").find("fsdp_auto_wrap_policy"), std::string::npos);
@@ -59,6 +79,26 @@ TEST(AccelerateConfig, RefusesWhatItDoesNotModelByName) {
   EXPECT_NE(refusal(kBase + "  fsdp_activation_checkpointing: maybe\n").find("'maybe'"), std::string::npos);
   EXPECT_NE(refusal("[1, 2").find("a.yaml"), std::string::npos);
   EXPECT_NE(refusal("- 1\n").find("not a mapping"), std::string::npos);
+}
+
+TEST(AccelerateConfig, SetsFsdp1InAnalyze) {
+  const std::string file = std::string(MOEMEM_TEST_DATA_DIR) + "/accelerate/fsdp1.yaml";
+  const auto run = [](const std::vector<std::string>& extra) {
+    std::vector<std::string> a = {"analyze", "--model", "llama-3.1-8b", "--profile", "hf", "--dp", "8", "--seq-len", "4096",
+                                  "--format", "json"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_cli(a);
+  };
+  const auto from_file = run({"--accelerate-config", file});
+  const auto from_flag = run({"--fsdp1"});
+  ASSERT_EQ(from_file.code, 0) << from_file.err;
+  ASSERT_EQ(from_flag.code, 0) << from_flag.err;
+  EXPECT_EQ(nlohmann::json::parse(from_file.out).at("peak"), nlohmann::json::parse(from_flag.out).at("peak"));
+  EXPECT_EQ(nlohmann::json::parse(from_file.out).at("training").at("sharding"), "fsdp1");
+  const auto clash = run({"--accelerate-config", file, "--fsdp2"});
+  EXPECT_EQ(clash.code, 2);
+  EXPECT_NE(clash.err.find("--fsdp2: 'set' is not accepted; expected no --fsdp2, or an fsdp_version 2 config"), std::string::npos)
+      << clash.err;
 }
 
 TEST(AccelerateConfig, SetsFsdp2AndCheckpointingInAnalyze) {
