@@ -204,10 +204,10 @@ const Profile kHf{
             "Qwen3-MoE renormalises the top-k weights (norm_topk_prob true, as its released configs)",
             "gradient checkpointing (--recompute full) keeps each decoder layer's input; one layer is recomputed at a "
             "time",
-            "without --fsdp2, DeepSpeed: ZeRO stages shard optimizer states (1), gradients (2) and weights (3) over dp; "
-            "no tp/pp/cp/ep",
-            "without --fsdp2, DeepSpeed's buffers from the ds_config, or its defaults for a bare --zero: reduce buckets (two with "
-            "overlap_comm below stage 3), ZeRO-3's persistent parameters and its gathered module plus prefetch bucket; "
+            "without --fsdp1 or --fsdp2, DeepSpeed: ZeRO stages shard optimizer states (1), gradients (2) and weights "
+            "(3) over dp; no tp/pp/cp/ep",
+            "without --fsdp1 or --fsdp2, DeepSpeed's buffers from the ds_config, or its defaults for a bare --zero: "
+            "reduce buckets (two with overlap_comm below stage 3), ZeRO-3's persistent parameters and its gathered module plus prefetch bucket; "
             "parameters kept gathered by stage3_max_reuse_distance are not counted",
             "loss: ForCausalLMLoss upcasts the logits; log_softmax keeps fp32 log-probabilities",
             "LoRA as PEFT: all-linear adapts every nn.Linear but lm_head (Mixtral's and Qwen3-MoE's router gate too); "
