@@ -219,7 +219,21 @@ Problem layer_split(const ModelSpec& m, const ParallelConfig& p, std::int64_t n,
 
 Problem cut_into_chunks(const ModelSpec& m, const ParallelConfig& p, std::int64_t n, std::vector<Chunk>& chunks) {
   if (!p.pipeline_layout.empty()) return chunks_from_layout_string(m, p, n, chunks);
-  if (n > m.num_layers) {
+  // Counting the embedding and the loss as layers (Megatron's --account-for-*-in-pipeline-split)
+  // lets an end chunk hold that unit alone.
+  const bool accounted = p.layers_per_stage.empty() && !p.first_stage_layers && !p.last_stage_layers;
+  const std::int64_t units =
+      m.num_layers + (accounted ? (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0) : 0);
+  if (n > units && units > m.num_layers) {
+    const char* counted = p.account_for_embedding && p.account_for_loss ? "the embedding and the loss"
+                          : p.account_for_embedding                       ? "the embedding"
+                                                                          : "the loss";
+    return InputError("--pp", std::to_string(p.pp),
+                      fmt::format("at most {} units ({} layers, {} counted as layers) in pipeline chunks (here {}); a "
+                                  "layout string can place more",
+                                  units, m.num_layers, counted, n));
+  }
+  if (n > units) {
     return InputError("--pp", std::to_string(p.pp),
                       fmt::format("at most the number of layers ({}) in pipeline chunks (here {}); a layout string "
                                   "can place more",

@@ -89,6 +89,20 @@ TEST(LayoutSplit, EmbeddingAndLossCountedAsLayers) {
   q.pp = 3;
   q.vpp = 3;
   EXPECT_EQ(layer_counts(resolve_layout(v3, q)), (I64s{6, 7, 7, 7, 7, 7, 7, 7, 6}));
+  // One unit per chunk (the ModelZoo's Qwen3-235B PP32 VPP3 run): 27 + 2 = 29 chunks, the first
+  // holding the embedding alone and the last the loss alone; one chunk more is refused.
+  ParallelConfig one = par(1, 29, 1, 1);
+  one.account_for_embedding = one.account_for_loss = true;
+  I64s each(29, 1);
+  each.front() = 0;
+  each.back() = 0;
+  const Layout l = resolve_layout(lite, one);
+  EXPECT_EQ(layer_counts(l), each);
+  EXPECT_TRUE(l.chunks.front().embedding);
+  EXPECT_TRUE(l.chunks.back().loss);
+  one.pp = 30;
+  EXPECT_NE(error_of([&] { (void)resolve_layout(lite, one); }).find("at most 29 units (27 layers, the embedding and the loss"),
+            std::string::npos);
 }
 
 // DualPipe: rank r holds stages r and pp-1-r of a pp-chunk cut; DualPipeV: chunks r and
