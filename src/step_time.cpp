@@ -321,7 +321,7 @@ double dp_exposed(const Shape& s, const MicroBatch& mb, double microbatches) {
   const double span = d(p.tp * p.cp * p.dp);
   const double bw = span <= d(s.gpu.gpus_per_node) ? s.r.nvlink : s.r.network;
   const double wbytes = d(bits_of(s.t.precision.weights)) / 8;
-  const double gbytes = s.t.accelerate_fsdp() ? wbytes : d(bits_of(s.t.precision.gradients)) / 8;
+  const double gbytes = s.t.accelerate_fsdp() || s.t.hf_ddp ? wbytes : d(bits_of(s.t.precision.gradients)) / 8;
   const bool per_microbatch = s.t.zero >= 3 || s.t.accelerate_fsdp();
   double reduce = 0, gather = 0;
   for (const auto& [n, params] : {std::pair{d(p.dp * p.cp), mb.params}, std::pair{d(s.layout.edp), mb.expert_params}}) {

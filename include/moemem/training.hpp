@@ -195,6 +195,7 @@ struct FsdpSettings {
   bool accelerate_fsdp2 = false;        // hf profile: PyTorch FSDP2 through accelerate instead of DeepSpeed
   bool accelerate_fsdp1 = false;        // hf profile: PyTorch FSDP1 (FullyShardedDataParallel) through accelerate
   bool fsdp_offload_params = false;     // with either: CPU offload (shards, gradients, optimizer states on the host)
+  bool hf_ddp = false;                  // hf profile: the Trainer without DeepSpeed or FSDP (PyTorch DDP; one process at dp 1)
   auto operator<=>(const FsdpSettings&) const = default;
   // The hf profile shards with PyTorch FSDP (1 or 2) through accelerate rather than DeepSpeed.
   [[nodiscard]] bool accelerate_fsdp() const { return accelerate_fsdp1 || accelerate_fsdp2; }

@@ -68,6 +68,14 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
                                         "logits) until the step ends (step() returns them; return_outputs=False from 0.2.1)",
                                         name_of(c.t.torchtitan_version)));
   }
+  if (c.t.hf_ddp) {
+    r.assumptions.push_back(
+        "--ddp: the Trainer without DeepSpeed or FSDP on a model loaded in bf16 (bf16 autocast): every rank holds the "
+        "weights, the gradients (none at the start of backward: zero_grad(set_to_none)) and torch AdamW's moments in "
+        "the parameters' dtype, no master copy; PEFT upcasts LoRA's adapters to fp32 and each adapted linear saves "
+        "autocast's bf16 copy of its fp32-cast input; with dp > 1 DDP's buckets hold a second copy of every gradient "
+        "(gradient_as_bucket_view False)");
+  }
   if (c.t.accelerate_fsdp1) {
     r.assumptions.push_back(
         "--fsdp1: FSDP1 (FullyShardedDataParallel) through accelerate as the Trainer runs it with mixed_precision bf16: "

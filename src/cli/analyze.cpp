@@ -109,7 +109,10 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
                     {"recompute_method", r.training.recompute_method == RecomputeMethod::uniform ? "uniform" : "block"},
                     {"recompute_num_layers", r.training.recompute_num_layers},
                     {"zero", r.training.zero},
-                    {"sharding", r.training.accelerate_fsdp2 ? "fsdp2" : r.training.accelerate_fsdp1 ? "fsdp1" : "zero"},
+                    {"sharding", r.training.accelerate_fsdp2   ? "fsdp2"
+                                : r.training.accelerate_fsdp1 ? "fsdp1"
+                                : r.training.hf_ddp           ? "ddp"
+                                                              : "zero"},
                     {"dtypes", {{"weights", name_of(pr.weights)}, {"gradients", name_of(pr.gradients)},
                                 {"master", name_of(pr.master)}, {"exp_avg", name_of(pr.exp_avg)},
                                 {"exp_avg_sq", name_of(pr.exp_avg_sq)},
@@ -403,7 +406,12 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
           ? fmt::format("full ({} {})", r.training.recompute_method == RecomputeMethod::uniform ? "uniform" : "block",
                         r.training.recompute_num_layers)
           : std::string(name_of(r.training.recompute));
-  if (r.training.accelerate_fsdp()) {
+  if (r.training.hf_ddp) {
+    // hf --ddp: every state on every rank in the parameters' dtype (PEFT's adapters fp32).
+    out << fmt::format("training: micro-batch {}, seq-len {}, recompute {}, DDP (no DeepSpeed or FSDP); dtypes weights {}, "
+                       "grads and moments as the parameters ({} for LoRA's adapters), no master copy\n",
+                       r.training.micro_batch, r.training.seq_len, recompute, name_of(pr.weights), name_of(DType::fp32));
+  } else if (r.training.accelerate_fsdp()) {
     // hf --fsdp1/--fsdp2: fp32 shards of what trains (no separate master copy), bf16 gathered weights.
     out << fmt::format("training: micro-batch {}, seq-len {}, recompute {}, FSDP{} (accelerate); dtypes weights {} "
                        "(gathered), shards fp32, grads fp32 shards, moments {}/{}\n",

@@ -104,6 +104,10 @@ void add_fsdp2_options(CLI::App& app, TrainingOptions& o) {
   app.add_flag("--fsdp1", o.fsdp.fsdp1,
                "--profile hf: PyTorch FSDP1 (FullyShardedDataParallel, flat parameters) through accelerate (mixed precision "
                "bf16, FULL_SHARD) instead of DeepSpeed; --reshard-after-forward never is SHARD_GRAD_OP");
+  app.add_flag("--ddp", o.fsdp.ddp,
+               "--profile hf: the Trainer without DeepSpeed or FSDP (PyTorch DDP over dp, one process at dp 1): bf16 "
+               "weights, gradients and AdamW moments on every rank, no master copy, PEFT's adapters in fp32, DDP's "
+               "gradient buckets");
   app.add_flag("--fsdp2", o.fsdp.fsdp2,
                "--profile hf: PyTorch FSDP2 through accelerate (fsdp_version 2, mixed precision bf16) instead of DeepSpeed; "
                "--reshard-after-forward never keeps every layer gathered");
@@ -347,6 +351,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.fsdp.dp_replicate = o.fsdp.dp_replicate;
   r.fsdp.accelerate_fsdp2 = o.fsdp.fsdp2;
   r.fsdp.accelerate_fsdp1 = o.fsdp.fsdp1;
+  r.fsdp.hf_ddp = o.fsdp.ddp;
   r.fsdp.fsdp_offload_params = o.fsdp.fsdp_offload_params;
   r.recompute = given<Recompute>(o.recompute.recompute, [](const std::string& v) { return parse_recompute(v, "--recompute"); });
   r.recompute_modules = given<std::uint16_t>(

@@ -83,7 +83,8 @@ struct FinetuneOptions {
   std::optional<std::int64_t> lora_rank;
 };
 struct FsdpOptions {  // torchtitan profile (fsdp1, fsdp2: the hf profile's accelerate FSDP)
-  bool compile = false, fsdp_float8_all_gather = false, fsdp1 = false, fsdp2 = false, fsdp_offload_params = false;
+  bool compile = false, fsdp_float8_all_gather = false, fsdp1 = false, fsdp2 = false, fsdp_offload_params = false,
+       ddp = false;
   std::string loss, reshard_after_forward = "default";
   std::int64_t dp_replicate = 1;
 };

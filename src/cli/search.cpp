@@ -56,6 +56,7 @@ void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable, bo
   row.emplace_back(e.training.micro_batch);
   row.emplace_back(std::string(e.training.accelerate_fsdp2   ? "fsdp2"
                                : e.training.accelerate_fsdp1 ? "fsdp1"
+                               : e.training.hf_ddp           ? "ddp"
                                : e.training.zero == 1        ? "dist-opt"
                                                              : fmt::format("zero{}", e.training.zero)));
   row.emplace_back(recompute_text(e));
@@ -236,6 +237,7 @@ std::string base_flags(const SearchCommand& c) {
   if (t.fsdp.compile) out += " --compile";
   if (t.fsdp.fsdp_float8_all_gather) out += " --fsdp-float8-all-gather";
   if (t.fsdp.fsdp1) out += " --fsdp1";
+  if (t.fsdp.ddp) out += " --ddp";
   if (t.fsdp.fsdp2) out += " --fsdp2";
   if (t.fsdp.fsdp_offload_params) out += " --fsdp-offload-params";
   if (t.fsdp.reshard_after_forward != "default") out += " --reshard-after-forward " + t.fsdp.reshard_after_forward;
@@ -388,7 +390,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   if (!training.batch.global_batch) throw InputError("--global-batch", "missing", "the sequences per optimizer step");
   if (!training.accelerate_config.empty()) {
     throw InputError("--accelerate-config", training.accelerate_config,
-                     "analyze or explain (search takes --fsdp1 or --fsdp2 and searches the recomputation itself)");
+                     "analyze or explain (search takes --fsdp1, --fsdp2 or --ddp and searches the recomputation itself)");
   }
 
   const Profile& profile = get_profile(training.profile);

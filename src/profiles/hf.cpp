@@ -140,6 +140,30 @@ std::optional<InputError> hf_fsdp_check(const TrainingConfig& t) {
   return std::nullopt;
 }
 
+// --ddp: the Trainer (accelerate without DeepSpeed or FSDP) on bf16 weights; what its state model
+// (hf_ddp.cpp) does not cover is refused by name.
+std::optional<InputError> hf_ddp_check(const TrainingConfig& t) {
+  if (!t.hf_ddp) return std::nullopt;
+  if (t.accelerate_fsdp()) return InputError("--ddp", "set", "one of --ddp, --fsdp1 and --fsdp2");
+  if (t.deepspeed) return InputError("--deepspeed", "set", "no DeepSpeed configuration with --ddp");
+  if (t.zero != 0) return InputError("--zero", std::to_string(t.zero), "0 with --ddp (DDP replicates every state)");
+  if (t.finetune == Finetune::qlora) {
+    return InputError("--finetune", "qlora", "full or lora with --ddp (bitsandbytes' NF4 weights without DeepSpeed are not modelled)");
+  }
+  if (t.optimizer != OptimizerKind::adamw) {
+    return InputError("--optimizer", std::string(name_of(t.optimizer)),
+                      "adamw with --ddp (torch's AdamW keeps its moments in each parameter's dtype)");
+  }
+  // Parameters loaded in fp32 under the Trainer's bf16 autocast make the residual stream, the
+  // norms and the embedding fp32 and add autocast's cached bf16 weight copies: not modelled.
+  if (t.precision.weights != DType::bf16 || t.activation_dtype != DType::bf16) {
+    return InputError("--params-dtype", std::string(name_of(t.precision.weights)),
+                      "bf16 with --ddp (a model loaded in bf16; fp32 weights under autocast are not modelled)");
+  }
+  if (t.optimizer_offload > 0) return InputError("--optimizer-cpu-offload", "set", "no offload with --ddp");
+  return std::nullopt;
+}
+
 std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   if (!supported_type(m.model_type)) {
     return InputError("--model", m.model_type,
@@ -158,6 +182,7 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
   if (auto e = refuse_megatron_options("hf", t)) return e;
   if (auto e = refuse_fsdp2_options("hf", t, t.accelerate_fsdp())) return e;
   if (auto e = hf_fsdp_check(t)) return e;
+  if (auto e = hf_ddp_check(t)) return e;
   if (auto e = refuse_finetune("hf", t, true, {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion}, true)) return e;
   // ZeRO-3 with 4-bit weights needs bnb_4bit_quant_storage set to the float dtype so that DeepSpeed
   // can flatten and partition them: a different storage, not modelled.

@@ -15,8 +15,9 @@
 namespace moemem::detail {
 // ZeRO's states plus DeepSpeed's own buffers (hf_deepspeed.cpp).
 extern const StateModel kDeepSpeedStates;
-// The hf profile's states: DeepSpeed's, or FSDP2's under --fsdp2 (hf_fsdp2.cpp).
-extern const StateModel kHfStates;
+// The hf profile's states: DeepSpeed's, FSDP's under --fsdp1/--fsdp2 (hf_fsdp2.cpp), or plain
+// DDP's under --ddp (hf_ddp.cpp, kHfDdpStates).
+extern const StateModel kHfStates, kHfDdpStates;
 }  // namespace moemem::detail
 
 namespace moemem::profiles {

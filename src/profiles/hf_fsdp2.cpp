@@ -227,19 +227,23 @@ void hf_fsdp2_cache(const EvalContext&, const StageReport& st, Bytes pct, Ledger
   }
 }
 
-// The dispatch: FSDP under --fsdp1 or --fsdp2, DeepSpeed's ZeRO otherwise.
+// The dispatch: FSDP under --fsdp1 or --fsdp2, plain DDP under --ddp, DeepSpeed's ZeRO otherwise.
 void hf_prepare(const EvalContext& c, const Shares& sh, StageReport& st) {
   if (c.t.accelerate_fsdp()) hf_fsdp2_prepare(c, sh, st);
+  else if (c.t.hf_ddp) kHfDdpStates.prepare(c, sh, st);
 }
 bool hf_cost(const EvalContext& c, StageReport& st, Bytes activations) {
+  if (c.t.hf_ddp) return kHfDdpStates.cost(c, st, activations);
   return c.t.accelerate_fsdp() ? hf_fsdp2_cost(c, st, activations) : kDeepSpeedStates.cost(c, st, activations);
 }
 void hf_record(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   if (c.t.accelerate_fsdp()) record_hf_fsdp2(c, st, ledger);
+  else if (c.t.hf_ddp) kHfDdpStates.record(c, st, ledger);
   else kDeepSpeedStates.record(c, st, ledger);
 }
 void hf_record_cache(const EvalContext& c, const StageReport& st, Bytes pct, Ledger& ledger) {
-  if (c.t.accelerate_fsdp()) hf_fsdp2_cache(c, st, pct, ledger);
+  if (c.t.hf_ddp) kHfDdpStates.record_cache(c, st, pct, ledger);
+  else if (c.t.accelerate_fsdp()) hf_fsdp2_cache(c, st, pct, ledger);
   else kDeepSpeedStates.record_cache(c, st, pct, ledger);
 }
 

@@ -275,6 +275,13 @@ void lora_terms(const HfLayerContext& h, Terms& t) {
   if (h.c.training.lora_dropout > 0) {
     t.add("lora.dropout_masks", Module::attention, dropped, DType::int8, kNone, "rows x in per adapted linear (bool)");
     t.add("lora.dropout_outputs (A inputs)", Module::attention, dropped, t.a, kNone, "rows x in per adapted linear");
+  } else if (h.c.training.hf_ddp) {
+    // --ddp: PEFT's fp32 adapters (autocast_adapter_dtype) make Linear.forward cast x to fp32
+    // (_cast_input_dtype) and the Trainer's bf16 autocast cast that back for lora_A's GEMM, which
+    // saves the bf16 copy: one per adapted linear. (With dropout the same bytes: the mask and
+    // the autocast copy of the dropped-out fp32 input, the terms above.)
+    t.add("lora.A_inputs (autocast bf16 copies)", Module::attention, dropped, t.a, kNone,
+          "rows x in per adapted linear (PEFT's fp32 cast, autocast's bf16 copy)");
   }
 }
 

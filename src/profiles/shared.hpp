@@ -118,6 +118,9 @@ inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, 
     return InputError("--torchtitan-version", std::string(name_of(t.torchtitan_version)),
                      fmt::format("current with the {} profile (releases are a torchtitan-profile setting)", profile));
   }
+  if (t.hf_ddp && profile != "hf") {
+    return InputError("--ddp", "set", fmt::format("the hf profile (not {}): the Trainer without DeepSpeed or FSDP", profile));
+  }
   if (t.accelerate_fsdp() && profile != "hf") {
     return InputError(t.accelerate_fsdp1 ? "--fsdp1" : "--fsdp2", "set",
                       fmt::format("the hf profile (not {}): FSDP through accelerate", profile));

@@ -1,0 +1,114 @@
+// The hf profile under --ddp: the Hugging Face Trainer (accelerate) without DeepSpeed or FSDP, on
+// a model loaded in bf16: PyTorch DDP over dp, or one process at dp 1. Facts:
+// - accelerate's prepare_model for native AMP wraps forward in torch.autocast(bf16) and leaves the
+//   parameters in their loaded dtype; the Trainer's default optimizer (adamw_torch_fused from torch
+//   2.8, transformers training_args.py) creates exp_avg and exp_avg_sq with zeros_like(param):
+//   bf16 moments for bf16 parameters, no master copy, and gradients in the parameters' dtype.
+// - PEFT's get_peft_model(autocast_adapter_dtype=True, the default) upcasts bf16 adapters to fp32
+//   (peft/tuners/tuners_utils.py _cast_adapter_dtype): fp32 adapter weights, gradients and moments.
+// - zero_grad(set_to_none=True) (the Trainer's default) leaves no gradient at the start of
+//   backward unless a previous micro-batch of the step left its own (gradient accumulation).
+// - torch.nn.parallel.DistributedDataParallel with gradient_as_bucket_view False (its default;
+//   the Trainer and accelerate's DistributedDataParallelKwargs keep it) allocates flat bucket
+//   tensors for every gradient at construction (reducer.cpp initialize_buckets) and copies the
+//   gradients into them for the all-reduce: a second copy of every trainable gradient when dp > 1.
+#include <fmt/format.h>
+
+#include "analyze/internal.hpp"
+#include "profiles/hf.hpp"
+
+namespace moemem::detail {
+
+namespace {
+
+struct DdpCounts {
+  Count all, trains;
+  DType trained;  // the dtype of what trains: fp32 for PEFT's adapters, the weights' for full training
+};
+
+DdpCounts counts_of(const EvalContext& c, const StageReport& st) {
+  OptimizerCounts n = st.trainable.non_expert;
+  n += st.trainable.expert;
+  return {st.params.non_expert + st.params.expert, n.params,
+          c.t.finetune == Finetune::full ? c.t.precision.weights : DType::fp32};
+}
+
+Bytes weight_bytes(const EvalContext& c, const DdpCounts& n) {
+  return bytes_of(Count(n.all.value() - n.trains.value()), c.t.precision.weights) + bytes_of(n.trains, n.trained);
+}
+Bytes moment_bytes(const DdpCounts& n) { return times(bytes_of(n.trains, n.trained), 2, "ddp"); }
+Bytes bucket_bytes(const EvalContext& c, const DdpCounts& n) {
+  return c.layout.config.dp > 1 ? bytes_of(n.trains, n.trained) : Bytes{};
+}
+bool accumulates(const EvalContext& c) { return c.microbatches.value_or(1) > 1; }
+
+void ddp_prepare(const EvalContext&, const Shares&, StageReport& st) { st.fsdp = FsdpDetail{}; }
+
+// Peak at the start of backward (weights, moments, buckets, activations and, with accumulation,
+// the gradients) or at the optimizer step (weights, moments, buckets, gradients), the higher.
+bool ddp_cost(const EvalContext& c, StageReport& st, Bytes activations) {
+  const DdpCounts n = counts_of(c, st);
+  const Bytes fixed = weight_bytes(c, n) + moment_bytes(n) + bucket_bytes(c, n);
+  const Bytes grads = bytes_of(n.trains, n.trained);
+  const Bytes backward = fixed + activations + (accumulates(c) ? grads : Bytes{});
+  st.fsdp->optimizer_step_peak = fixed + grads > backward;
+  return st.fsdp->optimizer_step_peak;
+}
+
+void ddp_record(const EvalContext& c, const StageReport& st, Ledger& ledger) {
+  const DdpCounts n = counts_of(c, st);
+  const Count frozen(n.all.value() - n.trains.value());
+  const DType w = c.t.precision.weights;
+  if (frozen.value() > 0) {
+    ledger.add(Category::weights, bytes_of(frozen, w), [&] {
+      return ledger_item("ddp", "frozen parameters", fmt::format("{} x {}", frozen.value(), name_of(w)), frozen, w);
+    });
+  }
+  const char* what = c.t.finetune == Finetune::full ? "parameters" : "adapters (PEFT upcasts them to fp32)";
+  ledger.add(Category::weights, bytes_of(n.trains, n.trained), [&] {
+    return ledger_item("ddp", what, fmt::format("{} x {}", n.trains.value(), name_of(n.trained)), n.trains, n.trained);
+  });
+  for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+    ledger.add(Category::optimizer, bytes_of(n.trains, n.trained), [&] {
+      return ledger_item("ddp", moment, fmt::format("{} x {} (torch AdamW: the parameter's dtype)", n.trains.value(),
+                                                    name_of(n.trained)),
+                         n.trains, n.trained);
+    });
+  }
+  if (c.layout.config.dp > 1) {
+    ledger.add(Category::gradients, bytes_of(n.trains, n.trained), [&] {
+      return ledger_item("ddp", "DDP gradient buckets",
+                         fmt::format("{} x {} (gradient_as_bucket_view False: a flat copy of every gradient)",
+                                     n.trains.value(), name_of(n.trained)),
+                         n.trains, n.trained);
+    });
+  }
+  if (st.fsdp->optimizer_step_peak || accumulates(c)) {
+    ledger.add(Category::gradients, bytes_of(n.trains, n.trained), [&] {
+      return ledger_item("ddp", "gradients",
+                         fmt::format("{} x {} ({})", n.trains.value(), name_of(n.trained),
+                                     st.fsdp->optimizer_step_peak ? "the optimizer step"
+                                                                  : "held across the step's micro-batches"),
+                         n.trains, n.trained);
+    });
+  }
+}
+
+void ddp_cache(const EvalContext&, const StageReport& st, Bytes pct, Ledger& ledger) {
+  const Bytes all = pct + st.loss.cached;
+  if (all.value() > 0) {
+    ledger.add(Category::fragmentation, all,
+               [] { return ledger_item("allocator", "reserved - allocated", "percentage of allocated bytes"); });
+  }
+}
+
+}  // namespace
+
+const StateModel kHfDdpStates{
+    .prepare = ddp_prepare,
+    .cost = ddp_cost,
+    .record = ddp_record,
+    .record_cache = ddp_cache,
+};
+
+}  // namespace moemem::detail
