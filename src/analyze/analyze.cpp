@@ -73,8 +73,8 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
         "--ddp: the Trainer without DeepSpeed or FSDP on a model loaded in bf16 (bf16 autocast): every rank holds the "
         "weights, the gradients (none at the start of backward: zero_grad(set_to_none)) and torch AdamW's moments in "
         "the parameters' dtype, no master copy; PEFT upcasts LoRA's adapters to fp32 and each adapted linear saves "
-        "autocast's bf16 copy of its fp32-cast input; with dp > 1 DDP's buckets hold a second copy of every gradient "
-        "(gradient_as_bucket_view False)");
+        "autocast's bf16 copies of its fp32-cast input and of the adapter weights; with dp > 1 DDP's buckets hold a "
+        "second copy of every gradient (gradient_as_bucket_view False)");
   }
   if (c.t.accelerate_fsdp1) {
     r.assumptions.push_back(

@@ -30,7 +30,7 @@ bool HfLayerContext::saves_input(Role r) const {
 }
 
 HfLayerContext hf_layer_context(const ActivationContext& c, LayerKind kind) {
-  HfLayerContext h{c, {}, {}};
+  HfLayerContext h{c, {}, {}, {}};
   if (c.training.finetune == Finetune::full) {
     h.trains_.fill(true);
     return h;
@@ -45,7 +45,10 @@ HfLayerContext hf_layer_context(const ActivationContext& c, LayerKind kind) {
   const Inventory inv = apply_finetune(build_inventory(m), c.training.finetuning());
   for (const auto& t : inv.tensors) {
     if (t.layer != layer) continue;
-    if (t.trainable) h.trains_[static_cast<std::size_t>(t.role)] = true;
+    // Under --ddp lora_A reads autocast's copy of the input, not the base layer's (whose frozen
+    // weight saves none): the adapters make no base input saved (lora_terms counts the copies).
+    if (t.trainable && !c.training.hf_ddp) h.trains_[static_cast<std::size_t>(t.role)] = true;
+    if (t.trainable) h.adapter_params += t.params();
     if (t.adapter == Adapter::lora_a) h.adapters.push_back(t);
   }
   return h;

@@ -28,6 +28,7 @@ struct HfLayerContext {
   const ActivationContext& c;
   std::array<bool, kRoleCount> trains_{};  // a tensor of this role in the layer needs a gradient
   std::vector<Tensor> adapters;            // the layer's LoRA A matrices
+  Count adapter_params;                    // every LoRA A and B element of the layer
 
   [[nodiscard]] std::int64_t tokens() const { return c.training.micro_batch * c.training.seq_len; }
   [[nodiscard]] bool trains(Role r) const { return trains_[static_cast<std::size_t>(r)]; }

@@ -283,6 +283,12 @@ void lora_terms(const HfLayerContext& h, Terms& t) {
     t.add("lora.A_inputs (autocast bf16 copies)", Module::attention, dropped, t.a, kNone,
           "rows x in per adapted linear (PEFT's fp32 cast, autocast's bf16 copy)");
   }
+  if (h.c.training.hf_ddp) {
+    // Autocast's bf16 casts of the fp32 adapter weights, which lora_A's and lora_B's GEMMs save
+    // for the input gradient (every expert's adapters counted, whether or not tokens reach it).
+    t.add("lora.adapter_weights (autocast bf16 copies)", Module::attention, h.adapter_params, t.a, kNone,
+          "r x in + out x r per adapted linear");
+  }
 }
 
 }  // namespace

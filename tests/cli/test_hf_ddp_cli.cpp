@@ -61,6 +61,8 @@ TEST(HfDdp, LoraAdaptersInFp32AndAutocastCopiesOfTheirInputs) {
   EXPECT_EQ(items_of(e, "gradients").at("gradients"), kAdapters * 4);
   // 32 layers x 256 tokens x 38,912 adapted input elements x 2 bytes (bf16), no recomputation.
   EXPECT_EQ(items_of(e, "activations").at("lora.A_inputs (autocast bf16 copies)"), 32ull * 256 * 38'912 * 2);
+  // And autocast's bf16 casts of the fp32 adapter weights, which the GEMMs save: 41,943,040 x 2.
+  EXPECT_EQ(items_of(e, "activations").at("lora.adapter_weights (autocast bf16 copies)"), kAdapters * 2);
   // DeepSpeed's bf16 adapters read the base layer's own input: no such copy.
   const auto ds = explain_json(concat({"--model", "llama-3.1-8b", "--profile", "hf", "--dp", "1", "--micro-batch", "1",
                                        "--seq-len", "256", "--global-batch", "2"},

@@ -6,7 +6,8 @@ at small sizes on the CPU in bf16, counts every tensor autograd saves for backwa
 torch.autograd.graph.saved_tensors_hooks (one count per storage, by data_ptr; parameters, buffers
 and the inputs every layer shares -- the rotary cos/sin tables and the causal mask -- excluded),
 with and without gradient checkpointing (torch.utils.checkpoint, as HF's gradient_checkpointing),
-with and without LoRA adapters on every linear layer, and compares each count exactly with the
+with and without LoRA adapters on every linear layer (bf16 as under DeepSpeed, or fp32 under the
+plain Trainer's bf16 autocast: --ddp), and compares each count exactly with the
 per-layer activation terms moemem's hf profile gives for the same sizes (printed by
 moemem_layer_terms, tests/groundtruth/layer_terms.cpp). Exit 1 on any mismatch.
 
@@ -36,7 +37,8 @@ MODELS = ["llama", "qwen3_moe", "mixtral", "deepseek_v3"]
 # frozen and saving no input (HF Mixtral's experts are named w1/w2/w3: attention only there).
 TARGETS = {"llama": "q_proj,v_proj,down_proj", "qwen3_moe": "q_proj,v_proj,down_proj", "mixtral": "q_proj,v_proj",
            "deepseek_v3": "q_b_proj,kv_b_proj,down_proj"}
-RUNS = [(0, None), (8, "all-linear"), (8, "targets")]
+# The last field: the plain Trainer (--ddp), fp32 adapters under bf16 autocast.
+RUNS = [(0, None, False), (8, "all-linear", False), (8, "targets", False), (8, "all-linear", True), (8, "targets", True)]
 
 
 def load_config(name):
@@ -95,13 +97,16 @@ def saved_bytes(layer, x, rope, mask, mode):
     return sum(seen.values())
 
 
-def measure(c, moe, lora, targets, mode):
+def measure(c, moe, lora, targets, mode, ddp=False):
     torch.manual_seed(0)
     hf_layers.LORA_TARGETS = None if targets in (None, "all-linear") else set(targets.split(","))
+    hf_layers.LORA_FP32_AUTOCAST = ddp
     layer = hf_layers.DecoderLayer(c, moe, lora).to(DTYPE)
     if lora:  # PEFT's mark_only_lora_as_trainable: norms, routers and base weights frozen
         for pname, p in layer.named_parameters():
             p.requires_grad_("lora_" in pname)
+            if ddp and "lora_" in pname:
+                p.data = p.data.to(torch.float32)
     h = c["hidden_size"]
     rope_dim = c["qk_rope_head_dim"] if c["model_type"] == "deepseek_v3" else c["head_dim"]
     rope = hf_layers.rope_tables(BATCH, SEQ, rope_dim, DTYPE)
@@ -112,11 +117,13 @@ def measure(c, moe, lora, targets, mode):
     return saved_bytes(layer, x, rope, mask, mode)
 
 
-def moemem_terms(exe, name, lora, targets, recompute):
+def moemem_terms(exe, name, lora, targets, recompute, ddp=False):
     args = [exe, "--model", os.path.join(HERE, "configs", f"{name}.json"), "--profile", "hf", "--attention", "eager",
             "--micro-batch", str(BATCH), "--seq-len", str(SEQ), "--recompute", recompute]
     if lora:
         args += ["--finetune", "lora", "--lora-rank", str(lora), "--lora-targets", targets]
+    if ddp:
+        args += ["--ddp"]
     out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=60).stdout
     return json.loads(out)
 
@@ -129,17 +136,18 @@ def main():
     failures = 0
     for name in MODELS:
         c = load_config(name)
-        for lora, targets in RUNS:
+        for lora, targets, ddp in RUNS:
             targets = TARGETS[name] if targets == "targets" else targets
-            ledgers = {r: moemem_terms(exe, name, lora, targets, r) for r in ("none", "full")}
+            ledgers = {r: moemem_terms(exe, name, lora, targets, r, ddp) for r in ("none", "full")}
             for kind in ledgers["none"]:
                 for mode, recompute in (("none", "none"), ("reentrant", "full"), ("closure", "full")):
-                    truth = measure(c, kind == "moe", lora, targets, mode)
+                    truth = measure(c, kind == "moe", lora, targets, mode, ddp)
                     model = ledgers[recompute][kind]["kept_bytes"]
                     ok = truth == model
                     failures += not ok
                     if verbose or not ok:
-                        print(f"{'ok  ' if ok else 'FAIL'} {name:12s} {kind:5s} lora={lora} {targets or '':24s} {mode:9s} "
+                        print(f"{'ok  ' if ok else 'FAIL'} {name:12s} {kind:5s} lora={lora}{' ddp' if ddp else ''} "
+                              f"{targets or '':24s} {mode:9s} "
                               f"autograd {truth:8d} B  moemem {model:8d} B")
                         if not ok:
                             for t in ledgers[recompute][kind]["terms"]:

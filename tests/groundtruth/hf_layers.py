@@ -75,6 +75,9 @@ def eager_attention(q, k, v, mask, scaling, groups, dropout):
 # PEFT's target_modules: None targets every nn.Linear of a decoder layer (PEFT's all-linear: the
 # softmax routers too; DeepSeek-V3's router is a bare parameter), else a set of module names.
 LORA_TARGETS = None
+# The plain Trainer (moemem's --ddp): PEFT keeps the adapters in fp32 (autocast_adapter_dtype) and
+# the Trainer runs forward under bf16 autocast. Set by check_hf.py per run.
+LORA_FP32_AUTOCAST = False
 
 
 class Linear(nn.Module):
@@ -95,7 +98,15 @@ class Linear(nn.Module):
 
     def forward(self, x):
         y = self.base(x)
-        if self.lora_rank:
+        if self.lora_rank and LORA_FP32_AUTOCAST:
+            # PEFT's _cast_input_dtype casts x to the adapter's fp32, and CUDA autocast runs lora_A
+            # and lora_B as bf16 GEMMs on bf16 casts of their inputs and of the fp32 weights (the
+            # cast op of the cast x saves nothing; each GEMM saves its bf16 operands). Written out
+            # by hand: CPU autocast's op lists are not CUDA's.
+            bf16 = torch.bfloat16
+            a = F.linear(x.to(torch.float32).to(bf16), self.lora_a.weight.to(bf16))
+            y = y + F.linear(a, self.lora_b.weight.to(bf16)) * self.scaling
+        elif self.lora_rank:
             # lora_dropout is nn.Identity when lora_dropout == 0 (PEFT's update_layer)
             y = y + self.lora_b(self.lora_a(x)) * self.scaling
         return y
