@@ -360,13 +360,17 @@ ModelSpec parse_text_config(const json& j, const json& tc, const std::string& so
   const bool llama4 = j.contains("model_type") && j.at("model_type") == "llama4";
   // Qwen3_5MoeConfig likewise builds Qwen3_5MoeTextConfig and its vision tower (config_qwen3_5.cpp).
   const bool qwen3_5 = j.contains("model_type") && j.at("model_type") == "qwen3_5_moe";
+  // Gemma3Config likewise builds Gemma3TextConfig, with its defaults, and a SigLIP tower (config_gemma3.cpp).
+  const bool gemma3 = j.contains("model_type") && j.at("model_type") == "gemma3";
   if (llama4) inner["model_type"] = "llama4_text";
   if (qwen3_5) inner["model_type"] = "qwen3_5_moe_text";
+  if (gemma3) fill_gemma3_text_defaults(inner);
   if (!inner.contains("model_type") && j.contains("model_type")) inner["model_type"] = j.at("model_type");
   ModelSpec m = parse_config_object(inner, source + " (text_config)");
-  if (llama4 || qwen3_5) {
+  if (llama4 || qwen3_5 || gemma3) {
     if (llama4) parse_llama4_vision(j, source, m);
-    else parse_qwen3_5_vision(j, source, m);
+    else if (qwen3_5) parse_qwen3_5_vision(j, source, m);
+    else parse_gemma3_vision(j, source, m);
     try {
       (void)build_inventory(m).total();
     } catch (const OverflowError&) {
@@ -377,6 +381,7 @@ ModelSpec parse_text_config(const json& j, const json& tc, const std::string& so
     if (key == "text_config" || key == "model_type" || kNoMemoryEffect.contains(key) || kWrapperTokenKeys.contains(key)) continue;
     if (llama4 && is_llama4_wrapper_key(key)) continue;
     if (qwen3_5 && key == "vision_config") continue;
+    if (gemma3 && is_gemma3_wrapper_key(key)) continue;
     note_unrecognised(m, key);
   }
   return m;
@@ -385,13 +390,11 @@ ModelSpec parse_text_config(const json& j, const json& tc, const std::string& so
 ModelSpec parse_config_object(const json& j, const std::string& source) {
   if (!j.is_object()) throw InputError(source, j.type_name(), "a JSON object (a Hugging Face config.json)");
   const auto mt = j.find("model_type");
-  // Gemma-3's multimodal config (Gemma3ForConditionalGeneration) wraps gemma3_text with a SigLIP
-  // vision tower and a multimodal projector, whose tensors moemem does not build: refused rather
-  // than narrowed to the text part.
+  // Gemma-3's multimodal config without text_config is Gemma3TextConfig() (config_gemma3.cpp).
   if (mt != j.end() && *mt == "gemma3") {
-    throw InputError(source_field(source, "model_type"), "gemma3",
-                     "gemma3_text (the text-only model): a gemma3 config adds a SigLIP vision tower (vision_config) "
-                     "and a multimodal projector, which moemem does not model");
+    const auto tc = j.find("text_config");
+    if (tc == j.end() || tc->is_null()) return parse_text_config(j, json::object(), source);
+    if (!tc->is_object()) throw InputError(source_field(source, "text_config"), tc->dump().substr(0, 80), "a JSON object (Gemma3TextConfig)");
   }
   if (const auto tc = j.find("text_config"); tc != j.end() && tc->is_object()) return parse_text_config(j, *tc, source);
   if (mt == j.end() || !mt->is_string()) {

@@ -85,6 +85,11 @@ void parse_nemotron_h(const nlohmann::json& j, const std::string& source, ModelS
 void parse_llama4_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_llama4_vision(const nlohmann::json& wrapper, const std::string& source, ModelSpec& m);
 [[nodiscard]] bool is_llama4_wrapper_key(std::string_view key);
+// Gemma-3's multimodal wrapper, in src/config_gemma3.cpp: Gemma3TextConfig's defaults filled into
+// text_config, and the SigLIP vision tower.
+void fill_gemma3_text_defaults(nlohmann::json& text);
+void parse_gemma3_vision(const nlohmann::json& wrapper, const std::string& source, ModelSpec& m);
+[[nodiscard]] bool is_gemma3_wrapper_key(std::string_view key);
 // Xiaomi MiMo-V2-Flash, in src/config_mimo_v2.cpp.
 void parse_mimo_v2_flash(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 // NVIDIA Nemotron-NAS (DeciLM), in src/config_nemotron_nas.cpp.

@@ -17,7 +17,7 @@ namespace {
 constexpr auto kTypes = std::to_array<std::string_view>({
     "deepseek", "deepseek_v2", "deepseek_v3", "kimi_k2", "llama", "mistral",
     "mixtral",  "qwen2",       "qwen2_moe",   "qwen3",   "qwen3_moe", "glm4_moe", "gpt_oss",
-    "olmoe",    "dots1",       "ernie4_5_moe", "deepseek_v32", "glm4_moe_lite", "gemma2", "gemma3_text",
+    "olmoe",    "dots1",       "ernie4_5_moe", "deepseek_v32", "glm4_moe_lite", "gemma2", "gemma3_text", "gemma3",
     "phimoe", "granitemoe", "granitemoeshared", "dbrx", "minimax_m2", "hunyuan_v1_moe", "qwen3_next", "llama4_text", "llama4", "glm_moe_dsa",
     "nemotron_h", "mimo_v2_flash", "nemotron-nas", "qwen3_5_moe", "qwen3_5_moe_text"});
 

@@ -499,10 +499,13 @@ Inventory build_inventory(const ModelSpec& m) {
   const std::int64_t h = m.hidden;
   const bool dbrx = m.naming == NamingStyle::dbrx;  // DbrxModel: wte, blocks, norm_f
   const bool nemotron = m.naming == NamingStyle::nemotron_h;  // NemotronHModel: embeddings, layers, norm_f
+  const auto add_vision = [&](std::string name, Role role, std::int64_t rows, std::int64_t cols, std::int64_t) {
+    b.add(std::move(name), "", role, Placement::embedding, -1, rows, cols);
+  };
   if (m.has_vision() && m.naming == NamingStyle::qwen3_5) {
-    qwen3_5_vision_tower(m, [&](std::string name, Role role, std::int64_t rows, std::int64_t cols, std::int64_t) {
-      b.add(std::move(name), "", role, Placement::embedding, -1, rows, cols);
-    });
+    qwen3_5_vision_tower(m, add_vision);
+  } else if (m.has_vision() && m.model_type == "gemma3_text") {  // Gemma-3's SigLIP tower (config_gemma3.cpp)
+    gemma3_vision_tower(m, add_vision);
   } else if (m.has_vision()) {
     b.vision_tower();
   }

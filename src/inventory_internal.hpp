@@ -35,4 +35,7 @@ void nemotron_h_block(const ModelSpec& m, const std::string& p, std::int64_t lay
 void qwen3_5_gdn_inputs(const ModelSpec& m, const std::string& x, const AddBlockTensor& add);
 void qwen3_5_vision_tower(const ModelSpec& m, const AddBlockTensor& add);
 
+// Gemma-3 (src/inventory_gemma3.cpp): the multimodal checkpoint's SigLIP tower and projector.
+void gemma3_vision_tower(const ModelSpec& m, const AddBlockTensor& add);
+
 }  // namespace moemem

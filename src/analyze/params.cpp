@@ -38,6 +38,15 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
                                  "attention-only and MLP-only blocks are not modelled in training memory yet (count is exact)",
                                  profile.name));
   }
+  // Gemma-3's multimodal config (model_type gemma3, read as gemma3_text with a vision tower): the
+  // SigLIP tower and projector are counted exactly (src/inventory_gemma3.cpp), but what training
+  // them saves, and where a framework places them, is not modelled; dropping them would be wrong.
+  if (m.has_vision() && m.model_type == "gemma3_text") {
+    throw InputError("--model", "gemma3 (with vision_config)",
+                     fmt::format("a gemma3_text config under the {} profile (the text model alone: text_config saved on "
+                                 "its own): the SigLIP vision tower's training is not modelled yet (count is exact)",
+                                 profile.name));
+  }
   if (m.is_hybrid()) {
     throw InputError("--model", m.model_type,
                      fmt::format("a model without linear-attention (Gated DeltaNet) layers under the {} profile: their "
