@@ -358,12 +358,14 @@ ModelSpec parse_config_object(const json& j, const std::string& source);
 ModelSpec parse_text_config(const json& j, const json& tc, const std::string& source) {
   json inner = tc;  // the text's nesting depth is bounded (check_json_limits), so is this copy's
   const bool llama4 = j.contains("model_type") && j.at("model_type") == "llama4";
-  // Qwen3_5MoeConfig likewise builds Qwen3_5MoeTextConfig and its vision tower (config_qwen3_5.cpp).
-  const bool qwen3_5 = j.contains("model_type") && j.at("model_type") == "qwen3_5_moe";
+  // Qwen3_5MoeConfig likewise builds Qwen3_5MoeTextConfig and its vision tower, Qwen3_5Config
+  // Qwen3_5TextConfig and its vision tower (config_qwen3_5.cpp).
+  const bool qwen3_5_moe = j.contains("model_type") && j.at("model_type") == "qwen3_5_moe";
+  const bool qwen3_5 = qwen3_5_moe || (j.contains("model_type") && j.at("model_type") == "qwen3_5");
   // Gemma3Config likewise builds Gemma3TextConfig, with its defaults, and a SigLIP tower (config_gemma3.cpp).
   const bool gemma3 = j.contains("model_type") && j.at("model_type") == "gemma3";
   if (llama4) inner["model_type"] = "llama4_text";
-  if (qwen3_5) inner["model_type"] = "qwen3_5_moe_text";
+  if (qwen3_5) inner["model_type"] = qwen3_5_moe ? "qwen3_5_moe_text" : "qwen3_5_text";
   if (gemma3) fill_gemma3_text_defaults(inner);
   if (!inner.contains("model_type") && j.contains("model_type")) inner["model_type"] = j.at("model_type");
   ModelSpec m = parse_config_object(inner, source + " (text_config)");
@@ -455,6 +457,11 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
   } else if (m.model_type == "qwen3_5_moe") {
     throw InputError(source_field(source, "text_config"), "missing",
                      "a text_config object for model_type qwen3_5_moe (Qwen3_5MoeConfig's text model), or a qwen3_5_moe_text config");
+  } else if (m.model_type == "qwen3_5_text") {
+    parse_qwen3_5_text(j, source, m, used);
+  } else if (m.model_type == "qwen3_5") {
+    throw InputError(source_field(source, "text_config"), "missing",
+                     "a text_config object for model_type qwen3_5 (Qwen3_5Config's text model), or a qwen3_5_text config");
   } else if (m.model_type == "llama4") {
     throw InputError(source_field(source, "text_config"), "missing",
                      "a text_config object for model_type llama4 (Llama4Config's text model), or a llama4_text config");

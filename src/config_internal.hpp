@@ -76,8 +76,10 @@ void parse_qwen3_next(const nlohmann::json& j, const std::string& source, ModelS
 // Qwen3-Next's and Qwen3.5-MoE's Gated DeltaNet sizes and per-layer mixers (layer_types or
 // full_attention_interval).
 void parse_linear_mixers(const nlohmann::json& j, const std::string& source, ModelSpec& m);
-// Qwen3.5-MoE, in src/config_qwen3_5.cpp: the text model, and the multimodal wrapper's vision tower.
+// Qwen3.5-MoE and Qwen3.5, in src/config_qwen3_5.cpp: the text models, and the multimodal
+// wrappers' vision tower (the same for both).
 void parse_qwen3_5_moe_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
+void parse_qwen3_5_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_qwen3_5_vision(const nlohmann::json& wrapper, const std::string& source, ModelSpec& m);
 // Nemotron-H, in src/config_nemotron_h.cpp.
 void parse_nemotron_h(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);

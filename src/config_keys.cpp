@@ -19,7 +19,8 @@ constexpr auto kTypes = std::to_array<std::string_view>({
     "mixtral",  "qwen2",       "qwen2_moe",   "qwen3",   "qwen3_moe", "glm4_moe", "gpt_oss",
     "olmoe",    "dots1",       "ernie4_5_moe", "deepseek_v32", "glm4_moe_lite", "gemma2", "gemma3_text", "gemma3",
     "phimoe", "granitemoe", "granitemoeshared", "dbrx", "minimax_m2", "hunyuan_v1_moe", "qwen3_next", "llama4_text", "llama4", "glm_moe_dsa",
-    "nemotron_h", "mimo_v2_flash", "nemotron-nas", "qwen3_5_moe", "qwen3_5_moe_text"});
+    "nemotron_h", "mimo_v2_flash", "nemotron-nas", "qwen3_5_moe", "qwen3_5_moe_text",
+    "qwen3_5", "qwen3_5_text"});
 
 // Keys that add or reshape tensors in the Hugging Face families that use them, with what they
 // add. A family that reads one lists it in `used`; in any other family a set value is refused

@@ -332,16 +332,17 @@ struct Builder {
     add(p + "final_layernorm.weight", "", Role::mtp_head_norm, Placement::mtp, i, h, 1);
   }
 
-  // Qwen3.5-MoE's MTP block (checkpoint mtp.*; vLLM qwen3_next_mtp.py Qwen3NextMultiTokenPredictor,
-  // NeMo Automodel's Qwen3.5 MTP key map): pre_fc_norm_embedding and pre_fc_norm_hidden (the
-  // enorm and hnorm), fc [h, 2h] (eh_proj), one full-attention sparse decoder layer mtp.layers.0,
-  // and mtp.norm; the embedding and head are the main model's (mtp_use_dedicated_embeddings false).
+  // Qwen3.5's and Qwen3.5-MoE's MTP block (checkpoint mtp.*; vLLM qwen3_next_mtp.py
+  // Qwen3NextMultiTokenPredictor, NeMo Automodel's Qwen3.5 MTP key map): pre_fc_norm_embedding and
+  // pre_fc_norm_hidden (the enorm and hnorm), fc [h, 2h] (eh_proj), one full-attention decoder layer
+  // mtp.layers.0 with the model's MLP (sparse for Qwen3.5-MoE, dense for Qwen3.5: mtp_kind), and
+  // mtp.norm; the embedding and head are the main model's (mtp_use_dedicated_embeddings false).
   void qwen3_5_mtp() {
     const std::int64_t i = m.num_layers, h = m.hidden;
     add("mtp.pre_fc_norm_embedding.weight", "", Role::mtp_enorm, Placement::mtp, i, h, 1);
     add("mtp.pre_fc_norm_hidden.weight", "", Role::mtp_hnorm, Placement::mtp, i, h, 1);
     add("mtp.fc.weight", "", Role::mtp_eh_proj, Placement::mtp, i, h, dim(2, h, "2 x hidden_size"));
-    decoder_layer("mtp.layers.0.", i, Placement::mtp, LayerKind::moe);
+    decoder_layer("mtp.layers.0.", i, Placement::mtp, m.mtp_kind());
     add("mtp.norm.weight", "", Role::mtp_head_norm, Placement::mtp, i, h, 1);
   }
 

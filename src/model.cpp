@@ -138,9 +138,9 @@ void validate_model(const ModelSpec& m) {
   if (m.mtp_layers < 0) {
     throw InputError(fmt::format("model {}: mtp layers", m.name), std::to_string(m.mtp_layers), "0 or more");
   }
-  // Qwen3.5-MoE's MTP block (Builder::qwen3_5_mtp) holds one layer; more would share its fc and norms.
+  // Qwen3.5's and Qwen3.5-MoE's MTP block (Builder::qwen3_5_mtp) holds one layer; more would share its fc and norms.
   if (m.naming == NamingStyle::qwen3_5 && m.mtp_layers > 1) {
-    throw InputError(fmt::format("model {}: mtp layers", m.name), std::to_string(m.mtp_layers), "0 or 1 for Qwen3.5-MoE");
+    throw InputError(fmt::format("model {}: mtp layers", m.name), std::to_string(m.mtp_layers), "0 or 1 for Qwen3.5 and Qwen3.5-MoE");
   }
 }
 

@@ -65,8 +65,11 @@ const std::vector<PresetSource>& preset_sources() {
       {"qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B"},
       {"qwen3-8b", "Qwen/Qwen3-8B"},
       {"qwen3-next-80b-a3b", "Qwen/Qwen3-Next-80B-A3B-Instruct"},
+      {"qwen3.5-0.8b", "Qwen/Qwen3.5-0.8B"},
       {"qwen3.5-122b-a10b", "Qwen/Qwen3.5-122B-A10B"},
+      {"qwen3.5-27b", "Qwen/Qwen3.5-27B"},
       {"qwen3.5-397b-a17b", "Qwen/Qwen3.5-397B-A17B"},
+      {"qwen3.5-9b", "Qwen/Qwen3.5-9B"},
       {"qwen3.6-35b-a3b", "Qwen/Qwen3.6-35B-A3B"},
   };
   return sources;

@@ -74,7 +74,7 @@ enum class NamingStyle : std::uint8_t {
   llama4,   // feed_forward.{router, experts.gate_up_proj, experts.down_proj, shared_expert} (config_llama4.cpp)
   nemotron_h,  // embeddings, layers.<i>.{norm, mixer.*}: one norm and one mixer per block, norm_f (config_nemotron_h.cpp)
   mimo_v2,  // self_attn.attention_sink_bias; MTP as mtp.layers.<k>.{enorm, ..., final_layernorm} (config_mimo_v2.cpp)
-  qwen3_5,  // linear_attn.in_proj_{qkv,z,b,a}, mlp.experts.{gate_up,down}_proj, mtp.{fc, layers.0}, visual.* (config_qwen3_5.cpp)
+  qwen3_5,  // linear_attn.in_proj_{qkv,z,b,a}, mlp.experts.{gate_up,down}_proj (MoE) or mlp.*_proj, mtp.{fc, layers.0}, visual.*
 };
 
 // MiMo-V2-Flash's sliding-window attention layers (swa_* keys), sized apart from its
@@ -96,9 +96,9 @@ struct NasBlock {
 };
 
 // Llama-4's vision tower and projector (transformers Llama4VisionModel, Llama4MultiModalProjector;
-// src/config_llama4.cpp reads them from a llama4 config's vision_config), or Qwen3.5-MoE's.
+// src/config_llama4.cpp reads them from a llama4 config's vision_config), or Qwen3.5's (dense and MoE).
 struct VisionTower {
-  bool present = false;  // a llama4 or qwen3_5_moe (multimodal) config; their text-only types have none
+  bool present = false;  // a llama4, qwen3_5 or qwen3_5_moe (multimodal) config; their text-only types have none
   std::int64_t hidden = 0;
   std::int64_t intermediate = 0;
   std::int64_t layers = 0;
@@ -109,7 +109,7 @@ struct VisionTower {
   std::int64_t projector_input = 0;   // vision_adapter.mlp.fc1's outputs
   std::int64_t projector_output = 0;  // vision_adapter.mlp.fc2's inputs and outputs
   std::int64_t output_dim = 0;        // multi_modal_projector.linear_1's inputs (Qwen3.5: the merger's outputs)
-  // Qwen3.5-MoE's tower (NamingStyle::qwen3_5; Qwen3-VL's, config_qwen3_5.cpp): patches of
+  // Qwen3.5's tower (NamingStyle::qwen3_5; Qwen3-VL's, config_qwen3_5.cpp): patches of
   // temporal_patch x patch_size^2, a learned position table of `positions` rows, and a merger of
   // merge_size^2 patches; 0 for Llama-4's.
   std::int64_t temporal_patch = 0;
