@@ -100,6 +100,12 @@ void parse_qwen3_5_moe_text(const json& j, const std::string& source, ModelSpec&
     used.insert(k);
   }
   parse_hybrid_layers(j, source, m, used, "Qwen3_5MoeAttention");
+  // Qwen3_5MoeTextConfig's default is 2 key/value heads, not one per query head.
+  m.num_kv_heads = get_int(j, "num_key_value_heads", source, 2);
+  if (m.num_heads % m.num_kv_heads != 0) {
+    throw InputError(source_field(source, "num_key_value_heads"), std::to_string(m.num_kv_heads),
+                     fmt::format("a divisor of num_attention_heads ({})", m.num_heads));
+  }
   refuse_dense_layers(j, source);
   m.moe.num_routed_experts = get_int(j, "num_experts", source, 256, 1, kMaxCount);
   m.moe.top_k = get_int(j, "num_experts_per_tok", source, 8);

@@ -65,6 +65,14 @@ void parse_linear_mixers(const json& j, const std::string& source, ModelSpec& m)
 // (_keys_to_ignore_on_load_unexpected); the model and its parameter count are without it.
 void parse_qwen3_next(const json& j, const std::string& source, ModelSpec& m, Keys& used) {
   parse_gqa_common(j, source, m, used);
+  // Qwen3NextConfig's own defaults where a key is absent: 2 key/value heads and head_dim 256
+  // (not one key/value head per query head, nor hidden / heads).
+  if (!j.contains("num_key_value_heads")) m.num_kv_heads = 2;
+  if (!j.contains("head_dim") || j.at("head_dim").is_null()) m.head_dim = 256;
+  if (m.num_heads % m.num_kv_heads != 0) {
+    throw InputError(source_field(source, "num_key_value_heads"), std::to_string(m.num_kv_heads),
+                     fmt::format("a divisor of num_attention_heads ({})", m.num_heads));
+  }
   for (const char* k : {"attention_bias", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                         "decoder_sparse_step", "mlp_only_layers", "shared_expert_intermediate_size", "layer_types",
                         "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",

@@ -93,6 +93,10 @@ TEST(Qwen3_5Moe, TheTextConfigAloneHasNoVisionTower) {
   json no_mtp = text;
   no_mtp["mtp_num_hidden_layers"] = 0;
   EXPECT_EQ(count_of(no_mtp), 34660610688u);
+  // Without num_key_value_heads, Qwen3_5MoeTextConfig's default (2, the 35B's own) applies.
+  json no_kv = text;
+  no_kv.erase("num_key_value_heads");
+  EXPECT_EQ(count_of(no_kv), 35505251456u);
   // A library caller cannot ask for MTP layers the block does not hold.
   ModelSpec two = m;
   two.mtp_layers = 2;

@@ -67,6 +67,12 @@ TEST(Qwen3Next, CountIsExactAgainstThePublishedTotal) {
   EXPECT_EQ(inv.total().value(), 79674391296u);
   // Active: 10 of 512 experts: 79,674,391,296 - 48 x 502 x 3,145,728 = 3,874,929,408 ("A3B").
   EXPECT_EQ(active_params(inv, m).value(), 3874929408u);
+  // Without num_key_value_heads and head_dim, Qwen3NextConfig's defaults (2 and 256, the 80B's
+  // own) apply, not heads and hidden / heads: the same total.
+  json bare = next_config();
+  bare.erase("num_key_value_heads");
+  bare.erase("head_dim");
+  EXPECT_EQ(build_inventory(parse_hf_config(bare.dump(), "n.json")).total().value(), 79674391296u);
 }
 
 // An explicit layer_types list is read as given (transformers 5 writes it), and must agree in
