@@ -351,6 +351,27 @@ void note_unrecognised(ModelSpec& m, const std::string& key) {
 
 ModelSpec parse_config_object(const json& j, const std::string& source);
 
+}  // namespace
+
+namespace config_detail {
+
+void finish_vision_config(const json& wrapper, const json& vc, const Keys& read, const Keys& no_tensor,
+                          const std::string& source, ModelSpec& m) {
+  for (const auto& [key, value] : vc.items()) {
+    if (read.contains(key) || no_tensor.contains(key)) continue;
+    note_unrecognised(m, "vision_config." + key);
+  }
+  if (const auto t = wrapper.find("tie_word_embeddings"); t != wrapper.end() && !t->is_null() &&
+                                                          (!t->is_boolean() || t->get<bool>() != m.tie_embeddings)) {
+    throw InputError(source_field(source, "tie_word_embeddings"), t->dump(),
+                     fmt::format("{} or absent: text_config's tie_word_embeddings, which decides lm_head", m.tie_embeddings));
+  }
+}
+
+}  // namespace config_detail
+
+namespace {
+
 // Multimodal wrappers nest the language model's config; the keys beside it (a vision tower, a
 // projector) are reported like any other key moemem does not understand.
 // Llama-4's multimodal config (Llama4Config) builds Llama4TextConfig from text_config whatever

@@ -26,7 +26,7 @@ namespace {
 // dropout, the config's own type and dtype, and PaliGemma-era keys SiglipVisionConfig keeps as
 // plain attributes (projection_dim, projector_hidden_act, num_image_tokens: Gemma3's projector
 // reads none of them).
-const std::set<std::string, std::less<>> kVisionNoTensor = {
+const std::set<std::string, std::less<>> kSiglipNoTensor = {
     "hidden_act", "layer_norm_eps", "attention_dropout", "model_type", "torch_dtype", "dtype", "initializer_range",
     "projection_dim", "projector_hidden_act", "num_image_tokens", "_attn_implementation_autoset"};
 
@@ -114,16 +114,7 @@ void parse_gemma3_vision(const json& wrapper, const std::string& source, ModelSp
   }
   const std::set<std::string, std::less<>> read = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                                    "num_channels", "image_size",      "patch_size",        "vision_use_head"};
-  for (const auto& [key, value] : vc.items()) {
-    if (read.contains(key) || kVisionNoTensor.contains(key)) continue;
-    if (m.unrecognised_keys.size() < 100) m.unrecognised_keys.push_back("vision_config." + key);
-  }
-  // The wrapper's tie_word_embeddings must agree with the text model's, which decides lm_head.
-  if (const auto t = wrapper.find("tie_word_embeddings"); t != wrapper.end() && !t->is_null() &&
-                                                          (!t->is_boolean() || t->get<bool>() != m.tie_embeddings)) {
-    throw InputError(source_field(source, "tie_word_embeddings"), t->dump(),
-                     fmt::format("{} or absent: text_config's tie_word_embeddings, which decides lm_head", m.tie_embeddings));
-  }
+  finish_vision_config(wrapper, vc, read, kSiglipNoTensor, source, m);
 }
 
 }  // namespace moemem::config_detail

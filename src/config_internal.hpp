@@ -81,6 +81,11 @@ void parse_linear_mixers(const nlohmann::json& j, const std::string& source, Mod
 void parse_qwen3_5_moe_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_qwen3_5_text(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 void parse_qwen3_5_vision(const nlohmann::json& wrapper, const std::string& source, ModelSpec& m);
+// A multimodal wrapper's last checks, shared by the vision readers (src/config.cpp): the
+// vision_config keys neither `read` nor tensor-free are reported as unrecognised, and the
+// wrapper's tie_word_embeddings must agree with the text model's, which decides lm_head.
+void finish_vision_config(const nlohmann::json& wrapper, const nlohmann::json& vc, const Keys& read, const Keys& no_tensor,
+                          const std::string& source, ModelSpec& m);
 // Nemotron-H, in src/config_nemotron_h.cpp.
 void parse_nemotron_h(const nlohmann::json& j, const std::string& source, ModelSpec& m, Keys& used);
 // Llama-4, in src/config_llama4.cpp: the text model, and the multimodal wrapper's vision tower.

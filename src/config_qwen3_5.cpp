@@ -191,16 +191,7 @@ void parse_qwen3_5_vision(const json& wrapper, const std::string& source, ModelS
   const std::set<std::string, std::less<>> read = {
       "depth",      "hidden_size",         "intermediate_size", "num_heads",       "in_channels",
       "patch_size", "temporal_patch_size", "spatial_merge_size", "out_hidden_size", "num_position_embeddings"};
-  for (const auto& [key, value] : vc.items()) {
-    if (read.contains(key) || kVisionNoTensor.contains(key)) continue;
-    if (m.unrecognised_keys.size() < 100) m.unrecognised_keys.push_back("vision_config." + key);
-  }
-  // The wrapper's tie_word_embeddings must agree with the text model's, which sizes lm_head.
-  if (const auto t = wrapper.find("tie_word_embeddings"); t != wrapper.end() && !t->is_null() &&
-                                                          (!t->is_boolean() || t->get<bool>() != m.tie_embeddings)) {
-    throw InputError(source_field(source, "tie_word_embeddings"), t->dump(),
-                     fmt::format("{} or absent: text_config's tie_word_embeddings, which decides lm_head", m.tie_embeddings));
-  }
+  finish_vision_config(wrapper, vc, read, kVisionNoTensor, source, m);
 }
 
 }  // namespace moemem::config_detail

@@ -21,6 +21,7 @@ using moemem::test::Args;
 using moemem::test::concat;
 using moemem::test::run_cli;
 using moemem::test::activations_cli::analyze_json;
+using moemem::test::activations_cli::expect_exit_2;
 using moemem::test::activations_cli::explain_json;
 using moemem::test::activations_cli::items_of;
 using moemem::test::activations_cli::stage_bytes;
@@ -72,11 +73,7 @@ TEST(HfDdp, LoraAdaptersInFp32AndAutocastCopiesOfTheirInputs) {
 }
 
 TEST(HfDdp, SettingsDdpCannotHonourAreRefused) {
-  const auto refused = [](const Args& a, const std::string& field) {
-    const auto r = run_cli(concat({"analyze"}, a));
-    EXPECT_EQ(r.code, 2) << r.out;
-    EXPECT_NE(r.err.find(field), std::string::npos) << r.err;
-  };
+  const auto refused = [](const Args& a, const char* field) { expect_exit_2(concat({"analyze"}, a), {field}); };
   refused({"--model", "llama-3.1-8b", "--ddp"}, "--ddp: 'set' is not accepted; expected the hf profile");
   refused(ddp({"--fsdp2"}), "--ddp: 'set' is not accepted; expected one of --ddp, --fsdp1 and --fsdp2");
   refused(ddp({"--zero", "1"}), "--zero: '1' is not accepted; expected 0 with --ddp");
