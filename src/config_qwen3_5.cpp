@@ -149,7 +149,7 @@ namespace {
 
 // vision_config keys that change no tensor (activation, initialisation, the config class name),
 // and deepstack_visual_indexes, which must be empty (checked below).
-const std::set<std::string, std::less<>> kVisionNoTensor = {
+const std::set<std::string, std::less<>> kQwenVisionNoTensor = {
     "hidden_act", "initializer_range", "model_type", "torch_dtype", "dtype", "deepstack_visual_indexes"};
 
 }  // namespace
@@ -191,7 +191,7 @@ void parse_qwen3_5_vision(const json& wrapper, const std::string& source, ModelS
   const std::set<std::string, std::less<>> read = {
       "depth",      "hidden_size",         "intermediate_size", "num_heads",       "in_channels",
       "patch_size", "temporal_patch_size", "spatial_merge_size", "out_hidden_size", "num_position_embeddings"};
-  finish_vision_config(wrapper, vc, read, kVisionNoTensor, source, m);
+  finish_vision_config(wrapper, vc, read, kQwenVisionNoTensor, source, m);
 }
 
 }  // namespace moemem::config_detail

@@ -25,7 +25,7 @@ namespace {
 
 // Elements of the four kinds of adapter term, summed per module of the layer.
 enum Kind : std::size_t { kIntermediate, kGathered, kMask, kDropped, kKinds };
-constexpr std::array<Module, 4> kModules{Module::attention, Module::dense_mlp, Module::shared_experts, Module::routed_experts};
+constexpr std::array<Module, 4> kLoraModules{Module::attention, Module::dense_mlp, Module::shared_experts, Module::routed_experts};
 constexpr std::array<std::array<std::string_view, kKinds>, 4> kNames{{
     {"lora.attention.intermediate (B input)", "lora.attention.gathered_input (A input, sp)", "lora.attention.dropout_mask",
      "lora.attention.dropout_output (A input)"},
@@ -91,7 +91,7 @@ void lora_layer_terms(const ActivationContext& c, LayerKind kind, Terms& terms, 
     const std::uint16_t dropped_by = s == 0 ? std::uint16_t{0} : static_cast<std::uint16_t>(s == 1 ? kRecomputeMlp : kRecomputeMoe);
     for (std::size_t k = 0; k < kKinds; ++k) {
       if (sum[s][k].value() == 0) continue;
-      terms.add(kNames[s][k], kModules[s], sum[s][k], k == kMask ? DType::int8 : terms.a, dropped_by, kRules[k]);
+      terms.add(kNames[s][k], kLoraModules[s], sum[s][k], k == kMask ? DType::int8 : terms.a, dropped_by, kRules[k]);
     }
   }
 }
