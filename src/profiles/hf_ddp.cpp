@@ -94,12 +94,9 @@ void ddp_record(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   }
 }
 
-void ddp_cache(const EvalContext&, const StageReport& st, Bytes pct, Ledger& ledger) {
-  const Bytes all = pct + st.loss.cached;
-  if (all.value() > 0) {
-    ledger.add(Category::fragmentation, all,
-               [] { return ledger_item("allocator", "reserved - allocated", "percentage of allocated bytes"); });
-  }
+// The allocator's reserve, as ZeRO's state model records it (no side-stream buffers here).
+void ddp_cache(const EvalContext& c, const StageReport& st, Bytes pct, Ledger& ledger) {
+  kZeroStates.record_cache(c, st, pct, ledger);
 }
 
 }  // namespace

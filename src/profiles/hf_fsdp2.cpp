@@ -208,7 +208,7 @@ void record_hf_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger
   });
 }
 
-void hf_fsdp2_cache(const EvalContext&, const StageReport& st, Bytes pct, Ledger& ledger) {
+void hf_fsdp2_cache(const EvalContext& c, const StageReport& st, Bytes pct, Ledger& ledger) {
   const FsdpDetail& f = *st.fsdp;
   if (f.all_gather_cache.value() > 0) {
     ledger.add(Category::fragmentation, f.all_gather_cache, [] {
@@ -220,11 +220,7 @@ void hf_fsdp2_cache(const EvalContext&, const StageReport& st, Bytes pct, Ledger
       return ledger_item("fsdp", "reduce-scatter stream cache", "bf16 reduce-scatter inputs and outputs of the tail and two layers");
     });
   }
-  const Bytes rest = pct + st.loss.cached;
-  if (rest.value() > 0) {
-    ledger.add(Category::fragmentation, rest,
-               [] { return ledger_item("allocator", "reserved - allocated", "percentage of allocated bytes"); });
-  }
+  kZeroStates.record_cache(c, st, pct, ledger);  // the percentage and the loss's block, as ZeRO's
 }
 
 // The dispatch: FSDP under --fsdp1 or --fsdp2, plain DDP under --ddp, DeepSpeed's ZeRO otherwise.
