@@ -131,6 +131,18 @@ void parse_deepseek(const json& j, const std::string& source, ModelSpec& m,
   // DeepSeek-V3's "noaux_tc" routing keeps a per-expert score-correction bias in each router.
   const auto tm = j.find("topk_method");
   m.moe.router_bias = m.is_moe() && tm != j.end() && tm->is_string() && tm->get<std::string>() == "noaux_tc";
+  // Both group-limited methods pick topk_group of n_group expert groups per token first
+  // (DeepSeek-V3 §2.1.2 node-limited routing; transformers' DeepseekV3 router, DeepSeek-V2's
+  // MoEGate under group_limited_greedy); "greedy" takes the top-k of all experts.
+  if (m.is_moe() && tm != j.end() && tm->is_string() && (*tm == "noaux_tc" || *tm == "group_limited_greedy")) {
+    m.moe.n_group = get_int(j, "n_group", source, 1, 1, m.moe.num_routed_experts);
+    m.moe.topk_group = get_int(j, "topk_group", source, m.moe.n_group, 1, m.moe.n_group);
+    if (m.moe.num_routed_experts % m.moe.n_group != 0) {
+      throw InputError(source_field(source, "n_group"), std::to_string(m.moe.n_group),
+                       fmt::format("a divisor of n_routed_experts ({}): the router views the experts as n_group equal groups",
+                                   m.moe.num_routed_experts));
+    }
+  }
   m.mtp_layers = get_int(j, "num_nextn_predict_layers", source, 0, 0, 16);
 }
 

@@ -22,6 +22,13 @@ std::vector<RecomputeChoice> default_recompute_family(const ModelSpec& m) {
       out.push_back({"layernorm,mla_up_proj,moe_act", Recompute::selective,
                      kRecomputeLayernorm | kRecomputeMlaUpProj | kRecomputeMoeAct});
     }
+  } else if (m.is_moe()) {
+    // NVIDIA's Qwen3 MoE recipe (Megatron-MoE-ModelZoo best_practice/qwen3: --recompute-modules
+    // moe_act layernorm); the dense layers' MLP with them when there are any.
+    const bool dense_layers = m.num_moe_layers() < m.num_layers;
+    const std::uint16_t modules = kRecomputeLayernorm | kRecomputeMoeAct;
+    if (dense_layers) out.push_back({"layernorm,mlp,moe_act", Recompute::selective, static_cast<std::uint16_t>(modules | kRecomputeMlp)});
+    else out.push_back({"layernorm,moe_act", Recompute::selective, modules});
   } else {
     out.push_back({"layernorm,mlp", Recompute::selective, kRecomputeLayernorm | kRecomputeMlp});
   }

@@ -1,9 +1,11 @@
 // Search, steps 2 and 3: evaluate every candidate on every stage (a Verdict each), then rank
 // the ones that fit by cost, find the Pareto front and keep the nearest misses.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <cmath>
 #include <thread>
 
@@ -13,9 +15,14 @@ namespace moemem {
 
 namespace {
 
-// Entries of one plan the ranking may hold: ZeRO stages (0, 1) x pipeline splits (even, two
-// first/last adjustments, account E+L).
-constexpr std::int64_t kPlanVariants = 8;
+// Entries of one layout the ranking may hold: ZeRO stages (0, 1) x pipeline splits (even, two
+// first/last adjustments, account E+L) x the recomputation family (up to six choices).
+constexpr std::int64_t kPlanVariants = 48;
+
+// Within one layout, an option at most this much slower than its fastest counts as equally fast:
+// the step-time model does not resolve smaller differences (its recomputation terms are a few
+// memory-bound kernels), so the one with more memory to spare is shown.
+constexpr double kSameSpeed = 1.01;
 
 Verdict invalid_verdict(const InputError& e) {
   Verdict v;
@@ -122,19 +129,24 @@ bool smaller(const SearchEntry& x, const SearchEntry& y) {
 }
 
 // The first `keep` entries under `before`, of all added: at most 2 x keep are held at a time.
+// After a trim, an entry not before the first one dropped cannot be among the first `keep`: it
+// is not copied.
 struct BestK {
   std::size_t keep = 0;
   bool (*before)(const SearchEntry&, const SearchEntry&) = nullptr;
   std::vector<SearchEntry> entries;
+  std::optional<SearchEntry> bound;  // the first entry the last trim dropped
 
   void add(const SearchEntry& e) {
-    if (keep == 0) return;
+    if (keep == 0 || (bound && !before(e, *bound))) return;
     entries.push_back(e);
     if (entries.size() >= 2 * keep) trim();
   }
   void trim() {
     if (entries.size() <= keep) return;
-    std::nth_element(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(keep), entries.end(), before);
+    const auto nth = entries.begin() + static_cast<std::ptrdiff_t>(keep);
+    std::nth_element(entries.begin(), nth, entries.end(), before);
+    bound = std::move(*nth);
     entries.resize(keep);
   }
   std::vector<SearchEntry> take_sorted() {
@@ -173,7 +185,7 @@ struct Kept {
   std::map<std::string, std::string> invalid_reason;
 
   Kept(std::int64_t keep_feasible, std::int64_t keep_infeasible)
-      : feasible{static_cast<std::size_t>(keep_feasible), cheaper, {}}, misses{static_cast<std::size_t>(keep_infeasible), smaller, {}} {}
+      : feasible{static_cast<std::size_t>(keep_feasible), cheaper, {}, {}}, misses{static_cast<std::size_t>(keep_infeasible), smaller, {}, {}} {}
 
   void record(const Verdict& v, const SearchEntry& e) {
     if (v.kind == VerdictKind::invalid) {
@@ -249,8 +261,12 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
   result.invalid_by_field = std::move(all.invalid_by_field);
   result.invalid_reason = std::move(all.invalid_reason);
   result.feasible_count = all.feasible_count;
-  result.feasible = perf ? collapse_equivalent(all.feasible.take_sorted(), static_cast<std::size_t>(keep_feasible))
-                         : all.feasible.take_sorted();
+  if (perf) {
+    result.feasible = collapse_equivalent(all.feasible.take_sorted());
+    if (result.feasible.size() > static_cast<std::size_t>(keep_feasible)) result.feasible.resize(static_cast<std::size_t>(keep_feasible));
+  } else {
+    result.feasible = all.feasible.take_sorted();
+  }
   result.infeasible = all.misses.take_sorted();
   result.pareto = std::move(all.pareto.entries);
 }
@@ -258,16 +274,28 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
 bool SearchEntry::same_plan(const SearchEntry& o) const {
   const ParallelConfig &a = parallel, &b = o.parallel;
   return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.cp == b.cp && a.ep == b.ep && a.etp_degree() == b.etp_degree() &&
-         a.vpp == b.vpp && a.schedule == b.schedule && a.sp == b.sp && training.micro_batch == o.training.micro_batch &&
-         recompute_name == o.recompute_name;
+         a.vpp == b.vpp && a.schedule == b.schedule && a.sp == b.sp && training.micro_batch == o.training.micro_batch;
 }
 
-std::vector<SearchEntry> collapse_equivalent(std::vector<SearchEntry> ranked, std::size_t keep) {
+std::vector<SearchEntry> collapse_equivalent(std::vector<SearchEntry> ranked) {
+  // ranked is fastest first: the first entry of a layout is its fastest option; a later one
+  // within kSameSpeed of it replaces the one held when it leaves more memory free.
   std::vector<SearchEntry> out;
+  std::vector<double> fastest;
+  std::map<std::array<std::int64_t, 10>, std::size_t> held;  // the layout's fields, as same_plan compares them
   for (auto& e : ranked) {
-    if (out.size() >= keep) break;
-    if (std::none_of(out.begin(), out.end(), [&](const SearchEntry& o) { return o.same_plan(e); })) out.push_back(std::move(e));
+    const ParallelConfig& p = e.parallel;
+    const std::array<std::int64_t, 10> key = {p.tp, p.pp, p.dp, p.cp, p.ep, p.etp_degree(), p.vpp,
+                                              static_cast<std::int64_t>(p.schedule), p.sp ? 1 : 0, e.training.micro_batch};
+    const auto [it, added] = held.try_emplace(key, out.size());
+    if (added) {
+      fastest.push_back(e.rank_key());
+      out.push_back(std::move(e));
+    } else if (e.rank_key() <= fastest[it->second] * kSameSpeed && e.peak < out[it->second].peak) {
+      out[it->second] = std::move(e);
+    }
   }
+  std::stable_sort(out.begin(), out.end(), [](const SearchEntry& a, const SearchEntry& b) { return a.rank_key() < b.rank_key(); });
   return out;
 }
 

@@ -61,6 +61,8 @@ StepTimeModel::Kind kind_of(const ModelSpec& m, const std::vector<Tensor>& tenso
   if (moe) elems += d(m.moe.top_k) * (4 * h + 3 * d(m.moe.expert_ffn)) + 3 * d(m.moe.shared_ffn);
   else elems += 3 * d(m.dense_ffn);
   k.elementwise_bytes = 2 * elems;
+  k.norm_bytes = 2 * 4 * h;
+  k.moe_act_bytes = moe ? 2 * 3 * d(m.moe.top_k) * d(m.moe.expert_ffn) : 0;
   return k;
 }
 
@@ -163,41 +165,60 @@ void add_layers(const Shape& s, const StepTimeModel::Kind& k, bool moe, double c
       if (mods & kRecomputeMlp) again += k.mlp * s.tokens / s.r.gemm;
       if (mods & kRecomputeMoe) again += (k.moe - k.expert) * s.tokens / s.r.gemm + expert;
       else if (mods & kRecomputeSharedExperts) again += k.shared * s.tokens / s.r.gemm;
-      if (mods & (kRecomputeLayernorm | kRecomputeMoeAct)) again += 0.2 * mem;  // norms, activation: a share of the memory-bound work
+      // The norms, the routed experts' activation: their share of the memory-bound traffic.
+      const double share = ((mods & kRecomputeLayernorm) ? k.norm_bytes : 0) + ((mods & kRecomputeMoeAct) ? k.moe_act_bytes * imbalance : 0);
+      again += mem * share / k.elementwise_bytes;
       break;
     }
   }
   again *= recomputed;
   // Communication, forward and backward. TP with or without SP: an all-gather and a
-  // reduce-scatter (or one all-reduce) around attention and around the MLP, mirrored in backward.
-  const double G = d(s.gpu.gpus_per_node), act = 2;
-  const double seq_bytes = s.tokens * d(p.tp) * d(s.m.hidden) * act;  // the micro-batch's sequence share (tp x cp group)
-  auto tp_group = [&](std::int64_t n) {
+  // reduce-scatter (or one all-reduce) around attention and around the MLP, mirrored in backward;
+  // a MoE layer's shared experts are the attention's TP group's too (shared_experts.py gathers
+  // and reduce-scatters over pg_collection.tp).
+  const double G = d(s.gpu.gpus_per_node), act = 2, k_top = d(s.m.moe.top_k), h = d(s.m.hidden);
+  const double seq_bytes = s.tokens * d(p.tp) * h * act;  // the micro-batch's sequence share (tp x cp group)
+  auto group = [&](std::int64_t n, double bytes) {
     if (n <= 1) return 0.0;
     const double bw = d(n) <= G ? s.r.nvlink : s.r.network;
-    return 4 * collective(seq_bytes * (d(n) - 1) / d(n), bw, d(n) - 1, s.eff);
+    return 4 * collective(bytes * (d(n) - 1) / d(n), bw, d(n) - 1, s.eff);
   };
-  double tp = tp_group(p.tp) + tp_group(moe ? p.etp_degree() : p.tp);
+  double tp = group(p.tp, seq_bytes);
+  if (!moe || s.m.moe.shared_ffn > 0) tp += group(p.tp, seq_bytes);
+  // Routed experts under ETP, Megatron's alltoall dispatcher: after the exchange over the EP
+  // group each rank all-gathers the token copies its ETP peers received (token_dispatcher.py,
+  // gather_from_sequence_parallel_region over the expert TP group; the combine reduce-scatters),
+  // etp x T x k copies gathered. The flex dispatcher (DeepEP) sends each copy to the etp ranks of
+  // its expert in the exchange itself (router_topk = tp x k over the tp x ep group).
+  if (moe && !s.t.deepep) tp += group(p.etp_degree(), d(p.etp_degree()) * s.tokens * k_top * h * act);
   // EP: dispatch and combine, forward and backward. The expert group (etp innermost, then ep)
   // spans ep x etp consecutive ranks; peers in another node are reached over the network. With
   // DeepSeek-V3's node-limited routing each token crosses the network once per node it reaches.
   double ep = 0;
-  if (moe && p.ep > 1) {
+  if (moe && (p.ep > 1 || (s.t.deepep && p.etp_degree() > 1))) {
     const double span = d(p.ep * p.etp_degree());
     const double nodes = std::max(1.0, std::ceil(span / G));
     const double local = std::min(1.0, G / span);  // share of the EP peers in this node
-    const double k_top = d(s.m.moe.top_k), h = d(s.m.hidden);
     // DeepEP and DeepSeek's node-limited routing send a token once to each node it reaches (then
     // forward it over NVLink): of k experts spread over N nodes, (N - 1)(1 - (1 - 1/N)^k) remote
     // nodes are expected, at most the node limit. Otherwise one copy per remote expert.
     const double dedup = (nodes - 1) * (1 - std::pow(1 - 1 / nodes, k_top));
-    const double remote = s.t.dispatch_node_limit > 0 ? std::min(d(s.t.dispatch_node_limit) * (nodes - 1) / nodes, dedup)
-                          : s.t.deepep                ? dedup
-                                                      : k_top * (1 - local);
+    // Group-limited routing bounds the nodes too: the experts of one group sit on consecutive
+    // ranks (span / n_group of them), so a token reaches at most topk_group times the nodes one
+    // group spans (DeepSeek-V3 §2.1.2: its 8 groups on 8 nodes, "at most 4 nodes").
+    double limit = d(s.t.dispatch_node_limit);
+    if (s.m.moe.n_group > 1 && s.m.moe.topk_group < s.m.moe.n_group) {
+      const double by_groups = d(s.m.moe.topk_group) * std::max(1.0, std::ceil(span / d(s.m.moe.n_group) / G));
+      limit = limit > 0 ? std::min(limit, by_groups) : by_groups;
+    }
+    const double capped = limit > 0 ? std::min(limit * (nodes - 1) / nodes, dedup) : dedup;
+    const double remote = s.t.dispatch_node_limit > 0 || s.t.deepep ? capped : k_top * (1 - local);
+    // Copies per token inside the node: one per local expert, DeepEP's to each of its etp ranks.
+    const double local_copies = k_top * local * (s.t.deepep ? d(p.etp_degree()) : 1.0);
     const double disp_bytes = s.t.fp8_dispatch ? 1.0 : act;
-    const double per_copy = s.tokens * h * (disp_bytes + act) / d(p.etp_degree());
+    const double per_copy = s.tokens * h * (disp_bytes + act);
     const double inter = collective(remote * per_copy, s.r.network, 1, s.eff);
-    const double intra = collective(k_top * local * per_copy, s.r.nvlink, 1, s.eff);
+    const double intra = collective(local_copies * per_copy, s.r.nvlink, 1, s.eff);
     ep = 2 * std::max(inter, intra);
   }
   // CP: ring attention passes K and V (cp - 1) times forward, K, V and their gradients backward.

@@ -63,6 +63,9 @@ struct MoeDims {
   bool shared_expert_gate = false;      // Qwen2-MoE: a 1 x h sigmoid gate on the shared expert
   bool router_bias = false;             // DeepSeek-V3's e_score_correction_bias (N values); gpt-oss's router bias
   bool expert_bias = false;             // gpt-oss: biases on every expert's gate/up and down projections
+  // Group-limited routing (DeepSeek-V2 group_limited_greedy, V3 noaux_tc): a token's experts come
+  // from topk_group of n_group contiguous expert groups. 0: not limited. Changes no tensor.
+  std::int64_t n_group = 0, topk_group = 0;
 };
 
 // How checkpoint tensor names are spelled (they differ between model families).

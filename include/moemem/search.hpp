@@ -74,8 +74,8 @@ struct SearchEntry {
   StepTime time;
   // What the ranking sorts on, smaller first: the step time when timed, else the overhead cost.
   [[nodiscard]] double rank_key() const { return timed ? time.step_seconds : cost.total(); }
-  // One plan up to the optimizer sharding and the pipeline split: degrees, schedule,
-  // micro-batch, recomputation. The ranking keeps the best entry of each.
+  // One layout: degrees, schedule, micro-batch (the optimizer sharding, pipeline split and
+  // recomputation are its options). The ranking keeps one entry of each (collapse_equivalent).
   [[nodiscard]] bool same_plan(const SearchEntry& o) const;
 };
 
@@ -200,8 +200,9 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
                        std::int64_t keep_feasible, std::int64_t keep_infeasible, std::atomic<std::int64_t>* progress,
                        SearchResult& result);
 
-// One layout that fits per plan (SearchEntry::same_plan), in the order given: the first of each.
-[[nodiscard]] std::vector<SearchEntry> collapse_equivalent(std::vector<SearchEntry> ranked, std::size_t keep);
+// One entry per layout (SearchEntry::same_plan) from entries ranked fastest first: the fastest
+// option of each, or the one with the lowest peak among those within 1% of it; fastest first.
+[[nodiscard]] std::vector<SearchEntry> collapse_equivalent(std::vector<SearchEntry> ranked);
 
 // --- The cost model (documented in docs/formulas.md). -------------------------------------------
 

@@ -61,6 +61,7 @@ struct StepTimeModel {
     double core_attn_per_seq = 0, mla_up = 0, mlp = 0, moe = 0, shared = 0;
     double params = 0, expert_params = 0;
     double elementwise_bytes = 0;  // bytes read and written by memory-bound kernels, forward
+    double norm_bytes = 0, moe_act_bytes = 0;  // of which the two norms', the routed experts' SwiGLU's
     // DeepSeek sparse attention (V3.2, GLM-5): FLOPs per attended key of the sparse MQA-mode
     // kernel, the lightning indexer's per sequence position, and index_topk (0: dense attention).
     double sparse_per_key = 0, indexer_per_seq = 0, topk = 0;

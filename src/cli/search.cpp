@@ -196,8 +196,8 @@ void SearchCommand::setup(CLI::App& root) {
   add_optional_int(*app, "--etp", etp, "Fixed etp");
   add_optional_int(*app, "--vpp", vpp, "Fixed vpp");
   add_optional_int(*app, "--micro-batch", micro_batch, "Fixed micro-batch");
-  app->add_option("--schedule", schedules, "Schedules to consider, comma-separated (default 1f1b,dualpipe; "
-                                            "interleaved comes with --vpp-max > 1)");
+  app->add_option("--schedule", schedules, "Schedules to consider, comma-separated (default 1f1b, and "
+                                            "interleaved with --vpp-max > 1; dualpipe too under --profile paper or --recipe deepseek-v3, zb-h1 under --recipe deepseek-v2)");
   app->add_option("--recompute", recomputes, "Recomputation choices: none,full,selective or module sets a+b "
                                              "(default: the documented family)");
   app->add_option("--zero", zero_stages, "ZeRO stages to consider (megatron: 0 plain, 1 distributed optimizer)")
@@ -374,8 +374,9 @@ void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, st
            Format::table, out);
   }
   if (run.timed()) {
-    out << "tokens/s per GPU and MFU: the step-time model (docs/formulas.md, \"Step time\"); one entry per plan "
-           "(degrees, schedule, micro-batch, recomputation), its fastest split and optimizer sharding\n";
+    out << "tokens/s per GPU and MFU: the step-time model (docs/formulas.md, \"Step time\"); one entry per layout "
+           "(degrees, schedule, micro-batch): its fastest recomputation, split and optimizer sharding, or within 1% of it "
+           "the one with the lowest peak\n";
   } else {
     out << "cost = pipeline bubble + recomputation + inter-node communication, as fractions of compute (docs/formulas.md)\n";
   }
@@ -436,6 +437,15 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
       space.schedules.push_back(parse_schedule(schedules.substr(start, end - start)));
       start = end + 1;
     }
+  } else {
+    // The schedules the profile's framework runs: Megatron-LM and torchtitan have 1F1B and its
+    // interleaved form (the latter from --vpp-max > 1), not DualPipe. DeepSeek's own framework
+    // ran DualPipe for V3 (the reference analysis, the deepseek-v3 recipe) and zero-bubble
+    // pipelining for V2 (arXiv 2405.04434 §3.1.3).
+    space.schedules = {Schedule::one_f_one_b};
+    const std::string& recipe = training.numerics.recipe;
+    if (profile.name == "paper" || recipe == "deepseek-v3") space.schedules.push_back(Schedule::dualpipe);
+    if (recipe == "deepseek-v2") space.schedules.push_back(Schedule::zb_h1);
   }
   if (!profile.selective_recompute) {
     // The reference analysis knows no selective recomputation.

@@ -119,7 +119,7 @@ TEST(HfFsdp2, SettingsFsdp2CannotHonourAreRefused) {
 TEST(HfFsdp2, SearchCommandsCarryTheFlagAndReproduceThePeak) {
   const auto s = analyze_json(fsdp2({"--global-batch", "64"}));  // 8 micro-batches of 1 per rank
   const auto r = run_cli({"search", "--model", "llama-3.1-8b", "--profile", "hf", "--fsdp2", "--gpus", "8", "--gpu", "h100-80g",
-                          "--seq-len", "4096", "--global-batch", "64", "--format", "json"});
+                          "--seq-len", "4096", "--global-batch", "64", "--recompute", "full", "--format", "json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   bool found = false;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -175,6 +176,56 @@ TEST(StepTimeCli, SearchMegatronCommandsReadBackToTheSamePeak) {
   const auto d = json_of({"search", "--model", "qwen3-235b-a22b", "--gpus", "256", "--gpu", "h100-80g", "--global-batch", "2048",
                           "--schedule", "dualpipe", "--threads", "2", "--top", "1", "--format", "json"});
   EXPECT_TRUE(d.at("layouts").at(0).at("megatron_command").is_null());
+}
+
+}  // namespace
+
+namespace {
+
+bool same_layout(const nlohmann::json& a, const nlohmann::json& b) {
+  for (const char* k : {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "schedule", "micro_batch"}) {
+    if (a.at(k) != b.at(k)) return false;
+  }
+  return true;
+}
+
+// NVIDIA's DeepSeek-V3 layout on 1,024 H100 (Megatron-MoE-ModelZoo best_practice/deepseek-v3/
+// run_deepseek_v3_h100.sh, "best config on 1024 H100 GPUs with 4096 sequence lengths"): TP2 PP8
+// VPP4 EP64, ETP1 (model_configs/benchmarking/DeepSeek-V3.yaml), GBS 8192, FP8 blockwise, BF16
+// Adam moments, DeepEP, the 1F1B A2A overlap. Searched with those settings, it is in the top 10,
+// and every result is a distinct layout.
+TEST(StepTimeCli, NvidiaDeepSeekV3LayoutRanksInTheTopTen) {
+  const auto j = json_of({"search", "--model", "deepseek-v3", "--gpus", "1024", "--gpu", "h100-80g", "--seq-len", "4096",
+                          "--global-batch", "8192", "--fp8", "blockwise", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16",
+                          "--moe-token-dispatcher", "deepep", "--overlap-moe-expert-parallel-comm", "--threads", "2", "--top", "10",
+                          "--format", "json"});
+  const auto& layouts = j.at("layouts");
+  ASSERT_EQ(layouts.size(), 10u);
+  bool nvidia = false;
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    const auto& l = layouts[i];
+    if (l.at("tp") == 2 && l.at("pp") == 8 && l.at("vpp") == 4 && l.at("ep") == 64 && l.at("etp") == 1) nvidia = true;
+    EXPECT_NE(l.at("schedule"), "dualpipe") << l.dump();  // Megatron-LM has no DualPipe
+    for (std::size_t k = 0; k < i; ++k) EXPECT_FALSE(same_layout(l, layouts[k])) << l.dump();
+  }
+  EXPECT_TRUE(nvidia) << "TP2 PP8 VPP4 EP64 not in the top 10";
+}
+
+TEST(StepTimeCli, DefaultSchedulesAreTheFrameworks) {
+  // Megatron-LM runs 1F1B and interleaved 1F1B; the reference analysis (and DeepSeek-V3's recipe)
+  // DualPipe; DeepSeek-V2's recipe zero-bubble pipelining.
+  const auto schedules = [](Args extra) {
+    std::set<std::string> out;
+    const auto j = json_of(concat({"search", "--model", "deepseek-v2-lite", "--gpus", "16", "--gpu", "h100-80g", "--global-batch", "256",
+                                   "--threads", "2", "--top", "200", "--format", "json"},
+                                  extra));
+    for (const auto& l : j.at("layouts")) out.insert(l.at("schedule").get<std::string>());
+    return out;
+  };
+  EXPECT_EQ(schedules({}), (std::set<std::string>{"1f1b", "interleaved"}));
+  EXPECT_TRUE(schedules({"--profile", "paper"}).contains("dualpipe"));
+  EXPECT_TRUE(schedules({"--recipe", "deepseek-v2"}).contains("zb-h1"));
+  EXPECT_FALSE(schedules({"--recipe", "deepseek-v2"}).contains("dualpipe"));
 }
 
 }  // namespace

@@ -225,6 +225,8 @@ TEST(Config, DeepSeekV3Dimensions) {
   EXPECT_EQ(m.moe.top_k, 8);
   EXPECT_EQ(m.mtp_layers, 1);      // num_nextn_predict_layers
   EXPECT_TRUE(m.moe.router_bias);  // topk_method noaux_tc
+  EXPECT_EQ(m.moe.n_group, 8);     // group-limited routing: 4 of 8 groups per token
+  EXPECT_EQ(m.moe.topk_group, 4);
   // first_k_dense_replace = 3: layers 0-2 dense, 3-60 MoE.
   ASSERT_EQ(m.layer_kinds.size(), 61u);
   EXPECT_EQ(m.layer_kinds[2], LayerKind::dense);
@@ -236,8 +238,30 @@ TEST(Config, DeepSeekV3Dimensions) {
 TEST(Config, DeepSeekV2HasNoRouterBias) {
   const ModelSpec m = load_model("deepseek-v2");
   EXPECT_FALSE(m.moe.router_bias);  // topk_method group_limited_greedy
+  EXPECT_EQ(m.moe.n_group, 8);       // 3 of 8 groups per token
+  EXPECT_EQ(m.moe.topk_group, 3);
+  EXPECT_EQ(load_model("deepseek-v2-lite").moe.n_group, 0);  // topk_method greedy: every expert
   EXPECT_EQ(m.num_moe_layers(), 59);
   EXPECT_FALSE(has_tensor_containing(build_inventory(m), "e_score_correction_bias"));
+}
+
+TEST(Config, ExpertGroupsMustDivideTheExperts) {
+  // The router views the 256 experts as n_group equal groups; 6 does not divide them.
+  const auto& texts = preset_texts();
+  const auto v3 = std::find_if(texts.begin(), texts.end(), [](const PresetText& p) { return std::string_view(p.name) == "deepseek-v3"; });
+  ASSERT_NE(v3, texts.end());
+  nlohmann::json j = nlohmann::json::parse(v3->json);
+  j["n_group"] = 6;
+  try {
+    (void)parse_hf_config(j.dump(), "v3.json");
+    FAIL() << "n_group 6 accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "v3.json: n_group");
+    EXPECT_NE(std::string(e.what()).find("divisor of n_routed_experts (256)"), std::string::npos) << e.what();
+  }
+  j["n_group"] = 8;
+  j["topk_group"] = 9;  // more groups than there are
+  EXPECT_THROW((void)parse_hf_config(j.dump(), "v3.json"), InputError);
 }
 
 TEST(Config, NullQueryRankGivesAPlainQProj) {

@@ -77,3 +77,33 @@ TEST(SearchStream, KeepsExactlyWhatRankingEveryCandidateGives) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace moemem;
+
+SearchEntry timed(std::int64_t tp, const char* recompute, double seconds, std::uint64_t peak) {
+  SearchEntry e;
+  e.parallel.tp = tp;
+  e.training.micro_batch = 1;
+  e.recompute_name = recompute;
+  e.timed = true;
+  e.time.step_seconds = seconds;
+  e.peak = Bytes(peak);
+  return e;
+}
+
+TEST(SearchCollapse, OneEntryPerLayoutTheLeanestOfTheEquallyFast) {
+  // TP2's options: none (10 s, 80), a selective set 0.5% slower with 20 less (kept: as fast to
+  // the model's resolution, more to spare), full 2% slower with 30 less (not). TP4: one option.
+  const std::vector<SearchEntry> ranked = {timed(2, "none", 10.0, 80), timed(4, "none", 10.03, 70),
+                                           timed(2, "layernorm", 10.05, 60), timed(2, "full", 10.2, 50)};
+  const auto out = collapse_equivalent(ranked);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].parallel.tp, 4);  // 10.03 s now comes first
+  EXPECT_EQ(out[1].parallel.tp, 2);
+  EXPECT_EQ(out[1].recompute_name, "layernorm");
+  EXPECT_EQ(out[1].peak.value(), 60u);
+}
+
+}  // namespace

@@ -2,6 +2,8 @@
 // of a dense model by hand, and the directions every setting must move the estimate in.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "moemem/config.hpp"
 #include "moemem/profile.hpp"
 #include "moemem/step_time.hpp"
@@ -136,6 +138,69 @@ TEST(StepTime, EachSettingMovesTheEstimateTheRightWay) {
   tp8.sp = true;
   tp8.dp = 2;
   EXPECT_GT(f.at(tp8, f.t, 4).breakdown.tp_comm, 5 * f.at(tp8, f.t, 8).breakdown.tp_comm);
+}
+
+// Mixtral 8x7B (32 MoE layers, h 4096, top-2, no shared experts) on TP2 x DP4, one micro-batch
+// of 4096 tokens, 16 per step. Under ETP 2 Megatron's alltoall dispatcher all-gathers the token
+// copies the two ranks received (token_dispatcher.py, over the expert TP group) and the combine
+// reduce-scatters them, mirrored in backward: 4 collectives per layer, each moving half of
+// etp x T_sp x k x h x 2 bytes = 2 x 2048 x 2 x 4096 x 2 = 67,108,864, i.e. 33,554,432 bytes at
+// 450 GB/s x 0.75 (99.4 µs) plus one 10 µs step: 4 x 109.4 µs x 32 layers x 16 = 0.2241 s more
+// than under ETP 1. DeepEP sends each copy to both ranks in its exchange instead: no gather.
+TEST(StepTime, ExpertTensorParallelGathersTheRoutedCopies) {
+  const ModelSpec m = load_model("mixtral-8x7b");
+  const Inventory inv = build_inventory(m);
+  const CompiledModel cm = compile_model(m, inv, megatron_profile());
+  const StepTimeModel sm = make_step_time_model(cm);
+  TrainingConfig t;
+  t.precision = megatron_profile().default_precision;
+  t.seq_len = 4096;
+  t.micro_batch = 1;
+  t.global_batch = 64;
+  const auto at = [&](std::int64_t etp, bool deepep) {
+    ParallelConfig p;
+    p.tp = 2;
+    p.sp = true;
+    p.dp = 4;
+    p.etp = etp;
+    TrainingConfig tc = t;
+    tc.deepep = deepep;
+    return estimate_step_time(sm, resolve_layout(m, p), tc, lookup_gpu_perf("h100-80g")).breakdown;
+  };
+  const double per = 4 * (10e-6 + 33554432.0 / (450e9 * 0.75));
+  EXPECT_NEAR(at(2, false).tp_comm - at(1, false).tp_comm, 32 * 16 * per, 1e-9);
+  EXPECT_DOUBLE_EQ(at(2, true).tp_comm, at(1, true).tp_comm);
+  EXPECT_GT(at(2, true).ep_comm, 0.0);  // the copies cross the tp x ep group instead
+  EXPECT_EQ(at(1, true).ep_comm, 0.0);  // one rank per expert group: nothing to send
+}
+
+// DeepSeek-V3 on EP64 over 8 nodes of 8 GPUs (TP1, one pipeline stage, one micro-batch of 4096
+// tokens per step), DeepEP: a token goes once to each node its 8 experts reach. Unlimited, of 8
+// nodes 7 (1 - (7/8)^8) = 4.5936 remote ones are expected; the config's group-limited routing (4
+// of 8 groups of 32 experts, each group on one node's 8 GPUs) caps that at 4 x 7/8 = 3.5. Each
+// copy is 4096 x 7168 x (2 + 2) bytes = 117,440,512 (BF16 dispatch and combine) on the 50 GB/s
+// NIC at 0.75, twice (forward, backward), over 58 MoE layers and the MTP layer's.
+TEST(StepTime, GroupLimitedRoutingCapsTheNodesATokenReaches) {
+  ModelSpec m = load_model("deepseek-v3");
+  TrainingConfig t;
+  t.precision = megatron_profile().default_precision;
+  t.seq_len = 4096;
+  t.micro_batch = 1;
+  t.global_batch = 64;
+  t.deepep = true;
+  ParallelConfig p;
+  p.ep = 64;
+  p.dp = 64;
+  const auto ep_comm = [&](const ModelSpec& spec) {
+    const Inventory inv = build_inventory(spec);
+    const CompiledModel cm = compile_model(spec, inv, megatron_profile());
+    return estimate_step_time(make_step_time_model(cm), resolve_layout(spec, p), t, lookup_gpu_perf("h100-80g")).breakdown.ep_comm;
+  };
+  const double limited = ep_comm(m);
+  m.moe.n_group = 0;
+  const double free = ep_comm(m);
+  const double unlimited = 7 * (1 - std::pow(7.0 / 8, 8));
+  EXPECT_NEAR(free - limited, 59 * 2 * (unlimited - 3.5) * 117440512.0 / (50e9 * 0.75), 1e-9);
 }
 
 TEST(StepTime, NeedsTheGlobalBatch) {
