@@ -50,6 +50,12 @@ std::int64_t padded_vocab(std::int64_t vocab, std::int64_t multiple, std::int64_
   return (vocab + unit - 1) / unit * unit;
 }
 
+AttentionKernel attention_kernel(const Profile& p, const ModelSpec& m, const TrainingConfig& t) {
+  if (t.attention) return *t.attention;
+  if (p.name == "hf" && m.model_type == "gpt_oss") return AttentionKernel::eager;
+  return p.default_attention;
+}
+
 const Profile& get_profile(std::string_view name) {
   if (name == "paper") return profiles::kPaper;
   if (name == "megatron") return profiles::kMegatron;

@@ -100,6 +100,10 @@ struct Profile {
 };
 
 [[nodiscard]] const Profile& get_profile(std::string_view name);
+// The attention kernel a run uses: the one given, else the profile's default, except where the
+// model's own code has no such kernel (HF's GptOss under the hf profile: no sdpa support, and its
+// flash kernel with sinks is a hub kernel, so transformers runs eager).
+[[nodiscard]] AttentionKernel attention_kernel(const Profile& p, const ModelSpec& m, const TrainingConfig& t);
 [[nodiscard]] std::vector<std::string_view> profile_names();
 
 // The reference analysis's conventions (paper-method.md).

@@ -52,7 +52,7 @@ std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const
                                                    const TrainingConfig& t, LayerKind kind) {
   std::vector<ActivationTerm> terms;
   const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
-  detail::layer_terms(profile, ActivationContext{m, layout, t, t.attention.value_or(profile.default_attention), vocab},
+  detail::layer_terms(profile, ActivationContext{m, layout, t, attention_kernel(profile, m, t), vocab},
                       kind, terms);
   return terms;
 }

@@ -203,7 +203,7 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
                                  "activations of DSA training are modelled under the megatron profile only (count is exact)",
                                  profile.name));
   }
-  const AttentionKernel attention = t.attention.value_or(profile.default_attention);
+  const AttentionKernel attention = attention_kernel(profile, m, t);
   if (auto problem = detail::check_model_variants(m, profile, layout, t, attention)) throw *problem;
   const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
   detail::EvalContext c{cm, m, profile, layout, t, attention, vocab, microbatches_per_step(t, layout), detail};

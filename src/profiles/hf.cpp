@@ -74,7 +74,9 @@ void hf_chunk_activations(const ActivationContext& c, const Chunk& chunk, std::v
   t.add("norm.fp32_copy", Module::output_head, elems({tokens, m.hidden}), DType::fp32, 0, "b*s x h, fp32");
   t.add("norm.rsqrt", Module::output_head, elems({tokens}), DType::fp32, 0, "b*s x 1, fp32");
   if (full) {
-    t.add("norm.cast", Module::output_head, elems({tokens, m.hidden}), t.a, 0, "b*s x h");
+    // GptOssRMSNorm: (weight * x).to(dtype) with an fp32 weight saves the fp32 product input.
+    if (m.model_type == "gpt_oss") t.add("norm.cast", Module::output_head, elems({tokens, m.hidden}), DType::fp32, 0, "b*s x h, fp32");
+    else t.add("norm.cast", Module::output_head, elems({tokens, m.hidden}), t.a, 0, "b*s x h");
     t.add("lm_head.input", Module::output_head, elems({tokens, m.hidden}), t.a, 0, "b*s x h");
   }
   t.add("loss.log_softmax (fp32)", Module::output_head, elems({tokens, c.padded_vocab}), DType::fp32, 0, "b*s x vocab, fp32");
@@ -92,7 +94,25 @@ LossPeak hf_loss_peak(const ActivationContext& c) {
 
 bool supported_type(const std::string& t) {
   return t == "llama" || t == "mistral" || t == "qwen3" || t == "qwen3_moe" || t == "mixtral" || t == "deepseek_v3" ||
-         t == "kimi_k2";
+         t == "kimi_k2" || t == "gpt_oss";
+}
+
+// GptOss (modeling_gpt_oss.py): transformers runs it eager (no sdpa; its flash kernel with sinks is
+// a hub kernel, vllm-flash-attn3, not modelled), and PEFT reaches its experts only through
+// target_parameters (they are 3-D parameters, not nn.Linear): full fine-tuning only.
+std::optional<InputError> hf_gpt_oss_check(const ModelSpec& m, const TrainingConfig& t) {
+  if (m.model_type != "gpt_oss") return std::nullopt;
+  if (t.attention && *t.attention != AttentionKernel::eager) {
+    return InputError("--attention", std::string(name_of(*t.attention)),
+                      "eager for model_type gpt_oss under the hf profile (GptOss has no sdpa path, and its flash kernel "
+                      "with attention sinks is a hub kernel moemem does not model)");
+  }
+  if (t.finetune != Finetune::full) {
+    return InputError("--finetune", std::string(name_of(t.finetune)),
+                      "full for model_type gpt_oss under the hf profile (PEFT adapts its 3-D expert parameters through "
+                      "target_parameters: not modelled)");
+  }
+  return std::nullopt;
 }
 
 std::optional<InputError> hf_layout_check(const Layout& layout) {
@@ -171,8 +191,9 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
   if (!supported_type(m.model_type)) {
     return InputError("--model", m.model_type,
                       "a model_type whose Hugging Face modeling code the hf profile follows: llama, mistral, qwen3, "
-                      "qwen3_moe, mixtral, deepseek_v3");
+                      "qwen3_moe, mixtral, deepseek_v3, gpt_oss");
   }
+  if (auto e = hf_gpt_oss_check(m, t)) return e;
   if (m.mtp_layers > 0) {
     return InputError("--mtp", std::to_string(m.mtp_layers), "0 with the hf profile (HF's DeepseekV3 code has no MTP layers)");
   }
@@ -223,8 +244,12 @@ const Profile kHf{
     .assumptions =
         {
             "decoder layers save what HF's modeling code saves under eager autograd (checked tensor by tensor against "
-            "PyTorch on the CPU for llama, qwen3_moe, mixtral and deepseek_v3: tests/groundtruth/check_hf.py); the "
+            "PyTorch on the CPU for llama, qwen3_moe, mixtral, deepseek_v3 and gpt_oss: tests/groundtruth/check_hf.py); the "
             "MoE blocks loop over experts, b*s*top_k gathered rows in all",
+            "gpt_oss: eager attention with sinks (softmax in bf16 over s + 1 columns), the clamped SwiGLU's "
+            "intermediates, and a copy of each hit expert's gate_up_proj and down_proj (indexing the 3-D parameters "
+            "copies them; each product saves its copy): every expert taken as hit; its norms' fp32 weights counted "
+            "as bf16 (a few KB)",
             "RMSNorm keeps an fp32 copy of its input; eager attention keeps the fp32 softmax and its bf16 cast, K and V "
             "repeated to every head; flash-attention-2 keeps q, k, v, output and log-sum-exp; sdpa (no padding mask, "
             "torch >= 2.5: is_causal and enable_gqa) runs PyTorch's flash kernel and keeps the same, or its "

@@ -1,6 +1,6 @@
 // hf profile: what one decoder layer of Hugging Face transformers' modeling code saves for
 // backward, op by op, read in huggingface/transformers (modeling_llama.py, modeling_mixtral.py,
-// modeling_qwen3_moe.py at 00d4b3d2, modeling_deepseek_v3.py at 00b676f8) and checked byte for
+// modeling_qwen3_moe.py and modeling_gpt_oss.py at 00d4b3d2, modeling_deepseek_v3.py at 00b676f8) and checked byte for
 // byte against PyTorch autograd on the CPU by tests/groundtruth/check_hf.py (eager kernel).
 //
 // Rules every term below follows (torch's tools/autograd/derivatives.yaml): a linear layer
@@ -12,6 +12,7 @@
 // Storages are counted once. Python scalars (`* scaling`) are wrapped as 0-dim host tensors and
 // cost no device memory. The rotary cos/sin tables and the causal mask are computed once per
 // forward by the model (*Model.forward, position_embeddings) and shared by all layers.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -44,8 +45,14 @@ void rms_norm(const HfLayerContext& h, Terms& t, const HfNormNames& names, Modul
     t.add(names.copy, mod, elems({rows, n}), DType::fp32, kNone, "rows x n, fp32 (x.to(float32))");
   }
   t.add(names.rsqrt, mod, elems({rows}), DType::fp32, kNone, "rows x 1, fp32 (rsqrt output)");
-  if (weight_trains) t.add(names.cast, mod, elems({rows, n}), t.a, kNone, "rows x n (weight * x.to(dtype))");
-  (void)h;
+  if (!weight_trains) return;
+  // GptOssRMSNorm casts after the product, (weight * x).to(dtype), with its weight kept in fp32
+  // (_keep_in_fp32_modules): the product saves the fp32 normalised x.
+  if (h.c.model.model_type == "gpt_oss") {
+    t.add(names.cast, mod, elems({rows, n}), DType::fp32, kNone, "rows x n, fp32 ((weight * x) before .to(dtype))");
+  } else {
+    t.add(names.cast, mod, elems({rows, n}), t.a, kNone, "rows x n (weight * x.to(dtype))");
+  }
 }
 
 // SwiGLU MLP.forward: down_proj(act_fn(gate_proj(x)) * up_proj(x)) on `rows` rows of width `ffn`.
@@ -85,10 +92,37 @@ void sdpa_unequal_heads(const HfLayerContext& h, Terms& t, std::int64_t qk, std:
   t.add("attn.rng_state", Module::attention, elems({2}), DType::int64, kNone, "philox seed and offset");
 }
 
+// GptOss's eager_attention_forward: the same products, but the scores are concatenated with the
+// per-head sink logit, shifted by their row maximum (max(dim=-1) saves its int64 indices) and
+// softmaxed in the activation dtype (saves its output, s + 1 columns); the sink column is sliced
+// off, a view whose 3-D reshape in torch.matmul stays a view, so the second product saves the
+// softmax output itself. q is apply_rotary_pos_emb's cat output (contiguous: saved as is); k and
+// v are repeated to every head (or, with one query head per KV head, k the cat output and v the
+// projection's transposed view reshaped: a copy).
+void eager_attention_with_sinks(const HfLayerContext& h, Terms& t, std::int64_t d) {
+  const auto& m = h.c.model;
+  const std::int64_t b = h.c.training.micro_batch, s = h.c.training.seq_len, heads = m.num_heads;
+  t.add("attn.q", Module::attention, elems({b, heads, s, d}), t.a, kNone, "b x heads x s x head_dim");
+  t.add("attn.k (repeated to every head)", Module::attention, elems({b, heads, s, d}), t.a, kNone, "b x heads x s x head_dim");
+  t.add("attn.max_indices", Module::attention, elems({b, heads, s}), DType::int64, kNone,
+        "b x heads x s x 1, int64 (combined_logits.max(dim=-1))");
+  t.add("attn.softmax (with the sink column)", Module::attention, elems({b, heads, s, s + 1}), t.a, kNone,
+        "b x heads x s x (s + 1) (softmax in the activation dtype)");
+  t.add("attn.v (repeated to every head)", Module::attention, elems({b, heads, s, d}), t.a, kNone, "b x heads x s x head_dim");
+  if (h.saves_input(Role::o_proj)) {
+    t.add("attn.o_proj_input", Module::attention, elems({b, s, heads, d}), t.a, kNone,
+          "b*s x heads x head_dim (transpose(1, 2).contiguous())");
+  }
+}
+
 void core_attention(const HfLayerContext& h, Terms& t, std::int64_t qk, std::int64_t v_dim, std::int64_t kv_heads,
                     bool mla) {
   const auto& m = h.c.model;
   const std::int64_t b = h.c.training.micro_batch, s = h.c.training.seq_len, heads = m.num_heads;
+  if (h.c.attention == AttentionKernel::eager && m.model_type == "gpt_oss") {
+    eager_attention_with_sinks(h, t, qk);
+    return;
+  }
   if (h.c.attention == AttentionKernel::eager) {
     t.add("attn.q (matmul copy)", Module::attention, elems({b, heads, s, qk}), t.a, kNone, "b x heads x s x qk_dim");
     t.add("attn.k (repeated to every head)", Module::attention, elems({b, heads, s, qk}), t.a, kNone,
@@ -258,6 +292,45 @@ void deepseek_moe(const HfLayerContext& h, Terms& t) {
   }
 }
 
+// GptOssMLP: GptOssTopKRouter (F.linear with bias on the norm's output, which it saves; topk of
+// the logits, saving int64 indices; softmax over the top-k logits in the activation dtype, saving
+// its output; scatter_ into zeros, saving the same indices), then GptOssExperts.forward's training
+// loop over the hit experts. Per hit expert e (expert_hit's rows, int64 views of one nonzero()
+// result that each indexing saves): torch.where on its mask (int64 pairs), hidden[token_idx] (a
+// copy), and self.gate_up_proj[expert_idx] / self.down_proj[expert_idx]: advanced indexing with a
+// one-element index tensor copies the expert's weights, and each product saves its copy for the
+// input's gradient. gate_up (rows x 2f) is saved by both clamps (gate and up are its strided
+// views); gate's clamp output by glu = gate * sigmoid(gate * alpha), with sigmoid's output; up's
+// clamp + 1 and glu by their product; that product by the down projection; the output (+ bias)
+// and the indexed routing weight by their product; the weighted output by index_add_. Every
+// expert is taken as hit once b*s*top_k rows could reach it (the most the loop can copy).
+void gpt_oss_moe(const HfLayerContext& h, Terms& t) {
+  const auto& m = h.c.model;
+  const std::int64_t tokens = h.tokens(), k = m.moe.top_k, f = m.moe.expert_ffn, rows = routed_rows(h);
+  const std::int64_t hit = std::min(m.moe.num_routed_experts, rows);
+  t.add("post_attention_layernorm.output (router input)", Module::router, elems({tokens, m.hidden}), t.a, kNone, "b*s x h");
+  t.add("router.topk_indices", Module::router, elems({tokens, k}), DType::int64, kNone, "b*s x top_k, int64");
+  t.add("router.softmax", Module::router, elems({tokens, k}), t.a, kNone, "b*s x top_k (softmax of the top-k logits)");
+  t.add("experts.hit (int64)", Module::routed_experts, elems({hit}), DType::int64, kNone, "hit experts x 1, int64");
+  t.add("experts.token_indices (int64 pairs)", Module::routed_experts, elems({rows, 2}), DType::int64, kNone,
+        "b*s*top_k x 2, int64 (torch.where of each expert's mask)");
+  t.add("experts.input (gathered)", Module::routed_experts, elems({rows, m.hidden}), t.a, kNone, "b*s*top_k x h");
+  t.add("experts.weight_copies (gate_up_proj[e], down_proj[e])", Module::routed_experts, elems({hit, 3 * m.hidden, f}), t.a,
+        kNone, "hit experts x (h x 2f + f x h)");
+  t.add("experts.gate_up_output", Module::routed_experts, elems({rows, 2 * f}), t.a, kNone, "b*s*top_k x 2f (both clamps' input)");
+  t.add("experts.gate_clamped", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f");
+  t.add("experts.sigmoid_output", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f");
+  t.add("experts.up_clamped_plus_one", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f");
+  t.add("experts.glu", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f");
+  t.add("experts.down_input", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f ((up + 1) * glu)");
+  t.add("experts.output", Module::routed_experts, elems({rows, m.hidden}), t.a, kNone,
+        "b*s*top_k x h (saved by the product with the routing weight)");
+  t.add("experts.routing_weight (indexed)", Module::routed_experts, elems({rows}), t.a, kNone,
+        "b*s*top_k x 1 (routing_weights[token_idx, expert_idx])");
+  t.add("experts.weighted_output (index_add_ source)", Module::routed_experts, elems({rows, m.hidden}), t.a, kNone,
+        "b*s*top_k x h");
+}
+
 // What PEFT's LoRA adds to each adapted linear (peft/tuners/lora/layer.py, Linear.forward:
 // result + lora_B(lora_A(dropout(x))) * scaling): lora_B saves its input, rows x r; lora_A's input
 // is the base layer's (saved once); a dropout p > 0 (nn.Dropout, CUDA's fused native_dropout)
@@ -315,6 +388,8 @@ void hf_layer_activations(const ActivationContext& c, LayerKind kind, std::vecto
            "mlp.up_output", "mlp.down_input");
   } else if (m.attention == AttentionKind::mla) {
     deepseek_moe(h, t);
+  } else if (m.model_type == "gpt_oss") {
+    gpt_oss_moe(h, t);
   } else {
     softmax_moe(h, t);
   }

@@ -32,11 +32,11 @@ BATCH, SEQ = 2, 16
 DTYPE = torch.bfloat16
 
 # Small configs in Hugging Face's config.json form (moemem reads the same files).
-MODELS = ["llama", "qwen3_moe", "mixtral", "deepseek_v3"]
+MODELS = ["llama", "qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss"]
 # LoRA runs: every linear (PEFT's all-linear), and a few targets, which leave the other linears
 # frozen and saving no input (HF Mixtral's experts are named w1/w2/w3: attention only there).
 TARGETS = {"llama": "q_proj,v_proj,down_proj", "qwen3_moe": "q_proj,v_proj,down_proj", "mixtral": "q_proj,v_proj",
-           "deepseek_v3": "q_b_proj,kv_b_proj,down_proj"}
+           "deepseek_v3": "q_b_proj,kv_b_proj,down_proj", "gpt_oss": None}
 # The last field: the plain Trainer (--ddp), fp32 adapters under bf16 autocast.
 RUNS = [(0, None, False), (8, "all-linear", False), (8, "targets", False), (8, "all-linear", True), (8, "targets", True)]
 
@@ -102,6 +102,9 @@ def measure(c, moe, lora, targets, mode, ddp=False):
     hf_layers.LORA_TARGETS = None if targets in (None, "all-linear") else set(targets.split(","))
     hf_layers.LORA_FP32_AUTOCAST = ddp
     layer = hf_layers.DecoderLayer(c, moe, lora).to(DTYPE)
+    for mod in layer.modules():  # GptOss's _keep_in_fp32_modules: its norms' weights stay fp32
+        if isinstance(mod, hf_layers.GptOssRMSNorm):
+            mod.weight.data = mod.weight.data.float()
     if lora:  # PEFT's mark_only_lora_as_trainable: norms, routers and base weights frozen
         for pname, p in layer.named_parameters():
             p.requires_grad_("lora_" in pname)
@@ -137,6 +140,8 @@ def main():
     for name in MODELS:
         c = load_config(name)
         for lora, targets, ddp in RUNS:
+            if lora and TARGETS[name] is None:
+                continue  # full fine-tuning only (moemem refuses LoRA for it)
             targets = TARGETS[name] if targets == "targets" else targets
             ledgers = {r: moemem_terms(exe, name, lora, targets, r, ddp) for r in ("none", "full")}
             for kind in ledgers["none"]:

@@ -257,12 +257,111 @@ class DeepseekMoe(nn.Module):
         return y + self.shared_experts(residual)
 
 
+class GptOssRMSNorm(RMSNorm):
+    """GptOssRMSNorm: (weight * x).to(dtype), the weight kept in fp32 (_keep_in_fp32_modules)."""
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        var = x.pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(var + self.eps)
+        return (self.weight * x).to(dtype)
+
+
+def gpt_oss_rope(x, cos, sin):
+    """_apply_rotary_emb: the halves times cos and sin, concatenated."""
+    first, second = torch.chunk(x, 2, dim=-1)
+    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+
+
+class GptOssAttention(nn.Module):
+    """GptOssAttention.forward with eager_attention_forward: biased projections, RoPE on halves, the
+    scores concatenated with each head's sink logit, shifted by their maximum, softmaxed in bf16,
+    the sink column dropped."""
+
+    def __init__(self, c):
+        super().__init__()
+        h, d = c["hidden_size"], c["head_dim"]
+        self.heads, self.kv_heads, self.d = c["num_attention_heads"], c["num_key_value_heads"], d
+        self.q_proj = nn.Linear(h, self.heads * d, bias=True)
+        self.k_proj = nn.Linear(h, self.kv_heads * d, bias=True)
+        self.v_proj = nn.Linear(h, self.kv_heads * d, bias=True)
+        self.o_proj = nn.Linear(self.heads * d, h, bias=True)
+        self.sinks = nn.Parameter(torch.randn(self.heads))
+
+    def forward(self, x, cos, sin, mask):
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, -1, self.d).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, -1, self.d).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, -1, self.d).transpose(1, 2)
+        # GptOssRotaryEmbedding's tables are head_dim / 2 wide (emb = freqs): views of the shared ones
+        cos, sin = cos[..., : self.d // 2].unsqueeze(1), sin[..., : self.d // 2].unsqueeze(1)
+        q, k = gpt_oss_rope(q, cos, sin), gpt_oss_rope(k, cos, sin)
+        groups = self.heads // self.kv_heads
+        k, v = repeat_kv(k, groups), repeat_kv(v, groups)
+        w = torch.matmul(q, k.transpose(2, 3)) * (self.d ** -0.5)
+        w = w + mask[:, :, :, : k.shape[-2]]
+        sinks = self.sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)
+        logits = torch.cat([w, sinks], dim=-1)
+        logits = logits - logits.max(dim=-1, keepdim=True).values
+        probs = F.softmax(logits, dim=-1, dtype=logits.dtype)
+        scores = F.dropout(probs[..., :-1], p=0.0, training=True)
+        out = torch.matmul(scores, v).transpose(1, 2).contiguous()
+        return self.o_proj(out.reshape(b, s, -1))
+
+
+class GptOssMoe(nn.Module):
+    """GptOssTopKRouter and GptOssExperts.forward's training loop (3-D expert parameters indexed per
+    hit expert, clamped SwiGLU with alpha 1.702 and limit 7, biases)."""
+
+    def __init__(self, c):
+        super().__init__()
+        h, n, f = c["hidden_size"], c["num_local_experts"], c["intermediate_size"]
+        self.h, self.n, self.top_k = h, n, c["num_experts_per_tok"]
+        self.weight = nn.Parameter(torch.randn(n, h) * 0.02)
+        self.bias = nn.Parameter(torch.randn(n) * 0.02)
+        self.gate_up_proj = nn.Parameter(torch.randn(n, h, 2 * f) * 0.02)
+        self.gate_up_proj_bias = nn.Parameter(torch.zeros(n, 2 * f))
+        self.down_proj = nn.Parameter(torch.randn(n, f, h) * 0.02)
+        self.down_proj_bias = nn.Parameter(torch.zeros(n, h))
+        self.alpha, self.limit = 1.702, 7.0
+
+    def forward(self, x):
+        b = x.shape[0]
+        x = x.reshape(-1, self.h)
+        logits = F.linear(x, self.weight, self.bias)
+        top, sel = torch.topk(logits, self.top_k, dim=-1)
+        top = F.softmax(top, dim=1, dtype=top.dtype)
+        weights = torch.zeros_like(logits).scatter_(1, sel, top)
+        out = torch.zeros_like(x)
+        with torch.no_grad():
+            mask = F.one_hot(sel, num_classes=self.n).permute(2, 1, 0)
+            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+        for e in hit[:]:
+            with torch.no_grad():
+                _, tok = torch.where(mask[e[0]])
+            cur = x[tok]
+            gate_up = cur @ self.gate_up_proj[e] + self.gate_up_proj_bias[e]
+            gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+            gate = gate.clamp(min=None, max=self.limit)
+            up = up.clamp(min=-self.limit, max=self.limit)
+            glu = gate * torch.sigmoid(gate * self.alpha)
+            y = ((up + 1) * glu) @ self.down_proj[e] + self.down_proj_bias[e]
+            y = y[0] * weights[tok, e, None]
+            out.index_add_(0, tok, y.to(x.dtype))
+        return out.view(b, -1, self.h)
+
+
 class DecoderLayer(nn.Module):
     """*DecoderLayer.forward: residual + attn(input_layernorm(x)); residual + mlp(post_attention_layernorm(x))."""
 
     def __init__(self, c, moe, lora):
         super().__init__()
         h = c["hidden_size"]
+        if c["model_type"] == "gpt_oss":
+            self.input_layernorm, self.post_attention_layernorm = GptOssRMSNorm(h), GptOssRMSNorm(h)
+            self.self_attn, self.mlp = GptOssAttention(c), GptOssMoe(c)
+            return
         self.input_layernorm, self.post_attention_layernorm = RMSNorm(h), RMSNorm(h)
         mla = c["model_type"] == "deepseek_v3"
         self.self_attn = MlaAttention(c, lora) if mla else GqaAttention(c, lora)

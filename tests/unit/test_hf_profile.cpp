@@ -100,9 +100,9 @@ TEST(HfProfile, RefusesWhatItDoesNotModel) {
   const auto ep = run_cli({"analyze", "--model", kConfigs + "mixtral.json", "--profile", "hf", "--ep", "2", "--dp", "2"});
   EXPECT_EQ(ep.code, 2);
   EXPECT_NE(ep.err.find("--ep"), std::string::npos) << ep.err;
-  const auto gpt = run_cli({"analyze", "--model", "gpt-oss-20b", "--profile", "hf"});
-  EXPECT_EQ(gpt.code, 2);
-  EXPECT_NE(gpt.err.find("model_type"), std::string::npos) << gpt.err;
+  const auto glm = run_cli({"analyze", "--model", "glm-4.5-air", "--profile", "hf"});  // glm4_moe: not followed
+  EXPECT_EQ(glm.code, 2);
+  EXPECT_NE(glm.err.find("model_type"), std::string::npos) << glm.err;
 }
 
 TEST(HfProfile, AnalyzesAPreset) {

@@ -1,0 +1,50 @@
+// --profile hf with model_type gpt_oss (issue 15: "the MoE models HF implements (..., gpt_oss)"):
+// GptOss's training loop over experts indexes its 3-D expert parameters, which copies each hit
+// expert's weights, and each product saves its copy. Expected sizes by hand from gpt-oss-20b's
+// config (24 layers, hidden 2880, 32 experts of intermediate 2880, top-4, 64 heads of 64), not
+// from running moemem; the per-layer ledger is checked against autograd by check_hf.py.
+#include <cstdint>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/activations_cli_helpers.hpp"
+#include "cli/run_cli.hpp"
+
+namespace {
+
+using moemem::test::Args;
+using moemem::test::concat;
+using moemem::test::activations_cli::analyze_json;
+using moemem::test::activations_cli::expect_exit_2;
+using moemem::test::activations_cli::explain_json;
+using moemem::test::activations_cli::items_of;
+
+Args gpt_oss(const Args& extra) {
+  return concat({"--model", "gpt-oss-20b", "--profile", "hf", "--zero", "3", "--dp", "8", "--micro-batch", "1", "--seq-len",
+                 "256", "--recompute", "none"},
+                extra);
+}
+
+TEST(HfGptOss, ExpertLoopKeepsACopyOfEveryHitExpertsWeights) {
+  // 256 tokens x top-4 = 1,024 rows reach all 32 experts: per layer 32 x (2880 x 5760 + 2880 x
+  // 2880) bf16 = 32 x 49,766,400 B = 1,592,524,800 B; 24 layers 38,220,595,200 B.
+  const auto e = explain_json(gpt_oss({}), 0);
+  const auto a = items_of(e, "activations");
+  EXPECT_EQ(a.at("experts.weight_copies (gate_up_proj[e], down_proj[e])"), 38'220'595'200ull);
+  // Eager attention with sinks (the default for gpt_oss: HF's GptOss has no sdpa): the softmax in
+  // bf16 over 257 columns, 64 x 256 x 257 x 2 = 8,421,376 B a layer, and its int64 row maxima
+  // 64 x 256 x 8 = 131,072 B.
+  EXPECT_EQ(a.at("attn.softmax (with the sink column)"), 24ull * 8'421'376);
+  EXPECT_EQ(a.at("attn.max_indices"), 24ull * 131'072);
+  EXPECT_EQ(analyze_json(gpt_oss({})).at("training").at("attention"), "eager");
+}
+
+TEST(HfGptOss, WhatTheModelDoesNotRunIsRefused) {
+  expect_exit_2(concat({"analyze"}, gpt_oss({"--attention", "flash"})), {"--attention", "eager"});
+  expect_exit_2(concat({"analyze"}, gpt_oss({"--attention", "sdpa"})), {"--attention", "eager"});
+  expect_exit_2(concat({"analyze"}, gpt_oss({"--finetune", "lora", "--lora-rank", "8"})), {"--finetune", "target_parameters"});
+}
+
+}  // namespace
