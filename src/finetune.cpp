@@ -88,8 +88,9 @@ std::string_view module_name(const Tensor& t) {
   return dot == std::string_view::npos ? n : n.substr(dot + 1);
 }
 
-bool all_linear_target(const Tensor& t, bool linear_routers) {
+bool all_linear_target(const Tensor& t, bool linear_routers, bool linear_experts) {
   if (!is_weight_matrix(t) || t.adapter != Adapter::none) return false;
+  if (t.is_routed_expert && !linear_experts) return false;
   if (t.placement != Placement::decoder && t.placement != Placement::mtp) return false;
   switch (t.role) {
     case Role::router:              // the MoE router (Megatron-Bridge's default targets leave it out)
@@ -99,6 +100,11 @@ bool all_linear_target(const Tensor& t, bool linear_routers) {
     case Role::mtp_output_head: return false;
     default: return true;
   }
+}
+
+bool hf_experts_are_linear(std::string_view model_type) {
+  // modeling_gpt_oss.py GptOssExperts: gate_up_proj [E, h, 2f] and down_proj [E, f, h] parameters.
+  return model_type != "gpt_oss";
 }
 
 bool hf_router_is_linear(std::string_view model_type) {
@@ -132,8 +138,8 @@ Inventory apply_finetune(const Inventory& base, const FinetuneSettings& s) {
   const std::vector<std::string> names = all ? std::vector<std::string>{} : split_targets(s.lora_targets);
   std::vector<bool> matched(names.size(), false);
   const auto targeted = [&](const Tensor& t) {
-    if (all) return all_linear_target(t, s.linear_routers);
-    if (!is_weight_matrix(t)) return false;
+    if (all) return all_linear_target(t, s.linear_routers, s.linear_experts);
+    if (!is_weight_matrix(t) || (t.is_routed_expert && !s.linear_experts)) return false;
     const auto it = std::find(names.begin(), names.end(), module_name(t));
     if (it == names.end()) return false;
     matched[static_cast<std::size_t>(it - names.begin())] = true;
@@ -149,7 +155,7 @@ Inventory apply_finetune(const Inventory& base, const FinetuneSettings& s) {
       out.tensors.push_back(ts[k]);
       out.tensors.back().trainable = false;
     }
-    if (s.finetune == Finetune::qlora && all_linear_target(ts[i], s.linear_routers)) quantize(ts, i, j, out);
+    if (s.finetune == Finetune::qlora && all_linear_target(ts[i], s.linear_routers, s.linear_experts)) quantize(ts, i, j, out);
     if (targeted(ts[i])) add_adapters(ts, i, j, s.lora_rank, out);
     i = j;
   }
@@ -158,6 +164,7 @@ Inventory apply_finetune(const Inventory& base, const FinetuneSettings& s) {
     std::vector<std::string_view> known;
     for (const auto& t : ts) {
       if (!is_weight_matrix(t) || (t.placement != Placement::decoder && t.placement != Placement::mtp)) continue;
+      if (t.is_routed_expert && !s.linear_experts) continue;
       if (std::find(known.begin(), known.end(), module_name(t)) == known.end()) known.push_back(module_name(t));
     }
     throw InputError("--lora-targets", names[n], fmt::format("all-linear or names of the model's linear modules: {}", fmt::join(known, ",")));

@@ -160,6 +160,7 @@ Scenario make_scenario(const Request& r) {
   validate_training(s.training, s.layout);
   if (auto problem = s.profile->check(s.model, s.layout, s.training)) throw *problem;
   s.training.linear_routers = s.profile->peft_modules && hf_router_is_linear(s.model.model_type);
+  s.training.linear_experts = !s.profile->peft_modules || hf_experts_are_linear(s.model.model_type);
   s.inventory = apply_finetune(s.inventory, s.training);  // LoRA: the base frozen, adapters added
   return s;
 }

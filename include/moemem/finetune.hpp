@@ -36,6 +36,10 @@ struct FinetuneSettings {
   // head, so also a router that is an nn.Linear there (Mixtral's and Qwen3-MoE's `gate`); false:
   // Megatron-Bridge's all-linear, which leaves the router out. Set by make_scenario.
   bool linear_routers = false;
+  // Whether PEFT's target_modules reach the routed experts: false where Hugging Face's code keeps
+  // them as 3-D parameters rather than nn.Linear (GptOss; PEFT adapts those only through
+  // target_parameters). Set by make_scenario.
+  bool linear_experts = true;
   auto operator<=>(const FinetuneSettings&) const = default;
 };
 
@@ -45,13 +49,16 @@ struct FinetuneSettings {
 // Whether `all-linear` targets the tensor: every 2-D weight of a decoder layer or MTP depth (the
 // attention projections, dense MLP, shared and routed experts, MTP's eh_proj), not the embedding,
 // the output head, or (unless `linear_routers`) the router and Qwen2-MoE's shared_expert_gate.
-[[nodiscard]] bool all_linear_target(const Tensor& t, bool linear_routers = false);
+[[nodiscard]] bool all_linear_target(const Tensor& t, bool linear_routers = false, bool linear_experts = true);
 
 // Whether Hugging Face's modeling code (transformers 4.x, the hf profile's) builds the MoE router
 // of `model_type` as an nn.Linear, which PEFT's all-linear and bitsandbytes' 4-bit replacement
 // then take in: Mixtral's and Qwen3-MoE's `gate`; DeepSeek-V3's DeepseekV3TopkRouter holds a bare
 // nn.Parameter and is neither.
 [[nodiscard]] bool hf_router_is_linear(std::string_view model_type);
+// Whether Hugging Face's modeling code keeps the routed experts as nn.Linear modules (not GptOss's
+// 3-D parameters), so that PEFT's target_modules can reach them.
+[[nodiscard]] bool hf_experts_are_linear(std::string_view model_type);
 
 // The inventory with `s` applied. Full: unchanged. LoRA/QLoRA: every base tensor frozen, and
 // after each targeted linear its adapters "<module>.lora_A.weight" (r x in) and

@@ -400,6 +400,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   TrainingConfig base = to_training(training, profile);
   // LoRA: the base frozen and the adapters added, as make_scenario does for analyze.
   base.linear_routers = profile.peft_modules && hf_router_is_linear(m.model_type);
+  base.linear_experts = !profile.peft_modules || hf_experts_are_linear(m.model_type);
   const Inventory inv = apply_finetune(build_inventory(m), base);
   const CompiledModel cm = compile_model(m, inv, profile);
 

@@ -98,8 +98,9 @@ bool supported_type(const std::string& t) {
 }
 
 // GptOss (modeling_gpt_oss.py): transformers runs it eager (no sdpa; its flash kernel with sinks is
-// a hub kernel, vllm-flash-attn3, not modelled), and PEFT reaches its experts only through
-// target_parameters (they are 3-D parameters, not nn.Linear): full fine-tuning only.
+// a hub kernel, vllm-flash-attn3, not modelled); PEFT's target_modules reach only its attention
+// (the experts are 3-D parameters, adapted only through target_parameters, not modelled; the
+// router is not an nn.Linear); QLoRA is refused.
 std::optional<InputError> hf_gpt_oss_check(const ModelSpec& m, const TrainingConfig& t) {
   if (m.model_type != "gpt_oss") return std::nullopt;
   if (t.attention && *t.attention != AttentionKernel::eager) {
@@ -107,10 +108,10 @@ std::optional<InputError> hf_gpt_oss_check(const ModelSpec& m, const TrainingCon
                       "eager for model_type gpt_oss under the hf profile (GptOss has no sdpa path, and its flash kernel "
                       "with attention sinks is a hub kernel moemem does not model)");
   }
-  if (t.finetune != Finetune::full) {
-    return InputError("--finetune", std::string(name_of(t.finetune)),
-                      "full for model_type gpt_oss under the hf profile (PEFT adapts its 3-D expert parameters through "
-                      "target_parameters: not modelled)");
+  if (t.finetune == Finetune::qlora) {
+    return InputError("--finetune", "qlora",
+                      "full or lora for model_type gpt_oss under the hf profile (4-bit gpt-oss checkpoints are MXFP4 "
+                      "experts, not bitsandbytes NF4 linears: not modelled)");
   }
   return std::nullopt;
 }
@@ -249,7 +250,7 @@ const Profile kHf{
             "gpt_oss: eager attention with sinks (softmax in bf16 over s + 1 columns), the clamped SwiGLU's "
             "intermediates, and a copy of each hit expert's gate_up_proj and down_proj (indexing the 3-D parameters "
             "copies them; each product saves its copy): every expert taken as hit; its norms' fp32 weights counted "
-            "as bf16 (a few KB)",
+            "as bf16 (a few KB); LoRA adapts its attention only (PEFT's target_parameters for the experts not modelled)",
             "RMSNorm keeps an fp32 copy of its input; eager attention keeps the fp32 softmax and its bf16 cast, K and V "
             "repeated to every head; flash-attention-2 keeps q, k, v, output and log-sum-exp; sdpa (no padding mask, "
             "torch >= 2.5: is_causal and enable_gqa) runs PyTorch's flash kernel and keeps the same, or its "

@@ -308,13 +308,20 @@ void gpt_oss_moe(const HfLayerContext& h, Terms& t) {
   const auto& m = h.c.model;
   const std::int64_t tokens = h.tokens(), k = m.moe.top_k, f = m.moe.expert_ffn, rows = routed_rows(h);
   const std::int64_t hit = std::min(m.moe.num_routed_experts, rows);
-  t.add("post_attention_layernorm.output (router input)", Module::router, elems({tokens, m.hidden}), t.a, kNone, "b*s x h");
+  if (h.saves_input(Role::router)) {
+    t.add("post_attention_layernorm.output (router input)", Module::router, elems({tokens, m.hidden}), t.a, kNone, "b*s x h");
+  }
   t.add("router.topk_indices", Module::router, elems({tokens, k}), DType::int64, kNone, "b*s x top_k, int64");
   t.add("router.softmax", Module::router, elems({tokens, k}), t.a, kNone, "b*s x top_k (softmax of the top-k logits)");
   t.add("experts.hit (int64)", Module::routed_experts, elems({hit}), DType::int64, kNone, "hit experts x 1, int64");
   t.add("experts.token_indices (int64 pairs)", Module::routed_experts, elems({rows, 2}), DType::int64, kNone,
         "b*s*top_k x 2, int64 (torch.where of each expert's mask)");
-  t.add("experts.input (gathered)", Module::routed_experts, elems({rows, m.hidden}), t.a, kNone, "b*s*top_k x h");
+  // The products save their input for the weights' gradient only when the experts train (not
+  // under LoRA, which reaches the attention's nn.Linear modules only); the weight copies always,
+  // for the input's gradient.
+  if (h.saves_input(Role::expert_gate) || h.saves_input(Role::expert_up)) {
+    t.add("experts.input (gathered)", Module::routed_experts, elems({rows, m.hidden}), t.a, kNone, "b*s*top_k x h");
+  }
   t.add("experts.weight_copies (gate_up_proj[e], down_proj[e])", Module::routed_experts, elems({hit, 3 * m.hidden, f}), t.a,
         kNone, "hit experts x (h x 2f + f x h)");
   t.add("experts.gate_up_output", Module::routed_experts, elems({rows, 2 * f}), t.a, kNone, "b*s*top_k x 2f (both clamps' input)");
@@ -322,7 +329,9 @@ void gpt_oss_moe(const HfLayerContext& h, Terms& t) {
   t.add("experts.sigmoid_output", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f");
   t.add("experts.up_clamped_plus_one", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f");
   t.add("experts.glu", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f");
-  t.add("experts.down_input", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f ((up + 1) * glu)");
+  if (h.saves_input(Role::expert_down)) {
+    t.add("experts.down_input", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f ((up + 1) * glu)");
+  }
   t.add("experts.output", Module::routed_experts, elems({rows, m.hidden}), t.a, kNone,
         "b*s*top_k x h (saved by the product with the routing weight)");
   t.add("experts.routing_weight (indexed)", Module::routed_experts, elems({rows}), t.a, kNone,

@@ -2,7 +2,7 @@
 // GptOss's training loop over experts indexes its 3-D expert parameters, which copies each hit
 // expert's weights, and each product saves its copy. Expected sizes by hand from gpt-oss-20b's
 // config (24 layers, hidden 2880, 32 experts of intermediate 2880, top-4, 64 heads of 64), not
-// from running moemem; the per-layer ledger is checked against autograd by check_hf.py.
+// from running moemem; the per-layer ledger (full and LoRA) is checked against autograd by check_hf.py.
 #include <cstdint>
 #include <string>
 
@@ -44,7 +44,24 @@ TEST(HfGptOss, ExpertLoopKeepsACopyOfEveryHitExpertsWeights) {
 TEST(HfGptOss, WhatTheModelDoesNotRunIsRefused) {
   expect_exit_2(concat({"analyze"}, gpt_oss({"--attention", "flash"})), {"--attention", "eager"});
   expect_exit_2(concat({"analyze"}, gpt_oss({"--attention", "sdpa"})), {"--attention", "eager"});
-  expect_exit_2(concat({"analyze"}, gpt_oss({"--finetune", "lora", "--lora-rank", "8"})), {"--finetune", "target_parameters"});
+  expect_exit_2(concat({"analyze"}, gpt_oss({"--finetune", "qlora", "--lora-rank", "8"})), {"--finetune", "MXFP4"});
+  // The experts are 3-D parameters, not modules PEFT's target_modules can name.
+  expect_exit_2(concat({"analyze"}, gpt_oss({"--finetune", "lora", "--lora-rank", "8", "--lora-targets", "gate_up_proj"})),
+                {"--lora-targets", "gate_up_proj"});
+}
+
+TEST(HfGptOss, LoraAllLinearAdaptsTheAttentionOnly) {
+  // PEFT's all-linear finds gpt-oss's q/k/v/o nn.Linear modules only (the router and the experts
+  // are not nn.Linear). r 16, per layer: q and o 16 x (2880 + 64 x 64) = 111,616 each, k and v
+  // 16 x (2880 + 8 x 64) = 54,272 each: 331,776; 24 layers 7,962,624.
+  const auto j = analyze_json(gpt_oss({"--finetune", "lora", "--lora-rank", "16"}));
+  EXPECT_EQ(j.at("model").at("trainable_params"), 7'962'624);
+  // The frozen experts' products still keep the weight copies (for the input's gradient), but
+  // not their inputs.
+  const auto a = items_of(explain_json(gpt_oss({"--finetune", "lora", "--lora-rank", "16"}), 0), "activations");
+  EXPECT_EQ(a.at("experts.weight_copies (gate_up_proj[e], down_proj[e])"), 38'220'595'200ull);
+  EXPECT_EQ(a.count("experts.input (gathered)"), 0u);
+  EXPECT_EQ(a.count("experts.down_input"), 0u);
 }
 
 }  // namespace

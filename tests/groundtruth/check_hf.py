@@ -36,7 +36,7 @@ MODELS = ["llama", "qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss"]
 # LoRA runs: every linear (PEFT's all-linear), and a few targets, which leave the other linears
 # frozen and saving no input (HF Mixtral's experts are named w1/w2/w3: attention only there).
 TARGETS = {"llama": "q_proj,v_proj,down_proj", "qwen3_moe": "q_proj,v_proj,down_proj", "mixtral": "q_proj,v_proj",
-           "deepseek_v3": "q_b_proj,kv_b_proj,down_proj", "gpt_oss": None}
+           "deepseek_v3": "q_b_proj,kv_b_proj,down_proj", "gpt_oss": "q_proj,v_proj"}
 # The last field: the plain Trainer (--ddp), fp32 adapters under bf16 autocast.
 RUNS = [(0, None, False), (8, "all-linear", False), (8, "targets", False), (8, "all-linear", True), (8, "targets", True)]
 
@@ -140,8 +140,6 @@ def main():
     for name in MODELS:
         c = load_config(name)
         for lora, targets, ddp in RUNS:
-            if lora and TARGETS[name] is None:
-                continue  # full fine-tuning only (moemem refuses LoRA for it)
             targets = TARGETS[name] if targets == "targets" else targets
             ledgers = {r: moemem_terms(exe, name, lora, targets, r, ddp) for r in ("none", "full")}
             for kind in ledgers["none"]:

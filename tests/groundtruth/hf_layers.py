@@ -84,11 +84,11 @@ class Linear(nn.Module):
     """nn.Linear, optionally with a PEFT LoRA adapter (peft/tuners/lora/layer.py Linear.forward:
     result = base_layer(x); result = result + lora_B(lora_A(dropout(x))) * scaling)."""
 
-    def __init__(self, n_in, n_out, lora_rank, name):
+    def __init__(self, n_in, n_out, lora_rank, name, bias=False):
         super().__init__()
         if LORA_TARGETS is not None and name not in LORA_TARGETS:
             lora_rank = 0
-        self.base = nn.Linear(n_in, n_out, bias=False)
+        self.base = nn.Linear(n_in, n_out, bias=bias)
         self.lora_rank = lora_rank
         if lora_rank:
             self.base.weight.requires_grad_(False)
@@ -279,14 +279,14 @@ class GptOssAttention(nn.Module):
     scores concatenated with each head's sink logit, shifted by their maximum, softmaxed in bf16,
     the sink column dropped."""
 
-    def __init__(self, c):
+    def __init__(self, c, lora):
         super().__init__()
         h, d = c["hidden_size"], c["head_dim"]
         self.heads, self.kv_heads, self.d = c["num_attention_heads"], c["num_key_value_heads"], d
-        self.q_proj = nn.Linear(h, self.heads * d, bias=True)
-        self.k_proj = nn.Linear(h, self.kv_heads * d, bias=True)
-        self.v_proj = nn.Linear(h, self.kv_heads * d, bias=True)
-        self.o_proj = nn.Linear(self.heads * d, h, bias=True)
+        self.q_proj = Linear(h, self.heads * d, lora, "q_proj", bias=True)
+        self.k_proj = Linear(h, self.kv_heads * d, lora, "k_proj", bias=True)
+        self.v_proj = Linear(h, self.kv_heads * d, lora, "v_proj", bias=True)
+        self.o_proj = Linear(self.heads * d, h, lora, "o_proj", bias=True)
         self.sinks = nn.Parameter(torch.randn(self.heads))
 
     def forward(self, x, cos, sin, mask):
@@ -360,7 +360,7 @@ class DecoderLayer(nn.Module):
         h = c["hidden_size"]
         if c["model_type"] == "gpt_oss":
             self.input_layernorm, self.post_attention_layernorm = GptOssRMSNorm(h), GptOssRMSNorm(h)
-            self.self_attn, self.mlp = GptOssAttention(c), GptOssMoe(c)
+            self.self_attn, self.mlp = GptOssAttention(c, lora), GptOssMoe(c)
             return
         self.input_layernorm, self.post_attention_layernorm = RMSNorm(h), RMSNorm(h)
         mla = c["model_type"] == "deepseek_v3"
