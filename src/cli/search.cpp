@@ -200,7 +200,8 @@ void SearchCommand::setup(CLI::App& root) {
                                             "interleaved with --vpp-max > 1; dualpipe too under --profile paper or --recipe deepseek-v3, zb-h1 under --recipe deepseek-v2)");
   app->add_option("--recompute", recomputes, "Recomputation choices: none,full,selective or module sets a+b "
                                              "(default: the documented family)");
-  app->add_option("--zero", zero_stages, "ZeRO stages to consider (megatron: 0 plain, 1 distributed optimizer)")
+  app->add_option("--zero", zero_stages, "ZeRO stages to consider (megatron: 0 plain, 1 distributed optimizer; hf default 0,1,2,3, or 0 with "
+                                                   "--fsdp1/--fsdp2/--ddp)")
       ->capture_default_str();
   add_int(*app, "--top", top, "Layouts to print");
   add_int(*app, "--threads", threads, "Threads (0: all cores)");
@@ -426,11 +427,17 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   space.etp = etp;
   space.vpp = vpp;
   space.micro_batch = micro_batch;
-  for (const auto& s : parse_int_list(zero_stages, "--zero")) {
-    if (s > 3) throw InputError("--zero", zero_stages, "stages from 0 to 3");
+  // Under the hf profile DeepSpeed's four stages are the choices (ZeRO-2 and -3 are how large
+  // models fit there); FSDP and DDP shard by themselves, stage 0 with them.
+  std::string stages = zero_stages;
+  if (app->count("--zero") == 0 && profile.name == "hf") {
+    stages = space.base.accelerate_fsdp() || space.base.hf_ddp ? "0" : "0,1,2,3";
+  }
+  for (const auto& s : parse_int_list(stages, "--zero")) {
+    if (s > 3) throw InputError("--zero", stages, "stages from 0 to 3");
     space.zero_stages.clear();
   }
-  for (const auto s : parse_int_list(zero_stages, "--zero")) space.zero_stages.push_back(static_cast<int>(s));
+  for (const auto s : parse_int_list(stages, "--zero")) space.zero_stages.push_back(static_cast<int>(s));
   if (!schedules.empty()) {
     std::size_t start = 0;
     while (start <= schedules.size()) {

@@ -64,4 +64,15 @@ TEST(HfGptOss, LoraAllLinearAdaptsTheAttentionOnly) {
   EXPECT_EQ(a.count("experts.down_input"), 0u);
 }
 
+TEST(HfGptOss, SearchTriesEveryDeepSpeedStage) {
+  // gpt-oss-20b on 8 H100: its bf16 weights, fp32 master copy, gradients and moments (16 bytes a
+  // parameter, 335 GB) fit only sharded, so the hf profile's search tries ZeRO 0-3 by default.
+  const auto r = moemem::test::run_cli({"search", "--model", "gpt-oss-20b", "--profile", "hf", "--gpus", "8", "--gpu", "h100-80g",
+                                        "--global-batch", "64", "--seq-len", "4096", "--threads", "2", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j.at("layouts").empty());
+  for (const auto& l : j.at("layouts")) EXPECT_EQ(l.at("zero"), 3) << l.dump();
+}
+
 }  // namespace
