@@ -14,6 +14,7 @@
 #include "cli/commands.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/finetune.hpp"
+#include "moemem/recipes.hpp"
 #include "moemem/search.hpp"
 #include "report_html.hpp"
 
@@ -451,9 +452,10 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
     // ran DualPipe for V3 (the reference analysis, the deepseek-v3 recipe) and zero-bubble
     // pipelining for V2 (arXiv 2405.04434 §3.1.3).
     space.schedules = {Schedule::one_f_one_b};
-    const std::string& recipe = training.numerics.recipe;
-    if (profile.name == "paper" || recipe == "deepseek-v3") space.schedules.push_back(Schedule::dualpipe);
-    if (recipe == "deepseek-v2") space.schedules.push_back(Schedule::zb_h1);
+    const std::optional<Recipe> recipe =
+        training.numerics.recipe.empty() ? std::nullopt : std::optional(parse_recipe(training.numerics.recipe, "--recipe"));
+    if (profile.name == "paper" || recipe == Recipe::deepseek_v3) space.schedules.push_back(Schedule::dualpipe);
+    if (recipe == Recipe::deepseek_v2) space.schedules.push_back(Schedule::zb_h1);
   }
   if (!profile.selective_recompute) {
     // The reference analysis knows no selective recomputation.

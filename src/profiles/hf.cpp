@@ -74,9 +74,8 @@ void hf_chunk_activations(const ActivationContext& c, const Chunk& chunk, std::v
   t.add("norm.fp32_copy", Module::output_head, elems({tokens, m.hidden}), DType::fp32, 0, "b*s x h, fp32");
   t.add("norm.rsqrt", Module::output_head, elems({tokens}), DType::fp32, 0, "b*s x 1, fp32");
   if (full) {
-    // GptOssRMSNorm: (weight * x).to(dtype) with an fp32 weight saves the fp32 product input.
-    if (m.model_type == "gpt_oss") t.add("norm.cast", Module::output_head, elems({tokens, m.hidden}), DType::fp32, 0, "b*s x h, fp32");
-    else t.add("norm.cast", Module::output_head, elems({tokens, m.hidden}), t.a, 0, "b*s x h");
+    const DType product = norm_product_dtype(m, t.a);
+    t.add("norm.cast", Module::output_head, elems({tokens, m.hidden}), product, 0, product == t.a ? "b*s x h" : "b*s x h, fp32");
     t.add("lm_head.input", Module::output_head, elems({tokens, m.hidden}), t.a, 0, "b*s x h");
   }
   t.add("loss.log_softmax (fp32)", Module::output_head, elems({tokens, c.padded_vocab}), DType::fp32, 0, "b*s x vocab, fp32");

@@ -44,6 +44,13 @@ struct HfNormNames {
 
 [[nodiscard]] HfLayerContext hf_layer_context(const ActivationContext& c, LayerKind kind);
 
+// The dtype an RMSNorm's weight product saves its normalised input in: GptOssRMSNorm keeps its
+// weight in fp32 (_keep_in_fp32_modules) and casts after the product, (weight * x).to(dtype), so
+// the product saves the fp32 x; the others cast first, weight * x.to(dtype).
+[[nodiscard]] inline DType norm_product_dtype(const ModelSpec& m, DType activations) {
+  return m.model_type == "gpt_oss" ? DType::fp32 : activations;
+}
+
 void hf_layer_activations(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out);
 
 }  // namespace moemem::profiles

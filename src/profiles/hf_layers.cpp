@@ -46,13 +46,9 @@ void rms_norm(const HfLayerContext& h, Terms& t, const HfNormNames& names, Modul
   }
   t.add(names.rsqrt, mod, elems({rows}), DType::fp32, kNone, "rows x 1, fp32 (rsqrt output)");
   if (!weight_trains) return;
-  // GptOssRMSNorm casts after the product, (weight * x).to(dtype), with its weight kept in fp32
-  // (_keep_in_fp32_modules): the product saves the fp32 normalised x.
-  if (h.c.model.model_type == "gpt_oss") {
-    t.add(names.cast, mod, elems({rows, n}), DType::fp32, kNone, "rows x n, fp32 ((weight * x) before .to(dtype))");
-  } else {
-    t.add(names.cast, mod, elems({rows, n}), t.a, kNone, "rows x n (weight * x.to(dtype))");
-  }
+  const DType product = norm_product_dtype(h.c.model, t.a);
+  t.add(names.cast, mod, elems({rows, n}), product, kNone,
+        product == t.a ? "rows x n (weight * x.to(dtype))" : "rows x n, fp32 ((weight * x) before .to(dtype))");
 }
 
 // SwiGLU MLP.forward: down_proj(act_fn(gate_proj(x)) * up_proj(x)) on `rows` rows of width `ffn`.
