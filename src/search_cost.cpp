@@ -112,7 +112,10 @@ void add_traffic(const ModelSpec& m, LayerKind kind, double count, const Paralle
 }  // namespace
 
 LayerKindGemms layer_gemms(const CompiledModel& cm) {
-  return {gemms_of(*cm.model, cm.dense_layer), gemms_of(*cm.model, cm.moe_layer)};
+  // Softmax-attention layers; a hybrid model's Gated DeltaNet layers are costed as those of their
+  // FFN kind (this relative cost ranks layouts only when no GPU is named for the step-time model).
+  return {gemms_of(*cm.model, cm.layer[layer_class(LayerKind::dense, MixerKind::attention)]),
+          gemms_of(*cm.model, cm.layer[layer_class(LayerKind::moe, MixerKind::attention)])};
 }
 
 CostBreakdown estimate_cost(const CompiledModel& cm, const ParallelConfig& p, const TrainingConfig& t,

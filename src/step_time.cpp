@@ -304,8 +304,10 @@ StepTimeModel make_step_time_model(const CompiledModel& cm) {
   StepTimeModel sm;
   sm.model = &m;
   sm.compiled = &cm;
-  sm.kinds[0] = kind_of(m, cm.dense_layer, false);
-  sm.kinds[1] = kind_of(m, cm.moe_layer, true);
+  sm.kinds[0] = kind_of(m, cm.layer[layer_class(LayerKind::dense, MixerKind::attention)], false);
+  sm.kinds[1] = kind_of(m, cm.layer[layer_class(LayerKind::moe, MixerKind::attention)], true);
+  sm.linear_attention = cm.present[layer_class(LayerKind::dense, MixerKind::gated_delta_net)] ||
+                        cm.present[layer_class(LayerKind::moe, MixerKind::gated_delta_net)];
   sm.mtp = kind_of(m, cm.mtp_depth, m.is_moe());
   sm.head_flops = 2 * d(m.hidden) * d(m.vocab);
   sm.embedding_params = sum_params(cm.embedding);
@@ -365,6 +367,11 @@ StepTime estimate_step_time(const StepTimeModel& sm, const Layout& layout, const
                             const Efficiency& eff) {
   if (!t.global_batch) throw InputError("--global-batch", "missing", "the sequences per optimizer step (the step-time model needs it)");
   const ModelSpec& m = *sm.model;
+  if (sm.linear_attention) {
+    throw InputError("--model", m.model_type,
+                     "a model without Gated DeltaNet layers for a step-time estimate (the chunked delta-rule kernels' time "
+                     "is not modelled; memory is, and search ranks by memory with --gpu-memory instead of --gpu)");
+  }
   const ParallelConfig& p = layout.config;
   const bool fp8 = t.fp8 != Fp8Recipe::none;
   const double gemm_rate = (fp8 ? gpu.fp8_flops * eff.fp8_gemm : gpu.bf16_flops * eff.gemm);

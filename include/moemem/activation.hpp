@@ -42,6 +42,7 @@ struct ActivationContext {
   const TrainingConfig& training;
   AttentionKernel attention = AttentionKernel::eager;
   std::int64_t padded_vocab = 0;  // vocabulary rows after the profile's padding
+  MixerKind mixer = MixerKind::attention;  // the layer's mixer, for a profile's layer terms
 };
 
 // Sum of the terms a layer keeps under `r` (`modules`: the selective set).

@@ -3,6 +3,7 @@
 // over each stage's ledger (ledger.hpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -19,10 +20,19 @@ struct CompiledModel {
   const Profile* profile = nullptr;
   Count total_params;  // every accounted tensor, unsharded
   Count trainable_params;  // of those, the trainable ones (apply_finetune freezes the base under LoRA)
-  std::vector<Tensor> dense_layer, moe_layer, embedding, head, mtp_depth;
-  std::vector<std::int64_t> moe_before;  // MoE layers among decoder layers [0, i), for i in [0, L]
+  // One decoder layer's tensors per layer class (model.hpp layer_class; empty where no layer has it).
+  std::array<std::vector<Tensor>, kLayerClasses> layer;
+  std::vector<Tensor> embedding, head, mtp_depth;
+  // Layers of each class among decoder layers [0, i), for i in [0, L].
+  std::array<std::vector<std::int64_t>, kLayerClasses> before;
+  std::array<bool, kLayerClasses> present{};  // some decoder layer has the class
+  [[nodiscard]] std::int64_t layers_in(std::size_t cls, std::int64_t first, std::int64_t count) const {
+    const auto& b = before[cls];
+    return b[static_cast<std::size_t>(first + count)] - b[static_cast<std::size_t>(first)];
+  }
   [[nodiscard]] std::int64_t moe_layers_in(std::int64_t first, std::int64_t count) const {
-    return moe_before[static_cast<std::size_t>(first + count)] - moe_before[static_cast<std::size_t>(first)];
+    return layers_in(layer_class(LayerKind::moe, MixerKind::attention), first, count) +
+           layers_in(layer_class(LayerKind::moe, MixerKind::gated_delta_net), first, count);
   }
 };
 // The layout's chunk that holds tensor `t` (embedding, decoder layer, head or MTP depth).
@@ -31,18 +41,19 @@ struct CompiledModel {
 [[nodiscard]] CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile);
 
 // How a chunk's layers (its decoder layers, then its MTP depths) keep their activations under the
-// recomputation settings, counted per layer kind (indexed by LayerKind): `whole` keep every term,
+// recomputation settings, counted per layer class (indexed by layer_class): `whole` keep every term,
 // `mode` keep what the mode keeps (none or selective), `input` keep only their input (a
 // checkpointed layer, or the first layer of a checkpointed group); the others keep nothing.
 struct ChunkLayerCounts {
-  std::array<std::int64_t, 2> whole{}, mode{}, input{};
+  std::array<std::int64_t, kLayerClasses> whole{}, mode{}, input{};
 };
 [[nodiscard]] ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& chunk, const TrainingConfig& t);
 
 // Activation terms of one decoder layer of `kind` for one micro-batch on one device.
 [[nodiscard]] std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const ModelSpec& m,
                                                                  const Layout& layout, const TrainingConfig& t,
-                                                                 LayerKind kind);
+                                                                 LayerKind kind,
+                                                                 MixerKind mixer = MixerKind::attention);
 
 // What an evaluation records besides the totals: `totals` only (search), also the parameters
 // by module, or also every ledger item (explain, paper).

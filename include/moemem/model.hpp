@@ -21,6 +21,18 @@ enum class LayerKind : std::uint8_t { dense, moe };
 // M blocks), or none (Nemotron-H's MLP and MoE blocks: the block is its layer_kinds MLP alone).
 enum class MixerKind : std::uint8_t { attention, gated_delta_net, mamba2, none };
 
+// What the training-memory evaluator groups decoder layers by: every layer of a class has the same
+// tensors and saves the same activations. A class is a layer's FFN kind (dense or MoE) with its
+// mixer (softmax attention or Gated DeltaNet); index layer_class(kind, mixer).
+inline constexpr std::size_t kLayerClasses = 4;
+[[nodiscard]] constexpr std::size_t layer_class(LayerKind kind, MixerKind mixer) {
+  return static_cast<std::size_t>(kind) + (mixer == MixerKind::gated_delta_net ? 2 : 0);
+}
+[[nodiscard]] constexpr LayerKind kind_of_class(std::size_t cls) { return static_cast<LayerKind>(cls % 2); }
+[[nodiscard]] constexpr MixerKind mixer_of_class(std::size_t cls) {
+  return cls >= 2 ? MixerKind::gated_delta_net : MixerKind::attention;
+}
+
 // Gated DeltaNet (Qwen3-Next linear_attn): key heads of k_head_dim (queries have as many), value
 // heads of v_head_dim, and the causal conv1d's kernel width.
 struct GdnDims {
@@ -212,6 +224,12 @@ struct ModelSpec {
   [[nodiscard]] std::int64_t num_moe_layers() const;
   // The kind of an MTP layer: like the last main layer (DeepSeek-V3, GLM-4.5), or dense (ERNIE).
   [[nodiscard]] LayerKind mtp_kind() const { return is_moe() && !mtp_dense ? LayerKind::moe : LayerKind::dense; }
+  // A decoder layer's class (layer_class), and an MTP layer's (softmax attention, as Qwen3-Next's
+  // and Qwen3.5's MTP layers).
+  [[nodiscard]] std::size_t class_at(std::int64_t layer) const {
+    return layer_class(layer_kinds[static_cast<std::size_t>(layer)], mixer_at(layer));
+  }
+  [[nodiscard]] std::size_t mtp_class() const { return layer_class(mtp_kind(), MixerKind::attention); }
 };
 
 // Checks internal consistency (positive sizes, layer kinds sized to the layer count, top-k not

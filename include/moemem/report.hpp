@@ -23,7 +23,7 @@ namespace moemem {
 // the tensors its forward (or that recomputation) holds without saving them (MoE dispatch copies).
 struct LayerTransient {
   Bytes recomputed, unsaved;
-  LayerKind unsaved_kind = LayerKind::dense;  // whose unsaved terms
+  std::size_t unsaved_class = 0;  // whose unsaved terms (a layer class, model.hpp layer_class)
   bool rerun = false;  // selective: only the unsaved terms the recomputed modules re-create
   [[nodiscard]] Bytes total() const { return recomputed + unsaved; }
 };

@@ -71,6 +71,9 @@ struct StepTimeModel {
   double head_flops = 0;       // output head, per token, forward
   double embedding_params = 0, head_params = 0;
   bool eager = false;  // the profile runs unfused elementwise kernels unless compiled (torchtitan)
+  // Some layer is Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5), whose chunked delta-rule
+  // kernels the model does not time: estimate_step_time refuses it.
+  bool linear_attention = false;
 };
 [[nodiscard]] StepTimeModel make_step_time_model(const CompiledModel& cm);
 

@@ -31,12 +31,10 @@ FullGroups full_groups(const TrainingConfig& t, std::int64_t n) {
 
 ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& ch, const TrainingConfig& t) {
   ChunkLayerCounts c;
-  const LayerKind mtp_kind = m.mtp_kind();
+  const std::size_t mtp_class = m.mtp_class();
   const std::int64_t n = ch.num_layers + ch.mtp_depths;
   const FullGroups groups = full_groups(t, n);
-  const auto kind_at = [&](std::int64_t l) {
-    return static_cast<std::size_t>(l < ch.num_layers ? m.layer_kinds[idx(ch.first_layer + l)] : mtp_kind);
-  };
+  const auto kind_at = [&](std::int64_t l) { return l < ch.num_layers ? m.class_at(ch.first_layer + l) : mtp_class; };
   for (std::int64_t l = 0; l < n; ++l) {
     if (t.recompute != Recompute::full) ++c.mode[kind_at(l)];
     else if (groups.uniform) {
@@ -49,10 +47,10 @@ ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& ch, const T
 }
 
 std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const ModelSpec& m, const Layout& layout,
-                                                   const TrainingConfig& t, LayerKind kind) {
+                                                   const TrainingConfig& t, LayerKind kind, MixerKind mixer) {
   std::vector<ActivationTerm> terms;
   const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
-  detail::layer_terms(profile, ActivationContext{m, layout, t, attention_kernel(profile, m, t), vocab},
+  detail::layer_terms(profile, ActivationContext{m, layout, t, attention_kernel(profile, m, t), vocab, mixer},
                       kind, terms);
   return terms;
 }
@@ -61,14 +59,23 @@ namespace detail {
 
 namespace {
 
-std::array<KindBytes, 2> kind_bytes(const EvalContext& c) {
-  std::array<KindBytes, 2> kinds{};
-  for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
-    if (kind == LayerKind::moe && !c.model.is_moe()) continue;
+using ClassBytes = std::array<KindBytes, kLayerClasses>;
+
+// The classes an evaluation costs: the decoder layers' and the MTP layers'.
+bool costed(const EvalContext& c, std::size_t cls) {
+  return c.cm.present[cls] || (c.model.mtp_layers > 0 && cls == c.model.mtp_class());
+}
+
+ClassBytes kind_bytes(const EvalContext& c) {
+  ClassBytes kinds{};
+  for (std::size_t cls = 0; cls < kLayerClasses; ++cls) {
+    if (!costed(c, cls)) continue;
     thread_local std::vector<ActivationTerm> terms;
     terms.clear();
-    layer_terms(c.profile, c.activation_context(), kind, terms);
-    auto& k = kinds[static_cast<std::size_t>(kind)];
+    ActivationContext ac = c.activation_context();
+    ac.mixer = mixer_of_class(cls);
+    layer_terms(c.profile, ac, kind_of_class(cls), terms);
+    auto& k = kinds[cls];
     k.all = kept_bytes(terms, Recompute::none);
     k.kept = kept_bytes(terms, c.t.recompute, c.t.recompute_modules);
     k.input = kept_bytes(terms, Recompute::full);
@@ -85,13 +92,11 @@ std::array<KindBytes, 2> kind_bytes(const EvalContext& c) {
 // layer (block) is rerun, and the rerun forward of one of its layers holds that layer's unsaved
 // terms as well.
 LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const ChunkLayerCounts& counts,
-                               const std::array<KindBytes, 2>& kinds) {
+                               const ClassBytes& kinds) {
   const auto& t = c.t;
-  const LayerKind mtp_kind = c.model.mtp_kind();
-  const auto kind_at = [&](std::int64_t l) {
-    return l < ch.num_layers ? c.model.layer_kinds[idx(ch.first_layer + l)] : mtp_kind;
-  };
-  const auto of = [&](LayerKind k) -> const KindBytes& { return kinds[static_cast<std::size_t>(k)]; };
+  const std::size_t mtp_class = c.model.mtp_class();
+  const auto kind_at = [&](std::int64_t l) { return l < ch.num_layers ? c.model.class_at(ch.first_layer + l) : mtp_class; };
+  const auto of = [&](std::size_t k) -> const KindBytes& { return kinds[k]; };
   const std::int64_t n = ch.num_layers + ch.mtp_depths;
   LayerTransient best;
   const auto consider = [&](const LayerTransient& candidate) {
@@ -100,9 +105,9 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
   const bool full = t.recompute == Recompute::full;
   for (std::int64_t l = 0; l < n; ++l) consider({Bytes{}, of(kind_at(l)).unsaved, kind_at(l), false});
   if (!full) {
-    for (const LayerKind k : {LayerKind::dense, LayerKind::moe}) {
+    for (std::size_t k = 0; k < kLayerClasses; ++k) {
       const auto& kb = of(k);
-      if (counts.mode[static_cast<std::size_t>(k)] > 0) {
+      if (counts.mode[k] > 0) {
         consider({Bytes(kb.all.value() - kb.kept.value()), kb.rerun_unsaved, k, true});
       }
     }
@@ -118,7 +123,7 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
         group.recomputed += of(kind_at(l)).all;
         if (of(kind_at(l)).unsaved > group.unsaved) {
           group.unsaved = of(kind_at(l)).unsaved;
-          group.unsaved_kind = kind_at(l);
+          group.unsaved_class = kind_at(l);
         }
       }
       consider(group);
@@ -132,10 +137,10 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
 ChunkLayerCounts layer_counts(const EvalContext& c, const Chunk& ch) {
   if (c.t.recompute == Recompute::full) return chunk_layer_counts(c.model, ch, c.t);
   ChunkLayerCounts counts;
-  const std::int64_t moe = c.cm.moe_layers_in(ch.first_layer, ch.num_layers);
-  const bool mtp_moe = c.model.mtp_kind() == LayerKind::moe;
-  counts.mode[static_cast<std::size_t>(LayerKind::moe)] = moe + (mtp_moe ? ch.mtp_depths : 0);
-  counts.mode[static_cast<std::size_t>(LayerKind::dense)] = ch.num_layers - moe + (mtp_moe ? 0 : ch.mtp_depths);
+  for (std::size_t k = 0; k < kLayerClasses; ++k) {
+    if (c.cm.present[k]) counts.mode[k] = c.cm.layers_in(k, ch.first_layer, ch.num_layers);
+  }
+  counts.mode[c.model.mtp_class()] += ch.mtp_depths;
   return counts;
 }
 
@@ -146,10 +151,10 @@ ChunkLayerCounts layer_counts(const EvalContext& c, const Chunk& ch) {
 // 1F1B holds after its steady forward, so the schedule's count stands; during the step the
 // forward's current layer, its kept and its unsaved tensors, is held beside the backward. Under PR
 // 6429's full recomputation the forward runs without grad and keeps nothing.
-Bytes combined_forward_layer(const EvalContext& c, const ChunkLayerCounts& counts, const std::array<KindBytes, 2>& kinds) {
+Bytes combined_forward_layer(const EvalContext& c, const ChunkLayerCounts& counts, const ClassBytes& kinds) {
   if (!c.t.ep_overlap || c.t.recompute == Recompute::full) return Bytes{};
   Bytes largest;
-  for (const std::size_t k : {std::size_t{0}, std::size_t{1}}) {
+  for (std::size_t k = 0; k < kLayerClasses; ++k) {
     if (counts.mode[k] > 0) largest = std::max(largest, kinds[k].kept + kinds[k].unsaved);
   }
   return largest;
@@ -160,26 +165,34 @@ Bytes combined_forward_layer(const EvalContext& c, const ChunkLayerCounts& count
 // transformer_engine/pytorch/cpu_offload.py DefaultOffloadSynchronizer._init_offload_synchronization_dicts
 // offloads layers 0..N-1; layer i's offload finishes before layer L-N+i's forward and its reload
 // starts after layer L-1-N+i's backward, so at most L-N consecutive decoder layers' saved tensors
-// are on the GPU at once ("(num_layers - num_offloaded_layers) * T"). With dense and MoE layers the
-// largest such window counts; the N offloaded layers' tensors are in host memory. MTP depths sit
-// outside the block and stay on the GPU.
+// are on the GPU at once ("(num_layers - num_offloaded_layers) * T"). With layers of several
+// classes the largest such window counts; the N offloaded layers' tensors are in host memory. MTP
+// depths sit outside the block and stay on the GPU.
+using ClassCounts = std::array<std::int64_t, kLayerClasses>;
 struct Offload {
-  std::array<std::int64_t, 2> gpu{}, host{}, all{};  // decoder layers of each kind
+  ClassCounts gpu{}, host{}, all{};  // decoder layers of each class
 };
 
-Offload cpu_offload(const EvalContext& c, const Chunk& ch, const std::array<KindBytes, 2>& kinds) {
+Bytes kept_in(const ClassBytes& kinds, const ClassCounts& n) {
+  Bytes b;
+  for (std::size_t k = 0; k < kLayerClasses; ++k) b += times(kinds[k].kept, n[k], "offload");
+  return b;
+}
+
+Offload cpu_offload(const EvalContext& c, const Chunk& ch, const ClassBytes& kinds) {
   Offload o;
   const std::int64_t n = c.t.cpu_offload_layers, l = ch.num_layers;
   const auto split = [&](std::int64_t first, std::int64_t count) {
-    const std::int64_t moe = c.cm.moe_layers_in(first, count);
-    return std::array<std::int64_t, 2>{count - moe, moe};
+    ClassCounts s{};
+    for (std::size_t k = 0; k < kLayerClasses; ++k) s[k] = c.cm.layers_in(k, first, count);
+    return s;
   };
   o.all = split(ch.first_layer, l);
   o.host = split(ch.first_layer, n);
   std::uint64_t best = 0;
   for (std::int64_t i = 0; i <= n; ++i) {
     const auto w = split(ch.first_layer + i, l - n);
-    const std::uint64_t bytes = times(kinds[0].kept, w[0], "offload").value() + times(kinds[1].kept, w[1], "offload").value();
+    const std::uint64_t bytes = kept_in(kinds, w).value();
     if (i == 0 || bytes > best) {
       best = bytes;
       o.gpu = w;
@@ -189,10 +202,10 @@ Offload cpu_offload(const EvalContext& c, const Chunk& ch, const std::array<Kind
 }
 
 // The chunk's layer counts with the offloaded layers taken off the GPU.
-void apply_offload(const EvalContext& c, const Chunk& ch, const std::array<KindBytes, 2>& kinds, ChunkLayerCounts& counts) {
+void apply_offload(const EvalContext& c, const Chunk& ch, const ClassBytes& kinds, ChunkLayerCounts& counts) {
   if (c.t.cpu_offload_layers == 0 || ch.num_layers == 0) return;
   const Offload o = cpu_offload(c, ch, kinds);
-  for (std::size_t k = 0; k < 2; ++k) counts.mode[k] -= o.all[k] - o.gpu[k];
+  for (std::size_t k = 0; k < kLayerClasses; ++k) counts.mode[k] -= o.all[k] - o.gpu[k];
 }
 
 Bytes chunk_extras(const EvalContext& c, const Chunk& ch, Acts& acts) {
@@ -232,7 +245,7 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
       ChunkLayerCounts counts = layer_counts(c, ch);
       apply_offload(c, ch, acts->kinds, counts);
       Bytes b;
-      for (const std::size_t k : {std::size_t{0}, std::size_t{1}}) {
+      for (std::size_t k = 0; k < kLayerClasses; ++k) {
         const auto& kb = acts->kinds[k];
         b += times(kb.all, counts.whole[k], "activations") + times(kb.kept, counts.mode[k], "activations") +
              times(kb.input, counts.input[k], "activations");
@@ -285,17 +298,23 @@ namespace {
 
 std::string layers_text(std::int64_t n) { return n == 1 ? "1 layer" : fmt::format("{} layers", n); }
 
+// How the ledger names a layer class: its FFN kind, and "linear-attention" for Gated DeltaNet.
+std::string_view class_name(std::size_t cls) {
+  static constexpr std::array<std::string_view, kLayerClasses> kNames = {"dense", "moe", "dense linear-attention",
+                                                                          "moe linear-attention"};
+  return kNames[cls];
+}
+
 // Every saved tensor of one held chunk, times its layers and the chunk's micro-batches in flight.
 void record_chunk_terms(const EvalContext& c, std::int64_t chunk, std::int64_t mb, Ledger& ledger) {
   const auto& ch = c.layout.chunks[idx(chunk)];
   ChunkLayerCounts counts = chunk_layer_counts(c.model, ch, c.t);
   apply_offload(c, ch, kind_bytes(c), counts);
   const std::string where = fmt::format("chunk {}", chunk);
-  for (const LayerKind kind : {LayerKind::dense, LayerKind::moe}) {
-    const auto ki = static_cast<std::size_t>(kind);
+  for (std::size_t ki = 0; ki < kLayerClasses; ++ki) {
     if (counts.whole[ki] == 0 && counts.mode[ki] == 0 && counts.input[ki] == 0) continue;
-    const auto terms = layer_activation_terms(c.profile, c.model, c.layout, c.t, kind);
-    const char* kind_name = kind == LayerKind::moe ? "moe" : "dense";
+    const auto terms = layer_activation_terms(c.profile, c.model, c.layout, c.t, kind_of_class(ki), mixer_of_class(ki));
+    const std::string_view kind_name = class_name(ki);
     for (const auto& term : terms) {
       // Whole layers keep what no recomputation keeps, the mode's layers what the mode keeps,
       // checkpointed ones their input (the same rules as kept_bytes, so the items sum to the totals).
@@ -337,13 +356,14 @@ void record_layer_transient(const EvalContext& c, const LayerTransient& lt, Ledg
     ledger.add(Category::activations, lt.unsaved, [] { return LedgerItem{}; });
     return;
   }
-  const auto terms = layer_activation_terms(c.profile, c.model, c.layout, c.t, lt.unsaved_kind);
+  const auto terms = layer_activation_terms(c.profile, c.model, c.layout, c.t, kind_of_class(lt.unsaved_class),
+                                            mixer_of_class(lt.unsaved_class));
   for (const auto& term : terms) {
     if (!term.transient || (lt.rerun && (term.dropped_by & c.t.recompute_modules) == 0)) continue;
     ledger.add(Category::activations, term.bytes(), [&] {
       return ledger_item(std::string(name_of(term.module)), std::string(term.name),
                          fmt::format("{} ({}, {}) while one {} layer computes, not saved", term.elements.value(),
-                                     term.rule, name_of(term.dtype), lt.unsaved_kind == LayerKind::moe ? "moe" : "dense"),
+                                     term.rule, name_of(term.dtype), class_name(lt.unsaved_class)),
                          term.elements, term.dtype, 1);
     });
   }
@@ -365,11 +385,11 @@ void record_offloaded(const EvalContext& c, const StageReport& st, Ledger& ledge
     const auto& ch = c.layout.chunks[idx(ci)];
     if (ch.num_layers == 0) continue;
     const Offload o = cpu_offload(c, ch, kinds);
-    const Bytes host = times(kinds[0].kept, o.host[0], "offload") + times(kinds[1].kept, o.host[1], "offload");
+    const Bytes host = kept_in(kinds, o.host);
     ledger.add(Category::host, host, [&] {
       return ledger_item("offload", "offloaded activations (CPU memory)",
                          fmt::format("the first {} decoder layers' saved tensors ({} dense, {} moe), one micro-batch",
-                                     c.t.cpu_offload_layers, o.host[0], o.host[1]));
+                                     c.t.cpu_offload_layers, o.host[0] + o.host[2], o.host[1] + o.host[3]));
     });
   }
 }

@@ -17,8 +17,8 @@ void fsdp2_prepare(const EvalContext&, const Shares& sh, StageReport& st) {
   if (st.has_embedding) root.add(sh.emb, 1, false);
   if (st.has_head) root.add(sh.head, 1, false);
   f.root_params = root.params.non_expert + root.params.expert;
-  f.block_params = sh.dense.params.non_expert;
-  f.block_fp8_params = sh.dense.fp8.non_expert;
+  f.block_params = sh.layer[0].params.non_expert;
+  f.block_fp8_params = sh.layer[0].fp8.non_expert;
   st.fsdp = f;
 }
 

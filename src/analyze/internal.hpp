@@ -31,7 +31,8 @@ struct Share {
 // Each tensor group's share on one device: decoder layers of each kind, embedding, head, one MTP
 // depth, and the MTP depth's copies of the embedding and head (shared with the main model's).
 struct Shares {
-  Share dense, moe, emb, head, mtp, mtp_emb, mtp_head;
+  std::array<Share, kLayerClasses> layer;  // by layer class
+  Share emb, head, mtp, mtp_emb, mtp_head;
 };
 struct SharesKey {
   std::int64_t tp, ep, etp, vocab;
@@ -66,7 +67,7 @@ struct ChunkKey {
   auto operator<=>(const ChunkKey&) const = default;
 };
 struct Acts {
-  std::array<KindBytes, 2> kinds{};
+  std::array<KindBytes, kLayerClasses> kinds{};  // by layer class
   std::map<ChunkKey, Bytes> extras;
 };
 

@@ -77,14 +77,14 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
   CompiledModel cm;
   cm.model = &m;
   cm.profile = &profile;
-  std::int64_t first_of_kind[2] = {-1, -1};
+  std::array<std::int64_t, kLayerClasses> first_of_class{};
+  first_of_class.fill(-1);
+  for (auto& b : cm.before) b.assign(idx(m.num_layers + 1), 0);
   for (std::int64_t l = 0; l < m.num_layers; ++l) {
-    auto& f = first_of_kind[static_cast<int>(m.layer_kinds[idx(l)])];
-    if (f < 0) f = l;
-  }
-  cm.moe_before.assign(idx(m.num_layers + 1), 0);
-  for (std::int64_t l = 0; l < m.num_layers; ++l) {
-    cm.moe_before[idx(l + 1)] = cm.moe_before[idx(l)] + (m.layer_kinds[idx(l)] == LayerKind::moe ? 1 : 0);
+    const std::size_t cls = m.class_at(l);
+    if (first_of_class[cls] < 0) first_of_class[cls] = l;
+    cm.present[cls] = true;
+    for (std::size_t k = 0; k < kLayerClasses; ++k) cm.before[k][idx(l + 1)] = cm.before[k][idx(l)] + (k == cls ? 1 : 0);
   }
   for (const auto& tensor : inv.tensors) {
     if (!profile.accounts(tensor)) continue;
@@ -97,25 +97,22 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
         if (tensor.layer == m.num_layers) cm.mtp_depth.push_back(tensor);
         break;
       case Placement::decoder: {
-        const LayerKind kind = m.layer_kinds[idx(tensor.layer)];
-        if (tensor.layer == first_of_kind[static_cast<int>(kind)]) {
-          (kind == LayerKind::moe ? cm.moe_layer : cm.dense_layer).push_back(tensor);
-        }
+        const std::size_t cls = m.class_at(tensor.layer);
+        if (tensor.layer == first_of_class[cls]) cm.layer[cls].push_back(tensor);
         break;
       }
     }
   }
-  // Every layer of a kind must have the same tensors: recount the model from the classes.
+  // Every layer of a class must have the same tensors: recount the model from the classes.
   auto sum = [](const std::vector<Tensor>& ts) {
     Count c;
     for (const auto& x : ts) c += x.params();
     return c;
   };
   const auto mul = [](Count c, std::int64_t n) { return Count(checked_mul(c.value(), static_cast<std::uint64_t>(n), "parameters")); };
-  const std::int64_t moe_layers = m.num_moe_layers();
-  const Count check = mul(sum(cm.dense_layer), m.num_layers - moe_layers) + mul(sum(cm.moe_layer), moe_layers) +
-                      sum(cm.embedding) + sum(cm.head) + mul(sum(cm.mtp_depth), m.mtp_layers);
-  if (check != cm.total_params) throw std::logic_error("compile_model: layers of one kind differ in their tensors");
+  Count check = sum(cm.embedding) + sum(cm.head) + mul(sum(cm.mtp_depth), m.mtp_layers);
+  for (std::size_t k = 0; k < kLayerClasses; ++k) check += mul(sum(cm.layer[k]), cm.layers_in(k, 0, m.num_layers));
+  if (check != cm.total_params) throw std::logic_error("compile_model: layers of one class differ in their tensors");
   return cm;
 }
 
@@ -198,9 +195,14 @@ Shares compute_shares(const EvalContext& c) {
   const auto& p = c.layout.config;
   const bool fp8 = c.t.fp8 != Fp8Recipe::none;
   const auto of = [&](const std::vector<Tensor>& ts, Copies which) { return share_of(ts, c.profile, p, c.vocab, fp8, which); };
-  return Shares{of(c.cm.dense_layer, Copies::own), of(c.cm.moe_layer, Copies::own),  of(c.cm.embedding, Copies::own),
-                of(c.cm.head, Copies::own),        of(c.cm.mtp_depth, Copies::own), of(c.cm.mtp_depth, Copies::embedding),
-                of(c.cm.mtp_depth, Copies::head)};
+  Shares s{{},
+           of(c.cm.embedding, Copies::own),
+           of(c.cm.head, Copies::own),
+           of(c.cm.mtp_depth, Copies::own),
+           of(c.cm.mtp_depth, Copies::embedding),
+           of(c.cm.mtp_depth, Copies::head)};
+  for (std::size_t k = 0; k < kLayerClasses; ++k) s.layer[k] = of(c.cm.layer[k], Copies::own);
+  return s;
 }
 
 }  // namespace
@@ -230,9 +232,9 @@ void assign_params(const EvalContext& c, const Shares& sh, MemoryReport& r) {
     const bool holds_loss = layout.rank_holds(st.stage, loss_chunk);
     for (const auto ci : st.chunks) {
       const auto& ch = layout.chunks[idx(ci)];
-      const std::int64_t n_moe = c.cm.moe_layers_in(ch.first_layer, ch.num_layers);
-      total.add(sh.dense, ch.num_layers - n_moe, modules);
-      total.add(sh.moe, n_moe, modules);
+      for (std::size_t k = 0; k < kLayerClasses; ++k) {
+        if (c.cm.present[k]) total.add(sh.layer[k], c.cm.layers_in(k, ch.first_layer, ch.num_layers), modules);
+      }
       if (ch.embedding) total.add(sh.emb, 1, modules);
       if (ch.loss) total.add(sh.head, 1, modules);
       total.add(sh.mtp, ch.mtp_depths, modules);
@@ -286,12 +288,13 @@ void record_weights_by_role(const EvalContext& c, const StageReport& st, Ledger&
   const auto& p = layout.config;
   const bool holds_embedding = layout.rank_holds(st.stage, layout.chunk_with_embedding());
   const bool holds_loss = layout.rank_holds(st.stage, layout.chunk_with_loss());
-  // Held decoder layers of each kind, and the first of each (the checkpoint's order).
-  std::array<std::int64_t, 2> count{}, first{INT64_MAX, INT64_MAX};
+  // Held decoder layers of each class, and the first of each (the checkpoint's order).
+  std::array<std::int64_t, kLayerClasses> count{}, first{};
+  first.fill(INT64_MAX);
   for (const auto ci : st.chunks) {
     const auto& ch = layout.chunks[idx(ci)];
     for (std::int64_t l = ch.first_layer; l < ch.first_layer + ch.num_layers; ++l) {
-      const auto k = static_cast<std::size_t>(c.model.layer_kinds[idx(l)]);
+      const std::size_t k = c.model.class_at(l);
       ++count[k];
       first[k] = std::min(first[k], l);
     }
@@ -305,9 +308,11 @@ void record_weights_by_role(const EvalContext& c, const StageReport& st, Ledger&
     }
   };
   if (holds_embedding) walk(c.cm.embedding, 1);
-  const std::size_t d = static_cast<std::size_t>(LayerKind::dense), e = static_cast<std::size_t>(LayerKind::moe);
-  for (const std::size_t k : first[d] <= first[e] ? std::array{d, e} : std::array{e, d}) {
-    if (count[k] > 0) walk(k == e ? c.cm.moe_layer : c.cm.dense_layer, count[k]);
+  std::array<std::size_t, kLayerClasses> order{};
+  for (std::size_t k = 0; k < kLayerClasses; ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return first[a] < first[b]; });
+  for (const std::size_t k : order) {
+    if (count[k] > 0) walk(c.cm.layer[k], count[k]);
   }
   if (holds_loss) walk(c.cm.head, 1);
   if (st.mtp_depths > 0) walk(c.cm.mtp_depth, st.mtp_depths);

@@ -86,9 +86,7 @@ void add_group(const std::vector<Tensor>& tensors, std::int64_t times, std::int6
 ParamStats param_stats(const EvalContext& c, std::int64_t threshold) {
   ParamStats s;
   const auto& cm = c.cm;
-  const std::int64_t moe = cm.moe_before.empty() ? 0 : cm.moe_before.back();
-  add_group(cm.dense_layer, c.model.num_layers - moe, threshold, c.profile, s);
-  add_group(cm.moe_layer, moe, threshold, c.profile, s);
+  for (std::size_t k = 0; k < kLayerClasses; ++k) add_group(cm.layer[k], cm.layers_in(k, 0, c.model.num_layers), threshold, c.profile, s);
   add_group(cm.embedding, 1, threshold, c.profile, s);
   add_group(cm.head, 1, threshold, c.profile, s);
   return s;

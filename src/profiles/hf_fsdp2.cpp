@@ -54,7 +54,7 @@ Count params_of(const Share& s) { return s.params.non_expert + s.params.expert; 
 Count trainable_of(const Share& s) { return s.trainable.non_expert.params + s.trainable.expert.params; }
 
 // The units: the tail (final norm and lm_head; with tied embeddings the embedding stands in for
-// lm_head in the tail) and one decoder layer, the larger of the two kinds (a layer's routed
+// lm_head in the tail) and one decoder layer, the largest of its classes (a layer's routed
 // experts are in its unit: Hugging Face's MoE blocks hold them as submodules). Under FSDP1 the
 // root unit is the embedding, final norm and lm_head together (what no decoder-layer unit holds).
 void hf_fsdp2_prepare(const EvalContext& c, const Shares& sh, StageReport& st) {
@@ -65,9 +65,12 @@ void hf_fsdp2_prepare(const EvalContext& c, const Shares& sh, StageReport& st) {
     f.root_params += params_of(sh.emb);
     f.root_trainable += trainable_of(sh.emb);
   }
-  const bool moe_larger = params_of(sh.moe) > params_of(sh.dense);
-  f.block_params = moe_larger ? params_of(sh.moe) : params_of(sh.dense);
-  f.block_trainable = moe_larger ? trainable_of(sh.moe) : trainable_of(sh.dense);
+  std::size_t largest = 0;
+  for (std::size_t k = 1; k < kLayerClasses; ++k) {
+    if (params_of(sh.layer[k]) > params_of(sh.layer[largest])) largest = k;
+  }
+  f.block_params = params_of(sh.layer[largest]);
+  f.block_trainable = trainable_of(sh.layer[largest]);
   st.fsdp = f;
 }
 
