@@ -49,6 +49,13 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
                                           name_of(*c.t.recipe)));
     }
   }
+  if (c.model.has_vision() && c.model.naming == NamingStyle::qwen3_5) {
+    // Qwen3.5's released configs are multimodal: the Qwen3-VL tower (inventory_qwen3_5.cpp) sits
+    // with the embedding and trains with the rest; what it saves for images is not modelled.
+    r.assumptions.push_back("vision tower (vision_config): its parameters held beside the embedding and trained with their "
+                            "gradients and optimizer states; text-only micro-batches (what it saves for images is not "
+                            "modelled)");
+  }
   if (c.model.has_indexer()) {
     r.assumptions.push_back(fmt::format(
         "DeepSeek sparse attention as Megatron-Core trains it (--experimental-attention-variant dsa): absorbed MLA, "

@@ -23,11 +23,9 @@ std::int64_t chunk_holding(const Tensor& t, const Layout& layout, std::int64_t n
 
 CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile) {
   using detail::idx;
-  // Hybrid models (Qwen3-Next's Gated DeltaNet layers): the parameters are counted exactly
-  // (inventory.cpp), but the evaluator holds one tensor set per layer kind and one mixer per
-  // model, and what a linear-attention layer saves in training (Megatron-Core's
-  // ssm/gated_delta_net: the conv1d's input, the chunked delta rule's q, k, v, gates and chunk
-  // states, the gated norm) is not modelled: refused here, before any layout is evaluated.
+  // Hybrid models (Qwen3-Next's and Qwen3.5's Gated DeltaNet layers): a layer class of their own
+  // (model.hpp layer_class); what they save is modelled as Megatron-Core trains them
+  // (src/profiles/megatron_gdn.cpp), so the other profiles refuse them here.
   // Nemotron-H (src/inventory_nemotron_h.cpp): blocks of one mixer each (Mamba-2, attention, MLP or
   // MoE), which the evaluator's attention + MLP layers do not describe, and Mamba-2's training
   // activations (Megatron-Core ssm/mamba_mixer.py: in_proj's output, the conv1d's input, the
@@ -47,11 +45,11 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
                                  "its own): the SigLIP vision tower's training is not modelled yet (count is exact)",
                                  profile.name));
   }
-  if (m.is_hybrid()) {
-    throw InputError("--model", m.model_type,
-                     fmt::format("a model without linear-attention (Gated DeltaNet) layers under the {} profile: their "
-                                 "training activations are not modelled yet (count is exact)",
-                                 profile.name));
+  if (m.is_hybrid() && profile.name != "megatron") {
+    throw InputError("--profile", std::string(profile.name),
+                     fmt::format("megatron for model_type {}: its Gated DeltaNet layers' training memory is modelled as "
+                                 "Megatron-Core trains them (count is exact under every profile)",
+                                 m.model_type));
   }
   // MiMo-V2-Flash: full and sliding-window layers differ in key/value heads (4 and 8), and every
   // layer's value heads are narrower than its query/key heads (128 and 192). Megatron-Bridge

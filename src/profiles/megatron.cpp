@@ -13,51 +13,6 @@
 #include "shared.hpp"
 
 namespace moemem::profiles {
-// MLA down-projections (q_a, kv_a with the shared RoPE key) are duplicated on every TP rank;
-// up-projections (q_b with its RoPE rows, kv_b) column-parallel; o_proj row-parallel. Dense and
-// shared-expert MLPs split like any Megatron MLP (fc1 column, fc2 row); router and norms
-// replicated; embedding and output head vocab-parallel. MTP's eh_proj is column-parallel.
-TpSplit megatron_tp_split(Role r) {
-  switch (r) {
-    case Role::q_up:
-    case Role::q_rope:
-    case Role::k_up:
-    case Role::v_up:
-    case Role::q_proj:
-    case Role::k_proj:
-    case Role::v_proj:
-    case Role::q_bias:
-    case Role::k_bias:
-    case Role::v_bias:
-    case Role::attn_sink:  // per head: each rank holds its heads' sinks
-    case Role::q_gate:
-    case Role::mlp_gate:
-    case Role::mlp_up:
-    case Role::mlp_gate_bias:
-    case Role::mlp_up_bias:
-    case Role::shared_gate:
-    case Role::shared_up:
-    case Role::mtp_eh_proj: return TpSplit::column;
-    case Role::o_proj:
-    case Role::mlp_down:
-    case Role::shared_down: return TpSplit::row;
-    case Role::embedding:
-    case Role::output_head:
-    case Role::mtp_embedding:
-    case Role::mtp_output_head: return TpSplit::vocab;
-    default: return TpSplit::replicated;
-  }
-}
-
-// The distributed optimizer shards routed-expert states over the expert data-parallel group and
-// everything else (shared experts and router included) over dp*cp.
-ZeroGroup megatron_zero_group(Role r) {
-  return module_of(r) == Module::routed_experts ? ZeroGroup::expert : ZeroGroup::dense;
-}
-
-// Megatron-Core allocates every tensor of the inventory, the router's score-correction bias included.
-bool megatron_accounts(const Tensor&) { return true; }
-
 namespace {
 struct MegatronDims {
   std::int64_t b, s_local, tokens, tokens_sp, heads, tp;
@@ -167,6 +122,7 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
     return;
   }
   t.add("attn.context", Module::attention, elems({d.tokens, d.heads, v_dim}), t.a, 0, "b*s/cp x heads/tp x v_dim");
+  if (m.attn_output_gate) return megatron_output_gate(c, t, d.heads, v_dim);  // megatron_gdn.cpp
   const bool own_fp8_copy = c.training.fp8 == Fp8Recipe::delayed || c.training.megatron_version != MegatronVersion::current;
   if (c.training.fp8 != Fp8Recipe::none && own_fp8_copy) {
     t.linear_input("attn.context (o_proj input)", "attn.context.scales", Module::attention,
@@ -346,7 +302,8 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
   const auto& m = c.model;
   const auto d = megatron_dims(c);
   Terms t{c, out};
-  megatron_attention(c, t);
+  if (c.mixer == MixerKind::gated_delta_net) megatron_gdn_mixer(c, t);  // megatron_gdn.cpp
+  else megatron_attention(c, t);
   megatron_dropout_mask(c, t, "attn.dropout_mask (hidden dropout)", Module::attention);
   const Module block = kind == LayerKind::moe ? Module::router : Module::dense_mlp;
   t.add("mlp.input", block, elems({d.tokens_sp, m.hidden}), t.a, 0, "b*s/cp/(tp if sp) x h");
@@ -516,6 +473,7 @@ std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layou
   if (auto e = userbuffers_check(layout, t)) return e;
   if (auto e = cpu_offload_check(m, layout, t)) return e;
   if (auto e = megatron_dsa_check(m, layout, t)) return e;
+  if (auto e = megatron_gdn_check(m, layout, t)) return e;
   if (t.deepep && m.is_moe()) {
     if (auto e = detail::deepep_group_check(layout.config.ep * layout.config.etp_degree())) return e;
   }

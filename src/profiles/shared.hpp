@@ -92,6 +92,11 @@ std::optional<InputError> cpu_offload_check(const ModelSpec& m, const Layout& la
 // layer's attention block after its input norm, and what Megatron refuses or moemem does not model.
 void megatron_dsa_attention(const ActivationContext& c, Terms& t);
 std::optional<InputError> megatron_dsa_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t);
+// Gated DeltaNet layers and gated attention (Qwen3-Next, Qwen3.5) under the megatron profile
+// (src/profiles/megatron_gdn.cpp): the mixer's saved tensors, the attention output gate's, the checks.
+void megatron_gdn_mixer(const ActivationContext& c, Terms& t);
+void megatron_output_gate(const ActivationContext& c, Terms& t, std::int64_t heads, std::int64_t v_dim);
+std::optional<InputError> megatron_gdn_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t);
 
 // ---- validity checks shared by more than one profile ----------------------------------------
 

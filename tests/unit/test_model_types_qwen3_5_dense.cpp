@@ -2,7 +2,7 @@
 // DeltaNet and gated-attention layers, a dense SwiGLU MLP on every layer and on the MTP layer,
 // and the multimodal checkpoint's vision tower, read from config.json files under
 // tests/data/configs (provenance: data/models/SOURCES.md). The totals are worked by hand below
-// and equal the published safetensors totals; analysis is refused by name; keys the reader
+// and equal the published safetensors totals; analysis runs under the megatron profile; keys the reader
 // cannot honour are refused.
 #include <string>
 
@@ -227,19 +227,16 @@ TEST(Qwen3_5Dense, TheWrapperNeedsBothTowers) {
 
 // count works (presets in any case and by repository id); analyze and search refuse the model
 // up front, naming its type and the Gated DeltaNet layers, as for Qwen3.5-MoE and Qwen3-Next.
-TEST(Qwen3_5Dense, AnalysisIsRefusedByNameAndCountWorks) {
+TEST(Qwen3_5Dense, AnalysisAndCountWork) {
   const auto count = run_cli({"count", "--model", "QWEN/Qwen3.5-27B"});
   EXPECT_EQ(count.code, 0) << count.err;
   EXPECT_NE(count.out.find("27,781,427,952"), std::string::npos) << count.out;
   const auto small = run_cli({"count", "--model", "Qwen3.5-0.8B"});
   EXPECT_NE(small.out.find("873,438,784"), std::string::npos) << small.out << small.err;
   const auto a = run_cli({"analyze", "--model", "qwen3.5-27b", "--tp", "4", "--dp", "2"});
-  EXPECT_EQ(a.code, 2);
-  EXPECT_NE(a.err.find("Gated DeltaNet"), std::string::npos) << a.err;
-  EXPECT_NE(a.err.find("qwen3_5_text"), std::string::npos) << a.err;
+  EXPECT_EQ(a.code, 0) << a.err;
   const auto file = run_cli({"analyze", "--model", config_path("qwen3.5-0.8b")});
-  EXPECT_EQ(file.code, 2);
-  EXPECT_NE(file.err.find("qwen3_5_text"), std::string::npos) << file.err;
+  EXPECT_EQ(file.code, 0) << file.err;
   const auto s = run_cli({"search", "--model", "qwen3.5-9b", "--gpus", "8", "--gpu", "h100-80g", "--global-batch", "64"});
   EXPECT_EQ(s.code, 2);
   EXPECT_NE(s.err.find("Gated DeltaNet"), std::string::npos) << s.err;

@@ -1,8 +1,7 @@
 // Qwen3-Next (model_type qwen3_next, issue 14): Gated DeltaNet linear-attention layers and gated
 // softmax-attention layers, each with Qwen2-MoE's sparse block, read from a config.json under
 // tests/data/configs (provenance: data/models/SOURCES.md). The count is exact against the
-// published total; analysis is refused by name until the linear-attention activations are
-// modelled; the keys the reader cannot honour are refused by name.
+// published total; analysis runs under the megatron profile; the keys the reader cannot honour are refused by name.
 #include <string>
 
 #include <gtest/gtest.h>
@@ -124,13 +123,14 @@ TEST(Qwen3Next, MlpOnlyLayersAreDense) {
 }
 
 // count works; analyze and search refuse the model up front, naming what is missing.
-TEST(Qwen3Next, AnalysisIsRefusedByNameAndCountWorks) {
+// Analysis under the megatron profile (the terms: tests/unit/test_gdn_activations.cpp); a timed
+// search is refused by name (the step-time model does not time the Gated DeltaNet).
+TEST(Qwen3Next, AnalysisAndCountWork) {
   const auto count = run_cli({"count", "--model", "qwen3-next-80b-a3b"});
   EXPECT_EQ(count.code, 0) << count.err;
   EXPECT_NE(count.out.find("79,674,391,296"), std::string::npos) << count.out;
   const auto a = run_cli({"analyze", "--model", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--ep", "8", "--dp", "8"});
-  EXPECT_EQ(a.code, 2);
-  EXPECT_NE(a.err.find("Gated DeltaNet"), std::string::npos) << a.err;
+  EXPECT_EQ(a.code, 0) << a.err;
   const auto s = run_cli({"search", "--model", "qwen3-next-80b-a3b", "--gpus", "16", "--gpu", "h100-80g", "--global-batch", "64"});
   EXPECT_EQ(s.code, 2);
   EXPECT_NE(s.err.find("Gated DeltaNet"), std::string::npos) << s.err;
