@@ -9,6 +9,8 @@
 #include <cmath>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "moemem/search.hpp"
 
 namespace moemem {
@@ -81,6 +83,16 @@ struct Evaluator {
     return v;
   }
 };
+
+// A timed search needs a step time for every layout that fits: refused up front (before any
+// thread starts) for a model whose layers the step-time model does not time.
+void check_timed(const StepTimeModel& time_model, bool timed, const std::string& gpu) {
+  if (!timed || !time_model.linear_attention) return;
+  throw InputError("--gpu", gpu.empty() ? "a named GPU" : gpu,
+                   fmt::format("--gpu-memory for model_type {} (search ranks by the step-time model, which does not time "
+                               "Gated DeltaNet layers; with --gpu-memory it ranks by memory and a relative cost)",
+                               time_model.model->model_type));
+}
 
 // Ranking orders on candidate indices: by cost (then peak), by peak (then cost); index last.
 struct ByCost {
@@ -228,6 +240,7 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
   }
   const LayerKindGemms gemms = layer_gemms(cm);
   const StepTimeModel time_model = make_step_time_model(cm);
+  check_timed(time_model, space.perf.has_value(), space.gpu_name);
   std::optional<GpuPerf> perf = space.perf;
   if (perf) perf->gpus_per_node = space.gpus_per_node;
   std::atomic<std::size_t> next{0};
@@ -316,6 +329,7 @@ Evaluation evaluate_candidates(const CompiledModel& cm, const SearchPlan& plan, 
   ev.entries.resize(n);
   const LayerKindGemms gemms = layer_gemms(cm);
   const StepTimeModel time_model = make_step_time_model(cm);
+  check_timed(time_model, perf != nullptr, "");
   auto work = [&](std::size_t begin, std::size_t end) {
     Evaluator evaluator{cm, plan, gemms, gpus_per_node, &time_model, perf, {}, make_eval_cache()};
     for (std::size_t i = begin; i < end; ++i) {

@@ -16,7 +16,6 @@
 #include "moemem/finetune.hpp"
 #include "moemem/recipes.hpp"
 #include "moemem/search.hpp"
-#include "moemem/step_time.hpp"
 #include "report_html.hpp"
 
 namespace moemem::cli {
@@ -415,12 +414,6 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   space.gpus_per_node = gpus_per_node;
   // A named GPU (not only --gpu-memory) has the figures the step-time model needs.
   if (!training.gpu.gpu.empty()) space.perf = lookup_gpu_perf(training.gpu.gpu);
-  if (space.perf && make_step_time_model(cm).linear_attention) {
-    throw InputError("--gpu", training.gpu.gpu,
-                     fmt::format("--gpu-memory for model_type {} (search ranks by the step-time model, which does not time "
-                                 "Gated DeltaNet layers; with --gpu-memory it ranks by memory and a relative cost)",
-                                 m.model_type));
-  }
   space.base = std::move(base);
   space.tp_max = tp_max;
   space.pp_max = pp_max;
