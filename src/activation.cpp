@@ -158,7 +158,7 @@ namespace {
 constexpr std::pair<const char*, std::uint16_t> kModules[] = {
     {"core_attn", kRecomputeCoreAttn}, {"mla_up_proj", kRecomputeMlaUpProj}, {"layernorm", kRecomputeLayernorm},
     {"moe_act", kRecomputeMoeAct},     {"mlp", kRecomputeMlp},               {"moe", kRecomputeMoe},
-    {"shared_experts", kRecomputeSharedExperts}};
+    {"shared_experts", kRecomputeSharedExperts}, {"gdn_norm_out", kRecomputeGdnNormOut}};
 }  // namespace
 
 std::uint16_t parse_recompute_modules(std::string_view text, std::string_view field) {
@@ -178,7 +178,7 @@ std::uint16_t parse_recompute_modules(std::string_view text, std::string_view fi
       }
       if (!found) {
         throw InputError(std::string(field), std::string(item),
-                         "a list of core_attn, mla_up_proj, layernorm, moe_act, mlp, moe, shared_experts");
+                         "a list of core_attn, mla_up_proj, layernorm, moe_act, mlp, moe, shared_experts, gdn_norm_out");
       }
     }
     start = end + 1;

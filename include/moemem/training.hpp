@@ -24,8 +24,8 @@ namespace moemem {
 enum class Recompute : std::uint8_t { none, selective, full };
 
 // Megatron-Core's recompute_modules. Output-discarding (the output is freed and recomputed in
-// backward): layernorm, mla_up_proj, moe_act. Checkpointed blocks (only the input is kept):
-// core_attn, mlp, moe, shared_experts.
+// backward): layernorm, mla_up_proj, moe_act, gdn_norm_out. Checkpointed blocks (only the input is
+// kept): core_attn, mlp, moe, shared_experts.
 enum RecomputeModule : std::uint16_t {
   kRecomputeCoreAttn = 1 << 0,
   kRecomputeMlaUpProj = 1 << 1,
@@ -34,6 +34,7 @@ enum RecomputeModule : std::uint16_t {
   kRecomputeMlp = 1 << 4,
   kRecomputeMoe = 1 << 5,
   kRecomputeSharedExperts = 1 << 6,
+  kRecomputeGdnNormOut = 1 << 7,  // the Gated DeltaNet's gated output norm (Qwen3-Next, Qwen3.5)
 };
 // Parses "core_attn,mla_up_proj,..." into a RecomputeModule mask; throws InputError naming `field`.
 [[nodiscard]] std::uint16_t parse_recompute_modules(std::string_view text, std::string_view field);

@@ -124,7 +124,7 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--recompute,--recompute-granularity", o.recompute.recompute,
                  "Activation recomputation: none|selective|full (default none)");
   app.add_option("--recompute-modules", o.recompute.recompute_modules,
-                 "Selective recomputation modules: core_attn,mla_up_proj,layernorm,moe_act,mlp,moe,shared_experts "
+                 "Selective recomputation modules: core_attn,mla_up_proj,layernorm,moe_act,mlp,moe,shared_experts,gdn_norm_out "
                  "(default core_attn)");
   app.add_option("--recompute-method", o.recompute.recompute_method, "Full recomputation: uniform|block")->capture_default_str();
   add_int(app, "--recompute-num-layers", o.recompute.recompute_num_layers, "Layers per checkpointed group (uniform) or per chunk (block)");

@@ -75,12 +75,15 @@ void megatron_gdn_mixer(const ActivationContext& c, Terms& t) {
   t.add("gdn.chunk_A", Module::attention, elems({d.tokens, d.hv, kChunk}), t.a, 0, "b*s x v_heads/tp x 64");
   // The gated norm: TE's RMSNorm saves its input (the kernel's output) and rstdevs; the compiled
   // gate product saves the normalised output and the contiguous z; out_proj saves its input.
+  // --recompute-modules gdn_norm_out (gdn.py: CheckpointWithoutOutput around the gated norm, its
+  // output discarded after out_proj) keeps only the norm's inputs, the kernel output and z.
+  const std::uint16_t norm_out = kRecomputeGdnNormOut;
   t.add("gdn.core_output (out_norm input)", Module::attention, elems({d.tokens, d.hv, d.dv}), t.a, 0, "b*s x v_heads/tp x v_dim");
-  t.add("gdn.out_norm_rstd", Module::attention, elems({d.tokens, d.hv}), DType::fp32, 0, "b*s x v_heads/tp, fp32");
-  t.add("gdn.out_norm_output", Module::attention, elems({d.tokens, d.hv, d.dv}), t.a, 0, "b*s x v_heads/tp x v_dim");
+  t.add("gdn.out_norm_rstd", Module::attention, elems({d.tokens, d.hv}), DType::fp32, norm_out, "b*s x v_heads/tp, fp32");
+  t.add("gdn.out_norm_output", Module::attention, elems({d.tokens, d.hv, d.dv}), t.a, norm_out, "b*s x v_heads/tp x v_dim");
   t.add("gdn.gate_z", Module::attention, elems({d.tokens, d.hv, d.dv}), t.a, 0, "b*s x v_heads/tp x v_dim (contiguous z)");
   t.linear_input("gdn.gated_output (out_proj input)", "gdn.gated_output.scales", Module::attention,
-                 elems({d.tokens, d.hv, d.dv}), 0, "b*s x v_heads/tp x v_dim");
+                 elems({d.tokens, d.hv, d.dv}), norm_out, "b*s x v_heads/tp x v_dim");
   // The chunk kernel's backward (chunk.py chunk_gated_delta_rule_bwd) recomputes w, u, the chunk
   // states h and v_new, and holds them with dh (h's size), dq, dk, dw, dv and the incoming
   // gradient: five b*s x v_heads/tp x k_dim and five x v_dim tensors and two of b x ceil(s/64) x
@@ -106,7 +109,12 @@ void megatron_output_gate(const ActivationContext& c, Terms& t, std::int64_t hea
 // What Megatron-Core's Gated DeltaNet needs (common.py asserts the heads divide over tp) and what
 // this model covers: no context parallelism (its all-to-all path is not modelled) and no FP8.
 std::optional<InputError> megatron_gdn_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
-  if (!m.is_hybrid()) return std::nullopt;
+  const bool norm_out = t.recompute == Recompute::selective && (t.recompute_modules & kRecomputeGdnNormOut) != 0;
+  if (!m.is_hybrid()) {
+    // transformer_config.py: gdn_norm_out needs experimental_attention_variant gdn or gdn2.
+    if (norm_out) return InputError("--recompute-modules", "gdn_norm_out", "a model with Gated DeltaNet layers");
+    return std::nullopt;
+  }
   const auto& p = layout.config;
   const auto& g = m.gdn;
   if (g.num_k_heads % p.tp != 0 || g.num_v_heads % p.tp != 0) {

@@ -93,6 +93,23 @@ TEST(GdnActivations, FullRecomputationKeepsTheLayerInput) {
   EXPECT_EQ(bytes_of_prefix(layer(m, t, MixerKind::gated_delta_net), "gdn.", t), 8388608u);
 }
 
+// --recompute-modules gdn_norm_out frees the out_norm rstd (262,144) and output and the gated
+// output (16,777,216 each): 33,816,576 less; the kernel output and z stay. Refused for a model
+// without Gated DeltaNet layers (Megatron asserts it).
+TEST(GdnActivations, GdnNormOutFreesTheGatedNorm) {
+  const ModelSpec m = load_model("qwen3-next-80b-a3b");
+  TrainingConfig t = training(4096);
+  t.recompute = Recompute::selective;
+  t.recompute_modules = kRecomputeGdnNormOut;
+  EXPECT_EQ(bytes_of_prefix(layer(m, t, MixerKind::gated_delta_net), "gdn.", t), 210903040u - 33816576u);
+  const auto r = run_cli({"analyze", "--model", "qwen3-8b", "--recompute", "selective", "--recompute-modules", "gdn_norm_out"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("gdn_norm_out"), std::string::npos) << r.err;
+  const auto ok = run_cli({"analyze", "--model", "qwen3-next-80b-a3b", "--ep", "8", "--dp", "8", "--recompute", "selective",
+                           "--recompute-modules", "gdn_norm_out,moe_act"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
 // The full-attention layers' output gate (16 heads of 256, 8 per rank): the bf16 gate and the
 // gated output o_proj keeps, each 4096 x 8 x 256 x 2 = 16,777,216.
 TEST(GdnActivations, GatedAttentionKeepsTheGateAndTheGatedOutput) {
