@@ -306,8 +306,9 @@ StepTimeModel make_step_time_model(const CompiledModel& cm) {
   sm.compiled = &cm;
   sm.kinds[0] = kind_of(m, cm.layer[layer_class(LayerKind::dense, MixerKind::attention)], false);
   sm.kinds[1] = kind_of(m, cm.layer[layer_class(LayerKind::moe, MixerKind::attention)], true);
-  sm.linear_attention = cm.present[layer_class(LayerKind::dense, MixerKind::gated_delta_net)] ||
-                        cm.present[layer_class(LayerKind::moe, MixerKind::gated_delta_net)];
+  for (std::size_t k = 0; k < kLayerClasses; ++k) {
+    sm.linear_attention = sm.linear_attention || (cm.present[k] && mixer_of_class(k) != MixerKind::attention);
+  }
   sm.mtp = kind_of(m, cm.mtp_depth, m.is_moe());
   sm.head_flops = 2 * d(m.hidden) * d(m.vocab);
   sm.embedding_params = sum_params(cm.embedding);

@@ -31,8 +31,9 @@ struct CompiledModel {
     return b[static_cast<std::size_t>(first + count)] - b[static_cast<std::size_t>(first)];
   }
   [[nodiscard]] std::int64_t moe_layers_in(std::int64_t first, std::int64_t count) const {
-    return layers_in(layer_class(LayerKind::moe, MixerKind::attention), first, count) +
-           layers_in(layer_class(LayerKind::moe, MixerKind::gated_delta_net), first, count);
+    std::int64_t n = 0;
+    for (std::size_t k = 1; k < kLayerClasses; k += 2) n += present[k] ? layers_in(k, first, count) : 0;
+    return n;
   }
 };
 // The layout's chunk that holds tensor `t` (embedding, decoder layer, head or MTP depth).

@@ -23,15 +23,13 @@ enum class MixerKind : std::uint8_t { attention, gated_delta_net, mamba2, none }
 
 // What the training-memory evaluator groups decoder layers by: every layer of a class has the same
 // tensors and saves the same activations. A class is a layer's FFN kind (dense or MoE) with its
-// mixer (softmax attention or Gated DeltaNet); index layer_class(kind, mixer).
-inline constexpr std::size_t kLayerClasses = 4;
+// mixer (MixerKind); index layer_class(kind, mixer) = kind + 2 x mixer.
+inline constexpr std::size_t kLayerClasses = 8;
 [[nodiscard]] constexpr std::size_t layer_class(LayerKind kind, MixerKind mixer) {
-  return static_cast<std::size_t>(kind) + (mixer == MixerKind::gated_delta_net ? 2 : 0);
+  return static_cast<std::size_t>(kind) + 2 * static_cast<std::size_t>(mixer);
 }
 [[nodiscard]] constexpr LayerKind kind_of_class(std::size_t cls) { return static_cast<LayerKind>(cls % 2); }
-[[nodiscard]] constexpr MixerKind mixer_of_class(std::size_t cls) {
-  return cls >= 2 ? MixerKind::gated_delta_net : MixerKind::attention;
-}
+[[nodiscard]] constexpr MixerKind mixer_of_class(std::size_t cls) { return static_cast<MixerKind>(cls / 2); }
 
 // Gated DeltaNet (Qwen3-Next linear_attn): key heads of k_head_dim (queries have as many), value
 // heads of v_head_dim, and the causal conv1d's kernel width.

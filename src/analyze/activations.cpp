@@ -173,6 +173,12 @@ struct Offload {
   ClassCounts gpu{}, host{}, all{};  // decoder layers of each class
 };
 
+std::int64_t of_kind(const ClassCounts& n, LayerKind kind) {
+  std::int64_t sum = 0;
+  for (std::size_t k = 0; k < kLayerClasses; ++k) sum += kind_of_class(k) == kind ? n[k] : 0;
+  return sum;
+}
+
 Bytes kept_in(const ClassBytes& kinds, const ClassCounts& n) {
   Bytes b;
   for (std::size_t k = 0; k < kLayerClasses; ++k) b += times(kinds[k].kept, n[k], "offload");
@@ -300,8 +306,8 @@ std::string layers_text(std::int64_t n) { return n == 1 ? "1 layer" : fmt::forma
 
 // How the ledger names a layer class: its FFN kind, and "linear-attention" for Gated DeltaNet.
 std::string_view class_name(std::size_t cls) {
-  static constexpr std::array<std::string_view, kLayerClasses> kNames = {"dense", "moe", "dense linear-attention",
-                                                                          "moe linear-attention"};
+  static constexpr std::array<std::string_view, kLayerClasses> kNames = {
+      "dense", "moe", "dense linear-attention", "moe linear-attention", "dense mamba", "moe mamba", "dense", "moe"};
   return kNames[cls];
 }
 
@@ -389,7 +395,7 @@ void record_offloaded(const EvalContext& c, const StageReport& st, Ledger& ledge
     ledger.add(Category::host, host, [&] {
       return ledger_item("offload", "offloaded activations (CPU memory)",
                          fmt::format("the first {} decoder layers' saved tensors ({} dense, {} moe), one micro-batch",
-                                     c.t.cpu_offload_layers, o.host[0] + o.host[2], o.host[1] + o.host[3]));
+                                     c.t.cpu_offload_layers, of_kind(o.host, LayerKind::dense), of_kind(o.host, LayerKind::moe)));
     });
   }
 }
