@@ -171,6 +171,7 @@ void parse_nemotron_h(const json& j, const std::string& source, ModelSpec& m, Ke
   m.mamba.n_groups = int_either(j, "n_groups", "mamba_n_groups", source, used, 8);
   m.mamba.conv_kernel = int_either(j, "conv_kernel", "mamba_d_conv", source, used, 4, 1024);
   m.mamba.conv_bias = get_bool(j, "use_conv_bias", source, true);
+  m.mamba.chunk_size = int_either(j, "chunk_size", "mamba_chunk_size", source, used, 128);
   if (get_bool(j, "mamba_conv_bias", source, m.mamba.conv_bias) != m.mamba.conv_bias) {
     throw InputError(source_field(source, "mamba_conv_bias"), j["mamba_conv_bias"].dump(), "absent, or the value of use_conv_bias");
   }

@@ -370,7 +370,7 @@ StepTime estimate_step_time(const StepTimeModel& sm, const Layout& layout, const
   const ModelSpec& m = *sm.model;
   if (sm.linear_attention) {
     throw InputError("--model", m.model_type,
-                     "a model without Gated DeltaNet layers for a step-time estimate (the chunked delta-rule kernels' time "
+                     "a model without Gated DeltaNet or Mamba-2 layers for a step-time estimate (their chunked scan kernels' time "
                      "is not modelled; memory is, and search ranks by memory with --gpu-memory instead of --gpu)");
   }
   const ParallelConfig& p = layout.config;

@@ -45,6 +45,7 @@ struct GdnDims {
 struct Mamba2Dims {
   std::int64_t num_heads = 0, head_dim = 0, n_groups = 0, state_size = 0, conv_kernel = 0;
   bool conv_bias = true;
+  std::int64_t chunk_size = 128;  // the chunked scan's chunk (chunk_size); changes no tensor
 };
 
 struct MlaDims {

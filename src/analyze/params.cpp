@@ -23,19 +23,10 @@ std::int64_t chunk_holding(const Tensor& t, const Layout& layout, std::int64_t n
 
 CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Profile& profile) {
   using detail::idx;
-  // Hybrid models (Qwen3-Next's and Qwen3.5's Gated DeltaNet layers): a layer class of their own
-  // (model.hpp layer_class); what they save is modelled as Megatron-Core trains them
-  // (src/profiles/megatron_gdn.cpp), so the other profiles refuse them here.
-  // Nemotron-H (src/inventory_nemotron_h.cpp): blocks of one mixer each (Mamba-2, attention, MLP or
-  // MoE), which the evaluator's attention + MLP layers do not describe, and Mamba-2's training
-  // activations (Megatron-Core ssm/mamba_mixer.py: in_proj's output, the conv1d's input, the
-  // chunked scan's states, the gated norm) are not modelled: refused by name, as above.
-  if (m.naming == NamingStyle::nemotron_h) {
-    throw InputError("--model", m.model_type,
-                     fmt::format("a model other than nemotron_h under the {} profile: Nemotron-H's Mamba-2 blocks and its "
-                                 "attention-only and MLP-only blocks are not modelled in training memory yet (count is exact)",
-                                 profile.name));
-  }
+  // Hybrid models (Qwen3-Next's and Qwen3.5's Gated DeltaNet layers; Nemotron-H's single-mixer
+  // blocks, Mamba-2, attention, MLP or MoE): layer classes of their own (model.hpp layer_class);
+  // what they save is modelled as Megatron-Core trains them (src/profiles/megatron_gdn.cpp,
+  // megatron_mamba.cpp), so the other profiles refuse them below.
   // Gemma-3's multimodal config (model_type gemma3, read as gemma3_text with a vision tower): the
   // SigLIP tower and projector are counted exactly (src/inventory_gemma3.cpp), but what training
   // them saves, and where a framework places them, is not modelled; dropping them would be wrong.
@@ -47,8 +38,8 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
   }
   if (m.is_hybrid() && profile.name != "megatron") {
     throw InputError("--profile", std::string(profile.name),
-                     fmt::format("megatron for model_type {}: its Gated DeltaNet layers' training memory is modelled as "
-                                 "Megatron-Core trains them (count is exact under every profile)",
+                     fmt::format("megatron for model_type {}: its Gated DeltaNet or Mamba-2 layers' training memory is "
+                                 "modelled as Megatron-Core trains them (count is exact under every profile)",
                                  m.model_type));
   }
   // MiMo-V2-Flash: full and sliding-window layers differ in key/value heads (4 and 8), and every

@@ -241,8 +241,10 @@ void megatron_moe_block(const ActivationContext& c, Terms& t) {
     t.linear_input("experts.fc1_output (SwiGLU input)", "experts.fc1_output.scales", Module::routed_experts,
                    elems({routed, 2 * e.expert_ffn}, p.etp_degree()), moe, "R x 2 ffn/etp");
   } else {
-    t.add("experts.fc1_output (SwiGLU input)", Module::routed_experts, elems({routed, 2 * e.expert_ffn}, p.etp_degree()), t.a, moe,
-          "R x 2 ffn/etp");
+    // Nemotron-H's experts are ungated (squared ReLU): fc1 yields ffn, not 2 ffn.
+    const std::int64_t width = m.gated_mlp ? 2 * e.expert_ffn : e.expert_ffn;
+    t.add("experts.fc1_output (SwiGLU input)", Module::routed_experts, elems({routed, width}, p.etp_degree()), t.a, moe,
+          m.gated_mlp ? "R x 2 ffn/etp" : "R x ffn/etp (ungated)");
   }
   // Megatron-Core's grouped MLP applies the routing probabilities inside the activation
   // (activation_func_with_probs), which keeps fc1's output and the probabilities; fc2 keeps the
@@ -282,7 +284,7 @@ void megatron_moe_block(const ActivationContext& c, Terms& t) {
                      elems({d.tokens, 2 * e.shared_ffn}, d.tp), shared, "b*s/cp x 2 ffn/tp");
     } else {
       megatron_mlp(c, t, e.shared_ffn, Module::shared_experts, "shared.fc1_output", "shared.act_output (fc2 input)",
-                   "shared.act_output.scales", shared);
+                   "shared.act_output.scales", shared, m.gated_mlp);
     }
   }
 }
@@ -297,11 +299,37 @@ void megatron_dropout_mask(const ActivationContext& c, Terms& t, const char* nam
   t.add(name, mod, elems({d.tokens_sp, c.model.hidden}), DType::int8, 0, "b*s/cp/(tp if sp) x h (a bool each)");
 }
 
+// Nemotron-H's blocks (Megatron-LM d98e8a64 models/hybrid/hybrid_layer_specs.py): one mixer each
+// (Mamba-2, attention, squared-ReLU MLP or MoE), the block's input its residual; the norm fused into
+// the first linear but for the MoE block's (a TENorm whose output the router and dispatch keep).
+void megatron_hybrid_block(const ActivationContext& c, LayerKind kind, Terms& t) {
+  const auto& m = c.model;
+  const auto d = megatron_dims(c);
+  if (c.mixer == MixerKind::mamba2) megatron_mamba_mixer(c, t);  // megatron_mamba.cpp
+  else if (c.mixer == MixerKind::attention) megatron_attention(c, t);
+  else {
+    const Module block = kind == LayerKind::moe ? Module::router : Module::dense_mlp;
+    t.add("mlp.input (layer input)", block, elems({d.tokens_sp, m.hidden}), t.a, 0, "b*s/cp/(tp if sp) x h", true);
+    if (kind == LayerKind::dense) {
+      t.linear_input("mlp.norm_output (fc1 input)", "mlp.norm_output.scales", block, elems({d.tokens_sp, m.hidden}),
+                     kRecomputeMlp, "b*s/cp/(tp if sp) x h");
+      megatron_mlp(c, t, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output (fc2 input)",
+                   "mlp.act_output.scales", kRecomputeMlp, false);
+    } else {
+      t.add("mlp.norm_output (router input)", block, elems({d.tokens_sp, m.hidden}), t.a, kRecomputeLayernorm,
+            "b*s/cp/(tp if sp) x h");
+      megatron_moe_block(c, t);
+    }
+  }
+  megatron_dropout_mask(c, t, "block.dropout_mask (hidden dropout)", Module::attention);
+}
+
 // One decoder layer: the attention block, then the dense MLP or the MoE block.
 void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
   const auto& m = c.model;
   const auto d = megatron_dims(c);
   Terms t{c, out};
+  if (m.naming == NamingStyle::nemotron_h) return megatron_hybrid_block(c, kind, t);
   if (c.mixer == MixerKind::gated_delta_net) megatron_gdn_mixer(c, t);  // megatron_gdn.cpp
   else megatron_attention(c, t);
   megatron_dropout_mask(c, t, "attn.dropout_mask (hidden dropout)", Module::attention);

@@ -106,8 +106,9 @@ void megatron_output_gate(const ActivationContext& c, Terms& t, std::int64_t hea
                  elems({tokens, heads, v_dim}), 0, "b*s/cp x heads/tp x head_dim");
 }
 
-// What Megatron-Core's Gated DeltaNet needs (common.py asserts the heads divide over tp) and what
-// this model covers: no context parallelism (its all-to-all path is not modelled) and no FP8.
+// What Megatron-Core's Gated DeltaNet and Mamba-2 mixers need (common.py and mamba_mixer.py assert
+// the heads divide over tp) and what this model covers: no context parallelism (their all-to-all
+// paths are not modelled), no FP8, no activation offload.
 std::optional<InputError> megatron_gdn_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   const bool norm_out = t.recompute == Recompute::selective && (t.recompute_modules & kRecomputeGdnNormOut) != 0;
   if (!m.is_hybrid()) {
@@ -117,21 +118,27 @@ std::optional<InputError> megatron_gdn_check(const ModelSpec& m, const Layout& l
   }
   const auto& p = layout.config;
   const auto& g = m.gdn;
-  if (g.num_k_heads % p.tp != 0 || g.num_v_heads % p.tp != 0) {
+  // mamba_mixer.py asserts the heads and the groups of B and C divide over tp.
+  if (m.naming == NamingStyle::nemotron_h && (m.mamba.num_heads % p.tp != 0 || m.mamba.n_groups % p.tp != 0)) {
+    return InputError("--tp", std::to_string(p.tp),
+                      fmt::format("a divisor of the Mamba-2 heads and groups ({} and {}), as Megatron-Core asserts",
+                                  m.mamba.num_heads, m.mamba.n_groups));
+  }
+  if (m.naming != NamingStyle::nemotron_h && (g.num_k_heads % p.tp != 0 || g.num_v_heads % p.tp != 0)) {
     return InputError("--tp", std::to_string(p.tp),
                       fmt::format("a divisor of the Gated DeltaNet's key and value heads ({} and {}), as Megatron-Core asserts",
                                   g.num_k_heads, g.num_v_heads));
   }
   if (p.cp > 1) {
     return InputError("--cp", std::to_string(p.cp),
-                      "1 for a model with Gated DeltaNet layers (their context-parallel all-to-all is not modelled)");
+                      "1 for a model with Gated DeltaNet or Mamba-2 layers (their context-parallel all-to-all is not modelled)");
   }
   if (t.fp8 != Fp8Recipe::none) {
-    return InputError("--fp8", std::string(name_of(t.fp8)), "none for a model with Gated DeltaNet layers (not modelled)");
+    return InputError("--fp8", std::string(name_of(t.fp8)), "none for a model with Gated DeltaNet or Mamba-2 layers (not modelled)");
   }
   if (t.cpu_offload_layers > 0) {
     return InputError("--cpu-offloading-num-layers", std::to_string(t.cpu_offload_layers),
-                      "0 for a model with Gated DeltaNet layers (not modelled)");
+                      "0 for a model with Gated DeltaNet or Mamba-2 layers (not modelled)");
   }
   return std::nullopt;
 }

@@ -97,6 +97,8 @@ std::optional<InputError> megatron_dsa_check(const ModelSpec& m, const Layout& l
 void megatron_gdn_mixer(const ActivationContext& c, Terms& t);
 void megatron_output_gate(const ActivationContext& c, Terms& t, std::int64_t heads, std::int64_t v_dim);
 std::optional<InputError> megatron_gdn_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t);
+// Nemotron-H's Mamba-2 mixer under the megatron profile (src/profiles/megatron_mamba.cpp).
+void megatron_mamba_mixer(const ActivationContext& c, Terms& t);
 
 // ---- validity checks shared by more than one profile ----------------------------------------
 
