@@ -16,6 +16,7 @@
 #include "moemem/parallel.hpp"
 #include "moemem/profile.hpp"
 #include "moemem/training.hpp"
+#include "unit/layer_terms_helpers.hpp"
 
 namespace {
 
@@ -23,14 +24,7 @@ using namespace moemem;
 
 // DeepSeek-V3.2 (config.json): hidden 7168, 128 heads, q_lora_rank 1536, kv_lora_rank 512,
 // qk_nope 128, qk_rope 64, v_head_dim 128, index_n_heads 64, index_head_dim 128, index_topk 2048.
-TrainingConfig training(std::int64_t seq) {
-  TrainingConfig t;
-  t.micro_batch = 1;
-  t.seq_len = seq;
-  t.hidden_dropout = 0;
-  t.attention_dropout = 0;
-  return t;
-}
+TrainingConfig training(std::int64_t seq) { return test::hand_training(seq); }
 
 std::vector<ActivationTerm> moe_layer(const ModelSpec& m, const ParallelConfig& p, const TrainingConfig& t) {
   return layer_activation_terms(get_profile("megatron"), m, resolve_layout(m, p), t, LayerKind::moe);

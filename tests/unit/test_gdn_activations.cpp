@@ -14,6 +14,7 @@
 #include "moemem/parallel.hpp"
 #include "moemem/profile.hpp"
 #include "moemem/training.hpp"
+#include "unit/layer_terms_helpers.hpp"
 #include "unit/inventory_helpers.hpp"
 
 namespace {
@@ -21,14 +22,7 @@ namespace {
 using namespace moemem;
 using namespace moemem::test;
 
-TrainingConfig training(std::int64_t seq) {
-  TrainingConfig t;
-  t.micro_batch = 1;
-  t.seq_len = seq;
-  t.hidden_dropout = 0;
-  t.attention_dropout = 0;
-  return t;
-}
+TrainingConfig training(std::int64_t seq) { return test::hand_training(seq); }
 
 std::vector<ActivationTerm> layer(const ModelSpec& m, const TrainingConfig& t, MixerKind mixer) {
   ParallelConfig p;
