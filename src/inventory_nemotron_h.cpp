@@ -64,6 +64,7 @@ void nemotron_h_block(const ModelSpec& m, const std::string& p, std::int64_t lay
     case MixerKind::mamba2: mamba2(m, x, add); return;
     case MixerKind::attention: attention(m, x, add); return;
     case MixerKind::gated_delta_net:  // not a Nemotron-H block; the reader never sets it
+    case MixerKind::sliding_attention:  // a layer class only
     case MixerKind::none: break;
   }
   if (kind == LayerKind::moe) {

@@ -90,7 +90,7 @@ void check_timed(const StepTimeModel& time_model, bool timed, const std::string&
   if (!timed || !time_model.linear_attention) return;
   throw InputError("--gpu", gpu.empty() ? "a named GPU" : gpu,
                    fmt::format("--gpu-memory for model_type {} (search ranks by the step-time model, which does not time "
-                               "Gated DeltaNet or Mamba-2 layers; with --gpu-memory it ranks by memory and a relative cost)",
+                               "Gated DeltaNet, Mamba-2 or separately sized sliding-window layers; with --gpu-memory it ranks by memory and a relative cost)",
                                time_model.model->model_type));
 }
 

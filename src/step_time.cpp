@@ -370,8 +370,8 @@ StepTime estimate_step_time(const StepTimeModel& sm, const Layout& layout, const
   const ModelSpec& m = *sm.model;
   if (sm.linear_attention) {
     throw InputError("--model", m.model_type,
-                     "a model without Gated DeltaNet or Mamba-2 layers for a step-time estimate (their chunked scan kernels' time "
-                     "is not modelled; memory is, and search ranks by memory with --gpu-memory instead of --gpu)");
+                     "a model without Gated DeltaNet, Mamba-2 or sliding-window layers of their own shape for a step-time "
+                     "estimate (their time is not modelled; memory is, and search ranks by memory with --gpu-memory instead of --gpu)");
   }
   const ParallelConfig& p = layout.config;
   const bool fp8 = t.fp8 != Fp8Recipe::none;

@@ -19,12 +19,14 @@ enum class LayerKind : std::uint8_t { dense, moe };
 // What mixes tokens in a decoder layer: softmax attention (the model's AttentionKind), Gated
 // DeltaNet linear attention (Qwen3-Next's linear_attention layers), a Mamba-2 SSM (Nemotron-H's
 // M blocks), or none (Nemotron-H's MLP and MoE blocks: the block is its layer_kinds MLP alone).
-enum class MixerKind : std::uint8_t { attention, gated_delta_net, mamba2, none };
+// sliding_attention: a layer class only (never a config's mixer), for attention layers sized apart
+// from the model's main ones (MiMo-V2-Flash's swa_* layers, ModelSpec::swa_layers).
+enum class MixerKind : std::uint8_t { attention, gated_delta_net, mamba2, none, sliding_attention };
 
 // What the training-memory evaluator groups decoder layers by: every layer of a class has the same
 // tensors and saves the same activations. A class is a layer's FFN kind (dense or MoE) with its
 // mixer (MixerKind); index layer_class(kind, mixer) = kind + 2 x mixer.
-inline constexpr std::size_t kLayerClasses = 8;
+inline constexpr std::size_t kLayerClasses = 10;
 [[nodiscard]] constexpr std::size_t layer_class(LayerKind kind, MixerKind mixer) {
   return static_cast<std::size_t>(kind) + 2 * static_cast<std::size_t>(mixer);
 }
@@ -224,11 +226,13 @@ struct ModelSpec {
   // The kind of an MTP layer: like the last main layer (DeepSeek-V3, GLM-4.5), or dense (ERNIE).
   [[nodiscard]] LayerKind mtp_kind() const { return is_moe() && !mtp_dense ? LayerKind::moe : LayerKind::dense; }
   // A decoder layer's class (layer_class), and an MTP layer's (softmax attention, as Qwen3-Next's
-  // and Qwen3.5's MTP layers).
+  // and Qwen3.5's MTP layers; sliding-window as MiMo-V2-Flash's).
   [[nodiscard]] std::size_t class_at(std::int64_t layer) const {
-    return layer_class(layer_kinds[static_cast<std::size_t>(layer)], mixer_at(layer));
+    return layer_class(layer_kinds[static_cast<std::size_t>(layer)], swa_at(layer) ? MixerKind::sliding_attention : mixer_at(layer));
   }
-  [[nodiscard]] std::size_t mtp_class() const { return layer_class(mtp_kind(), MixerKind::attention); }
+  [[nodiscard]] std::size_t mtp_class() const {
+    return layer_class(mtp_kind(), swa_at(num_layers) ? MixerKind::sliding_attention : MixerKind::attention);
+  }
 };
 
 // Checks internal consistency (positive sizes, layer kinds sized to the layer count, top-k not

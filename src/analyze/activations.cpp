@@ -307,7 +307,8 @@ std::string layers_text(std::int64_t n) { return n == 1 ? "1 layer" : fmt::forma
 // How the ledger names a layer class: its FFN kind, and "linear-attention" for Gated DeltaNet.
 std::string_view class_name(std::size_t cls) {
   static constexpr std::array<std::string_view, kLayerClasses> kNames = {
-      "dense", "moe", "dense linear-attention", "moe linear-attention", "dense mamba", "moe mamba", "dense", "moe"};
+      "dense", "moe", "dense linear-attention", "moe linear-attention", "dense mamba", "moe mamba", "dense", "moe",
+      "dense sliding-window", "moe sliding-window"};
   return kNames[cls];
 }
 

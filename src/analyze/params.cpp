@@ -44,8 +44,9 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
   }
   // MiMo-V2-Flash: full and sliding-window layers differ in key/value heads (4 and 8), and every
   // layer's value heads are narrower than its query/key heads (128 and 192). Megatron-Bridge
-  // trains it (MiMoV2FlashBridge: per-layer query groups, v_head_dim, softmax_offset sinks), but
-  // the evaluator holds one attention shape per model: refused, never narrowed (count is exact).
+  // trains it (MiMoV2FlashBridge: per-layer query groups, v_head_dim, softmax_offset sinks): its
+  // sliding-window layers are a class of their own, sized by the megatron profile; the other
+  // profiles hold one attention shape per model and refuse it (count is exact).
   // Nemotron-NAS: layers without attention or with a linear in its place, key/value heads and
   // FFN sizes per layer (block_configs); Megatron-Bridge's LlamaNemotronBridge builds them as
   // heterogeneous layers, which the evaluator's one dense layer class cannot hold: refused.
@@ -56,12 +57,11 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
                                  "layer) are not modelled in training memory yet (count is exact)",
                                  profile.name));
   }
-  if (m.has_swa_dims() || m.v_head_dim > 0) {
-    throw InputError("--model", m.model_type,
-                     fmt::format("a model whose attention layers share one shape under the {} profile: per-layer "
-                                 "key/value heads and a v_head_dim apart from head_dim (MiMo-V2-Flash) are not "
-                                 "modelled in training memory yet (count is exact)",
-                                 profile.name));
+  if ((m.has_swa_dims() || m.v_head_dim > 0) && profile.name != "megatron") {
+    throw InputError("--profile", std::string(profile.name),
+                     fmt::format("megatron for model_type {}: per-layer key/value heads and a v_head_dim apart from "
+                                 "head_dim are modelled as Megatron-Core trains them (count is exact under every profile)",
+                                 m.model_type));
   }
   CompiledModel cm;
   cm.model = &m;

@@ -18,11 +18,22 @@ struct MegatronDims {
   std::int64_t b, s_local, tokens, tokens_sp, heads, tp;
 };
 
+// The attention shape of the layer's class, whole (not per rank): MiMo-V2-Flash's sliding-window
+// layers are sized apart (swa_*), and its value heads are narrower (v_head_dim).
+struct AttnShape {
+  std::int64_t heads, kv_heads, qk_dim, v_dim;
+};
+AttnShape attn_shape(const ActivationContext& c) {
+  const auto& m = c.model;
+  if (c.mixer == MixerKind::sliding_attention) return {m.swa.heads, m.swa.kv_heads, m.swa.head_dim, m.swa.v_head_dim};
+  return {m.num_heads, m.num_kv_heads, m.head_dim, m.v_head_dim > 0 ? m.v_head_dim : m.head_dim};
+}
+
 MegatronDims megatron_dims(const ActivationContext& c) {
   const auto& p = c.layout.config;
   const std::int64_t s_local = c.training.seq_len / p.cp;
   const std::int64_t tokens = c.training.micro_batch * s_local;
-  return {c.training.micro_batch, s_local, tokens, tokens / (p.sp ? p.tp : 1), c.model.num_heads / p.tp, p.tp};
+  return {c.training.micro_batch, s_local, tokens, tokens / (p.sp ? p.tp : 1), attn_shape(c).heads / p.tp, p.tp};
 }
 
 // Head dimensions of the core attention's inputs on one TP rank.
@@ -49,17 +60,20 @@ QkvShape megatron_projections(const ActivationContext& c, Terms& t) {
                    elems({d.tokens_sp, l.kv_lora_rank}), kRecomputeMlaUpProj, "tokens x kv_lora_rank");
     return {l.qk_nope_head_dim + l.qk_rope_head_dim, l.v_head_dim, d.heads};
   }
-  const std::int64_t kv_heads = m.num_kv_heads / d.tp;
+  const AttnShape shape = attn_shape(c);
+  const std::int64_t kv_heads = shape.kv_heads / d.tp;
   // Variants that save nothing more (issue 14): partial rotary (GLM-4.5's partial_rotary_factor,
   // Megatron's --rotary-percent) rotates a slice of q and k in the fused RoPE kernel, whose
   // backward needs only the frequencies (megatron/core/models/common/embeddings/rope_utils.py);
-  // sliding-window layers (gpt-oss layer_types) run the same fused kernel with a window, saving
-  // the same q, k, v, output and log-sum-exp; q/k biases are added in the linear layer's output.
+  // sliding-window layers (gpt-oss layer_types, MiMo-V2-Flash's swa layers with their own head
+  // counts) run the same fused kernel with a window, saving the same q, k, v, output and
+  // log-sum-exp; so do learned sinks (Transformer Engine's softmax_offset: a parameter per head); q/k
+  // biases are added in the linear layer's output.
   if (m.qk_norm) {
-    t.add("attn.qk_norm_inputs", Module::attention, elems({d.tokens, d.heads + kv_heads, m.head_dim}), t.a, 0,
+    t.add("attn.qk_norm_inputs", Module::attention, elems({d.tokens, d.heads + kv_heads, shape.qk_dim}), t.a, 0,
           "b*s/cp x (heads + kv heads)/tp x head_dim");
   }
-  return {m.head_dim, m.head_dim, kv_heads};
+  return {shape.qk_dim, shape.v_dim, kv_heads};
 }
 
 // Attention block of one layer. The layer input is what full recomputation keeps.

@@ -114,6 +114,11 @@ std::optional<InputError> megatron_gdn_check(const ModelSpec& m, const Layout& l
   if (!m.is_hybrid()) {
     // transformer_config.py: gdn_norm_out needs experimental_attention_variant gdn or gdn2.
     if (norm_out) return InputError("--recompute-modules", "gdn_norm_out", "a model with Gated DeltaNet layers");
+    // MiMo-V2-Flash: the context-parallel K/V block is sized by one attention shape.
+    if (m.has_swa_dims() && layout.config.cp > 1) {
+      return InputError("--cp", std::to_string(layout.config.cp),
+                        "1 for a model with attention layers of two shapes (MiMo-V2-Flash; not modelled)");
+    }
     return std::nullopt;
   }
   const auto& p = layout.config;
