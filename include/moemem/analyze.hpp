@@ -26,13 +26,16 @@ struct CompiledModel {
   // Layers of each class among decoder layers [0, i), for i in [0, L].
   std::array<std::vector<std::int64_t>, kLayerClasses> before;
   std::array<bool, kLayerClasses> present{};  // some decoder layer has the class
+  // The classes an evaluation costs, in index order: the decoder layers' and the MTP layers'
+  // (usually one or two of the kLayerClasses; the others hold no layer).
+  std::vector<std::size_t> classes;
   [[nodiscard]] std::int64_t layers_in(std::size_t cls, std::int64_t first, std::int64_t count) const {
     const auto& b = before[cls];
     return b[static_cast<std::size_t>(first + count)] - b[static_cast<std::size_t>(first)];
   }
   [[nodiscard]] std::int64_t moe_layers_in(std::int64_t first, std::int64_t count) const {
     std::int64_t n = 0;
-    for (std::size_t k = 1; k < kLayerClasses; k += 2) n += present[k] ? layers_in(k, first, count) : 0;
+    for (const std::size_t k : classes) n += kind_of_class(k) == LayerKind::moe ? layers_in(k, first, count) : 0;
     return n;
   }
 };

@@ -61,15 +61,10 @@ namespace {
 
 using ClassBytes = std::array<KindBytes, kLayerClasses>;
 
-// The classes an evaluation costs: the decoder layers' and the MTP layers'.
-bool costed(const EvalContext& c, std::size_t cls) {
-  return c.cm.present[cls] || (c.model.mtp_layers > 0 && cls == c.model.mtp_class());
-}
-
+// Every class the evaluation costs (CompiledModel::classes); the others hold no layer.
 ClassBytes kind_bytes(const EvalContext& c) {
   ClassBytes kinds{};
-  for (std::size_t cls = 0; cls < kLayerClasses; ++cls) {
-    if (!costed(c, cls)) continue;
+  for (const std::size_t cls : c.cm.classes) {
     thread_local std::vector<ActivationTerm> terms;
     terms.clear();
     ActivationContext ac = c.activation_context();
@@ -105,7 +100,7 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
   const bool full = t.recompute == Recompute::full;
   for (std::int64_t l = 0; l < n; ++l) consider({Bytes{}, of(kind_at(l)).unsaved, kind_at(l), false});
   if (!full) {
-    for (std::size_t k = 0; k < kLayerClasses; ++k) {
+    for (const std::size_t k : c.cm.classes) {
       const auto& kb = of(k);
       if (counts.mode[k] > 0) {
         consider({Bytes(kb.all.value() - kb.kept.value()), kb.rerun_unsaved, k, true});
@@ -137,9 +132,7 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
 ChunkLayerCounts layer_counts(const EvalContext& c, const Chunk& ch) {
   if (c.t.recompute == Recompute::full) return chunk_layer_counts(c.model, ch, c.t);
   ChunkLayerCounts counts;
-  for (std::size_t k = 0; k < kLayerClasses; ++k) {
-    if (c.cm.present[k]) counts.mode[k] = c.cm.layers_in(k, ch.first_layer, ch.num_layers);
-  }
+  for (const std::size_t k : c.cm.classes) counts.mode[k] = c.cm.layers_in(k, ch.first_layer, ch.num_layers);
   counts.mode[c.model.mtp_class()] += ch.mtp_depths;
   return counts;
 }
@@ -154,7 +147,7 @@ ChunkLayerCounts layer_counts(const EvalContext& c, const Chunk& ch) {
 Bytes combined_forward_layer(const EvalContext& c, const ChunkLayerCounts& counts, const ClassBytes& kinds) {
   if (!c.t.ep_overlap || c.t.recompute == Recompute::full) return Bytes{};
   Bytes largest;
-  for (std::size_t k = 0; k < kLayerClasses; ++k) {
+  for (const std::size_t k : c.cm.classes) {
     if (counts.mode[k] > 0) largest = std::max(largest, kinds[k].kept + kinds[k].unsaved);
   }
   return largest;
@@ -251,7 +244,7 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
       ChunkLayerCounts counts = layer_counts(c, ch);
       apply_offload(c, ch, acts->kinds, counts);
       Bytes b;
-      for (std::size_t k = 0; k < kLayerClasses; ++k) {
+      for (const std::size_t k : c.cm.classes) {
         const auto& kb = acts->kinds[k];
         b += times(kb.all, counts.whole[k], "activations") + times(kb.kept, counts.mode[k], "activations") +
              times(kb.input, counts.input[k], "activations");

@@ -75,6 +75,9 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
     cm.present[cls] = true;
     for (std::size_t k = 0; k < kLayerClasses; ++k) cm.before[k][idx(l + 1)] = cm.before[k][idx(l)] + (k == cls ? 1 : 0);
   }
+  for (std::size_t k = 0; k < kLayerClasses; ++k) {
+    if (cm.present[k] || (m.mtp_layers > 0 && k == m.mtp_class())) cm.classes.push_back(k);
+  }
   for (const auto& tensor : inv.tensors) {
     if (!profile.accounts(tensor)) continue;
     cm.total_params += tensor.params();
@@ -221,9 +224,7 @@ void assign_params(const EvalContext& c, const Shares& sh, MemoryReport& r) {
     const bool holds_loss = layout.rank_holds(st.stage, loss_chunk);
     for (const auto ci : st.chunks) {
       const auto& ch = layout.chunks[idx(ci)];
-      for (std::size_t k = 0; k < kLayerClasses; ++k) {
-        if (c.cm.present[k]) total.add(sh.layer[k], c.cm.layers_in(k, ch.first_layer, ch.num_layers), modules);
-      }
+      for (const std::size_t k : c.cm.classes) total.add(sh.layer[k], c.cm.layers_in(k, ch.first_layer, ch.num_layers), modules);
       if (ch.embedding) total.add(sh.emb, 1, modules);
       if (ch.loss) total.add(sh.head, 1, modules);
       total.add(sh.mtp, ch.mtp_depths, modules);
