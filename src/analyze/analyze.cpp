@@ -49,12 +49,15 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
                                           name_of(*c.t.recipe)));
     }
   }
-  if (c.model.has_vision() && c.model.naming == NamingStyle::qwen3_5) {
-    // Qwen3.5's released configs are multimodal: the Qwen3-VL tower (inventory_qwen3_5.cpp) sits
-    // with the embedding and trains with the rest; what it saves for images is not modelled.
-    r.assumptions.push_back("vision tower (vision_config): its parameters held beside the embedding and trained with their "
-                            "gradients and optimizer states; text-only micro-batches (what it saves for images is not "
-                            "modelled)");
+  if (c.model.has_vision()) {
+    // The multimodal configs (Qwen3.5's released ones, Gemma-3's 4B-27B, Llama-4's
+    // ConditionalGeneration): the vision tower and projector (inventory.cpp, inventory_gemma3.cpp,
+    // inventory_qwen3_5.cpp) sit with the embedding, as Megatron-LM places the encoder on the first
+    // pipeline stage (pretrain_vlm.py at d98e8a64: add_encoder=is_pipeline_first_stage()), and
+    // train with the rest; replicated over tp, which errs high (Megatron's encoder splits over tp). What the tower saves for images is not modelled.
+    r.assumptions.push_back("vision tower (vision_config): its parameters held beside the embedding, replicated over tensor "
+                            "parallelism, and trained with their gradients and optimizer states; text-only micro-batches "
+                            "(what it saves for images is not modelled)");
   }
   if (c.model.has_indexer()) {
     r.assumptions.push_back(fmt::format(

@@ -74,14 +74,6 @@ std::optional<InputError> check_llama4_megatron(const ModelSpec& m, const Layout
 
 std::optional<InputError> check_llama4(const ModelSpec& m, const Profile& profile, const Layout& layout,
                                        const TrainingConfig& t, AttentionKernel attention) {
-  // Llama4ForConditionalGeneration: the vision tower and projector are counted exactly (count), but
-  // what training them saves, and where a framework places them, is not modelled; dropping them
-  // from memory would be wrong.
-  if (m.has_vision()) {
-    return InputError("--model", "llama4 (with vision_config)",
-                      "a llama4_text config (the text model alone: the llama-4-scout or llama-4-maverick preset, or "
-                      "text_config saved on its own): the vision tower's training is not modelled; count includes it");
-  }
   if (profile.name == "paper") return std::nullopt;
   if (profile.name != "megatron") {
     return InputError("--profile", std::string(profile.name),

@@ -27,15 +27,6 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
   // blocks, Mamba-2, attention, MLP or MoE): layer classes of their own (model.hpp layer_class);
   // what they save is modelled as Megatron-Core trains them (src/profiles/megatron_gdn.cpp,
   // megatron_mamba.cpp), so the other profiles refuse them below.
-  // Gemma-3's multimodal config (model_type gemma3, read as gemma3_text with a vision tower): the
-  // SigLIP tower and projector are counted exactly (src/inventory_gemma3.cpp), but what training
-  // them saves, and where a framework places them, is not modelled; dropping them would be wrong.
-  if (m.has_vision() && m.model_type == "gemma3_text") {
-    throw InputError("--model", "gemma3 (with vision_config)",
-                     fmt::format("a gemma3_text config under the {} profile (the text model alone: text_config saved on "
-                                 "its own): the SigLIP vision tower's training is not modelled yet (count is exact)",
-                                 profile.name));
-  }
   if (m.is_hybrid() && profile.name != "megatron") {
     throw InputError("--profile", std::string(profile.name),
                      fmt::format("megatron for model_type {}: its Gated DeltaNet or Mamba-2 layers' training memory is "

@@ -1,8 +1,9 @@
 // Issue 14: Llama-4 through the CLI. The text presets analyse under megatron, by preset name and
 // by Hugging Face repository id, with their extra saved tensors in explain; the multimodal config
-// is counted with its vision tower (the published total) and its analysis exits 2 naming
-// llama4_text; torchtitan refuses Llama-4 by name.
+// is counted with its vision tower (the published total) and analysed with the tower on the first
+// stage; torchtitan refuses Llama-4 by name.
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -33,17 +34,44 @@ TEST(Llama4Cli, ScoutAnalysesUnderMegatron) {
 }
 
 // 108,641,793,536: the published Scout total (tests/unit/test_model_types_llama4.cpp), 871,932,416
-// of it the vision tower and projector.
-TEST(Llama4Cli, MultimodalIsCountedNotAnalysed) {
+// of it the vision tower and projector. Analysed, the tower sits with the embedding on the first
+// stage, replicated over tp (Megatron-LM's pretrain_vlm.py builds the encoder on the first
+// pipeline stage): stage 0 holds exactly 871,932,416 parameters more than the text model's stage 0,
+// with their bf16 weights and fp32 gradients (2 + 4 bytes each), and stage 1 is unchanged.
+TEST(Llama4Cli, MultimodalAnalysesWithItsTowerOnTheFirstStage) {
   const auto count = run_cli({"count", "--model", kMultimodal, "--format", "json"});
   ASSERT_EQ(count.code, 0) << count.err;
   EXPECT_EQ(json::parse(count.out).at("total_params").get<std::uint64_t>(), 108641793536u);
   const auto by_layer = run_cli({"count", "--model", kMultimodal, "--by", "layer"});
   ASSERT_EQ(by_layer.code, 0) << by_layer.err;
   EXPECT_NE(by_layer.out.find("vision"), std::string::npos) << by_layer.out;
-  const auto analyze = run_cli({"analyze", "--model", kMultimodal, "--profile", "megatron"});
-  EXPECT_EQ(analyze.code, 2);
-  EXPECT_NE(analyze.err.find("llama4_text"), std::string::npos) << analyze.err;
+  const std::vector<std::string> layout = {"--profile", "megatron", "--tp", "2", "--ep", "8", "--etp", "1", "--pp", "2",
+                                           "--dp", "8", "--seq-len", "4096", "--format", "json"};
+  auto args = [&](const std::string& model) {
+    std::vector<std::string> a = {"analyze", "--model", model};
+    a.insert(a.end(), layout.begin(), layout.end());
+    return a;
+  };
+  const auto mm = run_cli(args(kMultimodal));
+  const auto text = run_cli(args("llama-4-scout"));
+  ASSERT_EQ(mm.code, 0) << mm.err;
+  ASSERT_EQ(text.code, 0) << text.err;
+  const json a = json::parse(mm.out), b = json::parse(text.out);
+  const auto stage = [](const json& r, std::size_t i, const char* key) {
+    return r.at("stages").at(i).at(key).at("total").get<std::int64_t>();
+  };
+  const auto bytes = [](const json& r, std::size_t i, const char* key) {
+    return r.at("stages").at(i).at("bytes").at(key).get<std::int64_t>();
+  };
+  constexpr std::int64_t kTower = 871'932'416;
+  EXPECT_EQ(stage(a, 0, "params") - stage(b, 0, "params"), kTower);
+  EXPECT_EQ(bytes(a, 0, "weights") - bytes(b, 0, "weights"), 2 * kTower);
+  EXPECT_EQ(bytes(a, 0, "gradients") - bytes(b, 0, "gradients"), 4 * kTower);
+  EXPECT_EQ(stage(a, 1, "params"), stage(b, 1, "params"));
+  EXPECT_EQ(bytes(a, 1, "total"), bytes(b, 1, "total"));
+  bool said = false;
+  for (const auto& s : a.at("assumptions")) said = said || s.get<std::string>().starts_with("vision tower (vision_config)");
+  EXPECT_TRUE(said) << a.at("assumptions").dump();
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // the gemma3_text language model plus a SigLIP vision tower and Gemma3MultiModalProjector, read
 // from config.json files under tests/data/configs (provenance: data/models/SOURCES.md). The totals
 // are worked by hand below, the text and vision parts apart, and equal the published parameter
-// counts; analysis is refused by name; keys the reader cannot honour are refused.
+// counts; analysis holds the tower on the first stage; keys the reader cannot honour are refused.
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -179,22 +180,46 @@ TEST(Gemma3ModelTypes, KeysThatCannotBeHonouredAreRefused) {
   EXPECT_EQ(m.unrecognised_keys.front(), "vision_config.window_size");
 }
 
-// count works (a preset, its repository id, a config file); analyze and search refuse the
-// multimodal model up front (exit 2), naming it.
-TEST(Gemma3ModelTypes, AnalysisIsRefusedByNameAndCountWorks) {
+// count works (a preset, its repository id, a config file). analyze holds the vision tower and
+// projector with the embedding on the first stage, replicated over tp (Megatron-LM builds the
+// encoder on the first pipeline stage): the 4B's stage 0 holds exactly the 419,816,304 vision
+// parameters worked above more than the same text model saved on its own (text_config as a
+// gemma3_text config), with their bf16 weights and fp32 gradients, and the last stage is unchanged.
+TEST(Gemma3ModelTypes, AnalysisHoldsTheTowerOnTheFirstStageAndCountWorks) {
   const auto count = run_cli({"count", "--model", "google/gemma-3-27b-it"});
   EXPECT_EQ(count.code, 0) << count.err;
   EXPECT_NE(count.out.find("27,432,406,640"), std::string::npos) << count.out;
   const auto file = run_cli({"count", "--model", config_path("gemma-3-4b-it")});
   EXPECT_EQ(file.code, 0) << file.err;
   EXPECT_NE(file.out.find("4,300,079,472"), std::string::npos) << file.out;
-  const auto a = run_cli({"analyze", "--model", "gemma-3-27b-it", "--dp", "8"});
-  EXPECT_EQ(a.code, 2);
-  EXPECT_NE(a.err.find("gemma3"), std::string::npos) << a.err;
-  EXPECT_NE(a.err.find("vision"), std::string::npos) << a.err;
-  const auto s = run_cli({"search", "--model", "gemma-3-12b-it", "--gpus", "16", "--gpu", "h100-80g", "--global-batch", "64"});
-  EXPECT_EQ(s.code, 2);
-  EXPECT_NE(s.err.find("gemma3"), std::string::npos) << s.err;
+  json text = config_json("gemma-3-4b-it").at("text_config");
+  // A gemma3_text config names what the wrapper's text_config leaves to Gemma3TextConfig's defaults.
+  text.update({{"model_type", "gemma3_text"}, {"vocab_size", 262208}, {"num_attention_heads", 8},
+               {"num_key_value_heads", 4}, {"head_dim", 256}});
+  const std::string text_path = ::testing::TempDir() + "/gemma-3-4b-text.json";
+  {
+    std::ofstream f(text_path);
+    f << text.dump();
+  }
+  const auto run = [](const std::string& model) {
+    const auto r = run_cli({"analyze", "--model", model, "--tp", "2", "--pp", "2", "--dp", "2", "--seq-len", "4096",
+                            "--format", "json"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? json::parse(r.out) : json::object();
+  };
+  const json mm = run(config_path("gemma-3-4b-it")), t = run(text_path);
+  ASSERT_FALSE(mm.empty());
+  ASSERT_FALSE(t.empty());
+  const auto stage = [](const json& r, std::size_t i) { return r.at("stages").at(i); };
+  constexpr std::int64_t kVision = 419'816'304;
+  EXPECT_EQ(stage(mm, 0).at("params").at("total").get<std::int64_t>() - stage(t, 0).at("params").at("total").get<std::int64_t>(),
+            kVision);
+  EXPECT_EQ(stage(mm, 0).at("bytes").at("weights").get<std::int64_t>() - stage(t, 0).at("bytes").at("weights").get<std::int64_t>(),
+            2 * kVision);
+  EXPECT_EQ(stage(mm, 1).at("bytes").at("total"), stage(t, 1).at("bytes").at("total"));
+  bool said = false;
+  for (const auto& s : mm.at("assumptions")) said = said || s.get<std::string>().starts_with("vision tower (vision_config)");
+  EXPECT_TRUE(said) << mm.at("assumptions").dump();
 }
 
 }  // namespace

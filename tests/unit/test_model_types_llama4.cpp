@@ -239,13 +239,13 @@ void expect_refused(const ModelSpec& m, const char* profile, const ParallelConfi
   }
 }
 
-// The multimodal config is counted but not analysed; torchtitan and hf do not model Llama-4;
+// torchtitan and hf do not model Llama-4 (text or multimodal);
 // under megatron, Megatron-Core before 0.13 (no moe_apply_probs_on_input), top-k above 1 (its
 // assertion) and chunked attention beyond what is modelled are refused by name.
 TEST(Llama4ModelTypes, RefusedSetups) {
   const ModelSpec scout = load_model("llama-4-scout");
   const ParallelConfig one;
-  expect_refused(load_model(config_path("llama-4-scout-multimodal")), "megatron", one, training(4096), "--model");
+  expect_refused(load_model(config_path("llama-4-scout-multimodal")), "torchtitan", one, training(4096), "--profile");
   expect_refused(scout, "hf", one, training(4096), "--model");
   nlohmann::json dense = config_json("llama-4-maverick");
   dense["moe_layers"] = nlohmann::json::array();  // no MoE: torchtitan's own check passes it
