@@ -8,6 +8,7 @@
 // (model_executor/models/nemotron_nas.py DeciLMDecoderLayer, _ffn_mult_to_intermediate_size) and
 // NeMo Automodel (components/models/nemotron_nas: DeciLMLinearAttention, DeciLMLinearMLP, Block).
 // src/config.cpp dispatches; src/inventory.cpp spells the tensors.
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -122,6 +123,14 @@ void parse_nemotron_nas(const json& j, const std::string& source, ModelSpec& m, 
   }
   for (std::size_t i = 0; i < it->size(); ++i) m.nas_blocks.push_back(read_block((*it)[i], i, source, m));
   m.layer_kinds.assign(static_cast<std::size_t>(m.num_layers), LayerKind::dense);
+  // The distinct block shapes, in order of first appearance: the evaluator's layer classes. A
+  // model with more than kNasShapes keeps none (count works; analysis refuses it).
+  for (const NasBlock& b : m.nas_blocks) {
+    const auto shape = static_cast<std::size_t>(std::find(m.nas_shapes.begin(), m.nas_shapes.end(), b) - m.nas_shapes.begin());
+    if (shape == m.nas_shapes.size()) m.nas_shapes.push_back(b);
+    m.nas_shape_of.push_back(static_cast<std::uint8_t>(std::min<std::size_t>(shape, 255)));
+  }
+  if (m.nas_shapes.size() > kNasShapes) m.nas_shape_of.clear();
 }
 
 }  // namespace moemem::config_detail

@@ -87,10 +87,11 @@ struct Evaluator {
 // A timed search needs a step time for every layout that fits: refused up front (before any
 // thread starts) for a model whose layers the step-time model does not time.
 void check_timed(const StepTimeModel& time_model, bool timed, const std::string& gpu) {
-  if (!timed || !time_model.linear_attention) return;
+  if (!timed || !time_model.untimed_layers) return;
   throw InputError("--gpu", gpu.empty() ? "a named GPU" : gpu,
                    fmt::format("--gpu-memory for model_type {} (search ranks by the step-time model, which does not time "
-                               "Gated DeltaNet, Mamba-2 or separately sized sliding-window layers; with --gpu-memory it ranks by memory and a relative cost)",
+                               "Gated DeltaNet, Mamba-2, Nemotron-NAS or separately sized sliding-window layers; with --gpu-memory it ranks by "
+                               "memory and a relative cost)",
                                time_model.model->model_type));
 }
 

@@ -307,7 +307,7 @@ StepTimeModel make_step_time_model(const CompiledModel& cm) {
   sm.kinds[0] = kind_of(m, cm.layer[layer_class(LayerKind::dense, MixerKind::attention)], false);
   sm.kinds[1] = kind_of(m, cm.layer[layer_class(LayerKind::moe, MixerKind::attention)], true);
   for (std::size_t k = 0; k < kLayerClasses; ++k) {
-    sm.linear_attention = sm.linear_attention || (cm.present[k] && mixer_of_class(k) != MixerKind::attention);
+    sm.untimed_layers = sm.untimed_layers || (cm.present[k] && (m.nas_classes() || m.class_mixer(k) != MixerKind::attention));
   }
   sm.mtp = kind_of(m, cm.mtp_depth, m.is_moe());
   sm.head_flops = 2 * d(m.hidden) * d(m.vocab);
@@ -368,9 +368,9 @@ StepTime estimate_step_time(const StepTimeModel& sm, const Layout& layout, const
                             const Efficiency& eff) {
   if (!t.global_batch) throw InputError("--global-batch", "missing", "the sequences per optimizer step (the step-time model needs it)");
   const ModelSpec& m = *sm.model;
-  if (sm.linear_attention) {
+  if (sm.untimed_layers) {
     throw InputError("--model", m.model_type,
-                     "a model without Gated DeltaNet, Mamba-2 or sliding-window layers of their own shape for a step-time "
+                     "a model without Gated DeltaNet, Mamba-2, sliding-window or Nemotron-NAS layers of their own shape for a step-time "
                      "estimate (their time is not modelled; memory is, and search ranks by memory with --gpu-memory instead of --gpu)");
   }
   const ParallelConfig& p = layout.config;

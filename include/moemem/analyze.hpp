@@ -33,9 +33,15 @@ struct CompiledModel {
     const auto& b = before[cls];
     return b[static_cast<std::size_t>(first + count)] - b[static_cast<std::size_t>(first)];
   }
+  // Nemotron-NAS: the model with each block shape's key/value heads and FFN width, one per
+  // ModelSpec::nas_shapes, for the activation terms of its classes.
+  std::vector<ModelSpec> nas_models;
+  [[nodiscard]] const ModelSpec& shape_model(std::size_t cls) const {
+    return model->nas_classes() ? nas_models[cls] : *model;
+  }
   [[nodiscard]] std::int64_t moe_layers_in(std::int64_t first, std::int64_t count) const {
     std::int64_t n = 0;
-    for (const std::size_t k : classes) n += kind_of_class(k) == LayerKind::moe ? layers_in(k, first, count) : 0;
+    for (const std::size_t k : classes) n += model->class_kind(k) == LayerKind::moe ? layers_in(k, first, count) : 0;
     return n;
   }
 };

@@ -25,13 +25,15 @@ enum class MixerKind : std::uint8_t { attention, gated_delta_net, mamba2, none, 
 
 // What the training-memory evaluator groups decoder layers by: every layer of a class has the same
 // tensors and saves the same activations. A class is a layer's FFN kind (dense or MoE) with its
-// mixer (MixerKind); index layer_class(kind, mixer) = kind + 2 x mixer.
+// mixer (MixerKind); index layer_class(kind, mixer) = kind + 2 x mixer. A Nemotron-NAS model, whose
+// layers differ in key/value heads and FFN width (and none is MoE, hybrid or sliding-window), uses
+// the indices for its distinct block shapes instead (ModelSpec::nas_shapes): ModelSpec's
+// class_kind and class_mixer decode a class of either model.
 inline constexpr std::size_t kLayerClasses = 10;
+inline constexpr std::size_t kNasShapes = kLayerClasses;  // distinct Nemotron-NAS block shapes analysed
 [[nodiscard]] constexpr std::size_t layer_class(LayerKind kind, MixerKind mixer) {
   return static_cast<std::size_t>(kind) + 2 * static_cast<std::size_t>(mixer);
 }
-[[nodiscard]] constexpr LayerKind kind_of_class(std::size_t cls) { return static_cast<LayerKind>(cls % 2); }
-[[nodiscard]] constexpr MixerKind mixer_of_class(std::size_t cls) { return static_cast<MixerKind>(cls / 2); }
 
 // Gated DeltaNet (Qwen3-Next linear_attn): key heads of k_head_dim (queries have as many), value
 // heads of v_head_dim, and the causal conv1d's kernel width.
@@ -109,6 +111,7 @@ enum class NasPart : std::uint8_t { full, linear, none };
 struct NasBlock {
   NasPart attention = NasPart::full, ffn = NasPart::full;
   std::int64_t kv_heads = 0, ffn_size = 0;
+  bool operator==(const NasBlock&) const = default;
 };
 
 // Llama-4's vision tower and projector (transformers Llama4VisionModel, Llama4MultiModalProjector;
@@ -201,8 +204,12 @@ struct ModelSpec {
   std::int64_t v_head_dim = 0;
   std::vector<bool> swa_layers;
   SwaDims swa;
-  // Nemotron-NAS: one block per decoder layer (empty: every layer has the model-wide sizes).
+  // Nemotron-NAS: one block per decoder layer (empty: every layer has the model-wide sizes); the
+  // distinct shapes among them and each layer's shape (config_nemotron_nas.cpp; empty when there
+  // are more than kNasShapes, which analysis refuses).
   std::vector<NasBlock> nas_blocks;
+  std::vector<NasBlock> nas_shapes;
+  std::vector<std::uint8_t> nas_shape_of;
   // Config keys that were present but are not understood; reported, never silently dropped.
   std::vector<std::string> unrecognised_keys;
 
@@ -228,7 +235,16 @@ struct ModelSpec {
   // A decoder layer's class (layer_class), and an MTP layer's (softmax attention, as Qwen3-Next's
   // and Qwen3.5's MTP layers; sliding-window as MiMo-V2-Flash's).
   [[nodiscard]] std::size_t class_at(std::int64_t layer) const {
+    if (!nas_shape_of.empty()) return nas_shape_of[static_cast<std::size_t>(layer)];
     return layer_class(layer_kinds[static_cast<std::size_t>(layer)], swa_at(layer) ? MixerKind::sliding_attention : mixer_at(layer));
+  }
+  [[nodiscard]] bool nas_classes() const { return !nas_shape_of.empty(); }
+  [[nodiscard]] LayerKind class_kind(std::size_t cls) const {
+    return nas_classes() ? LayerKind::dense : static_cast<LayerKind>(cls % 2);
+  }
+  [[nodiscard]] MixerKind class_mixer(std::size_t cls) const {
+    if (nas_classes()) return nas_shapes[cls].attention == NasPart::none ? MixerKind::none : MixerKind::attention;
+    return static_cast<MixerKind>(cls / 2);
   }
   [[nodiscard]] std::size_t mtp_class() const {
     return layer_class(mtp_kind(), swa_at(num_layers) ? MixerKind::sliding_attention : MixerKind::attention);

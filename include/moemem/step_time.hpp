@@ -71,9 +71,10 @@ struct StepTimeModel {
   double head_flops = 0;       // output head, per token, forward
   double embedding_params = 0, head_params = 0;
   bool eager = false;  // the profile runs unfused elementwise kernels unless compiled (torchtitan)
-  // Some layer is Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5), whose chunked delta-rule
-  // kernels the model does not time: estimate_step_time refuses it.
-  bool linear_attention = false;
+  // Some layer is of a kind the model does not time: Gated DeltaNet (Qwen3-Next, Qwen3.5: chunked
+  // delta-rule kernels), Mamba-2, sliding-window layers of their own shape, Nemotron-NAS blocks.
+  // estimate_step_time refuses it.
+  bool untimed_layers = false;
 };
 [[nodiscard]] StepTimeModel make_step_time_model(const CompiledModel& cm);
 

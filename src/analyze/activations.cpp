@@ -67,9 +67,8 @@ ClassBytes kind_bytes(const EvalContext& c) {
   for (const std::size_t cls : c.cm.classes) {
     thread_local std::vector<ActivationTerm> terms;
     terms.clear();
-    ActivationContext ac = c.activation_context();
-    ac.mixer = mixer_of_class(cls);
-    layer_terms(c.profile, ac, kind_of_class(cls), terms);
+    ActivationContext ac{c.cm.shape_model(cls), c.layout, c.t, c.attention, c.vocab, c.model.class_mixer(cls)};
+    layer_terms(c.profile, ac, c.model.class_kind(cls), terms);
     auto& k = kinds[cls];
     k.all = kept_bytes(terms, Recompute::none);
     k.kept = kept_bytes(terms, c.t.recompute, c.t.recompute_modules);
@@ -166,9 +165,9 @@ struct Offload {
   ClassCounts gpu{}, host{}, all{};  // decoder layers of each class
 };
 
-std::int64_t of_kind(const ClassCounts& n, LayerKind kind) {
+std::int64_t of_kind(const ModelSpec& m, const ClassCounts& n, LayerKind kind) {
   std::int64_t sum = 0;
-  for (std::size_t k = 0; k < kLayerClasses; ++k) sum += kind_of_class(k) == kind ? n[k] : 0;
+  for (std::size_t k = 0; k < kLayerClasses; ++k) sum += m.class_kind(k) == kind ? n[k] : 0;
   return sum;
 }
 
@@ -297,12 +296,16 @@ namespace {
 
 std::string layers_text(std::int64_t n) { return n == 1 ? "1 layer" : fmt::format("{} layers", n); }
 
-// How the ledger names a layer class: its FFN kind, and "linear-attention" for Gated DeltaNet.
-std::string_view class_name(std::size_t cls) {
-  static constexpr std::array<std::string_view, kLayerClasses> kNames = {
+// How the ledger names a layer class: its FFN kind, and "linear-attention" for Gated DeltaNet; a
+// Nemotron-NAS class its block shape (ModelSpec::nas_shapes, numbered from 0).
+std::string class_name(const ModelSpec& m, std::size_t cls) {
+  static constexpr std::array<std::string_view, 10> kNames = {
       "dense", "moe", "dense linear-attention", "moe linear-attention", "dense mamba", "moe mamba", "dense", "moe",
       "dense sliding-window", "moe sliding-window"};
-  return kNames[cls];
+  if (m.nas_classes()) {
+    return fmt::format("NAS block shape {}{}", cls, m.class_mixer(cls) == MixerKind::none ? " (no attention)" : "");
+  }
+  return std::string(kNames[cls]);
 }
 
 // Every saved tensor of one held chunk, times its layers and the chunk's micro-batches in flight.
@@ -313,8 +316,9 @@ void record_chunk_terms(const EvalContext& c, std::int64_t chunk, std::int64_t m
   const std::string where = fmt::format("chunk {}", chunk);
   for (std::size_t ki = 0; ki < kLayerClasses; ++ki) {
     if (counts.whole[ki] == 0 && counts.mode[ki] == 0 && counts.input[ki] == 0) continue;
-    const auto terms = layer_activation_terms(c.profile, c.model, c.layout, c.t, kind_of_class(ki), mixer_of_class(ki));
-    const std::string_view kind_name = class_name(ki);
+    const auto terms =
+        layer_activation_terms(c.profile, c.cm.shape_model(ki), c.layout, c.t, c.model.class_kind(ki), c.model.class_mixer(ki));
+    const std::string kind_name = class_name(c.model, ki);
     for (const auto& term : terms) {
       // Whole layers keep what no recomputation keeps, the mode's layers what the mode keeps,
       // checkpointed ones their input (the same rules as kept_bytes, so the items sum to the totals).
@@ -356,14 +360,14 @@ void record_layer_transient(const EvalContext& c, const LayerTransient& lt, Ledg
     ledger.add(Category::activations, lt.unsaved, [] { return LedgerItem{}; });
     return;
   }
-  const auto terms = layer_activation_terms(c.profile, c.model, c.layout, c.t, kind_of_class(lt.unsaved_class),
-                                            mixer_of_class(lt.unsaved_class));
+  const auto terms = layer_activation_terms(c.profile, c.cm.shape_model(lt.unsaved_class), c.layout, c.t,
+                                            c.model.class_kind(lt.unsaved_class), c.model.class_mixer(lt.unsaved_class));
   for (const auto& term : terms) {
     if (!term.transient || (lt.rerun && (term.dropped_by & c.t.recompute_modules) == 0)) continue;
     ledger.add(Category::activations, term.bytes(), [&] {
       return ledger_item(std::string(name_of(term.module)), std::string(term.name),
                          fmt::format("{} ({}, {}) while one {} layer computes, not saved", term.elements.value(),
-                                     term.rule, name_of(term.dtype), class_name(lt.unsaved_class)),
+                                     term.rule, name_of(term.dtype), class_name(c.model, lt.unsaved_class)),
                          term.elements, term.dtype, 1);
     });
   }
@@ -389,7 +393,7 @@ void record_offloaded(const EvalContext& c, const StageReport& st, Ledger& ledge
     ledger.add(Category::host, host, [&] {
       return ledger_item("offload", "offloaded activations (CPU memory)",
                          fmt::format("the first {} decoder layers' saved tensors ({} dense, {} moe), one micro-batch",
-                                     c.t.cpu_offload_layers, of_kind(o.host, LayerKind::dense), of_kind(o.host, LayerKind::moe)));
+                                     c.t.cpu_offload_layers, of_kind(c.model, o.host, LayerKind::dense), of_kind(c.model, o.host, LayerKind::moe)));
     });
   }
 }

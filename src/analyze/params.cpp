@@ -39,14 +39,19 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
   // sliding-window layers are a class of their own, sized by the megatron profile; the other
   // profiles hold one attention shape per model and refuse it (count is exact).
   // Nemotron-NAS: layers without attention or with a linear in its place, key/value heads and
-  // FFN sizes per layer (block_configs); Megatron-Bridge's LlamaNemotronBridge builds them as
-  // heterogeneous layers, which the evaluator's one dense layer class cannot hold: refused.
-  if (!m.nas_blocks.empty()) {
-    throw InputError("--model", m.model_type,
-                     fmt::format("a model whose layers share one shape under the {} profile: Nemotron-NAS's per-layer "
-                                 "blocks (block_configs: no-op or linear attention and FFN, heads and FFN sizes per "
-                                 "layer) are not modelled in training memory yet (count is exact)",
-                                 profile.name));
+  // FFN sizes per layer (block_configs). Megatron-Core builds them as heterogeneous layers
+  // (models/gpt/heterogeneous/heterogeneous_layer_specs.py): each distinct block shape is a layer
+  // class, sized from nas_models; the megatron profile models them (megatron_gdn_check refuses
+  // what it does not), the others refuse them.
+  if (!m.nas_blocks.empty() && profile.name != "megatron") {
+    throw InputError("--profile", std::string(profile.name),
+                     fmt::format("megatron for model_type {}: Nemotron-NAS's per-layer blocks are modelled as "
+                                 "Megatron-Core's heterogeneous layers build them (count is exact under every profile)",
+                                 m.model_type));
+  }
+  if (!m.nas_blocks.empty() && m.nas_shape_of.empty()) {
+    throw InputError("--model", fmt::format("{} distinct block_configs shapes", m.nas_shapes.size()),
+                     fmt::format("at most {} (the evaluator's layer classes; count is exact)", kNasShapes));
   }
   if ((m.has_swa_dims() || m.v_head_dim > 0) && profile.name != "megatron") {
     throw InputError("--profile", std::string(profile.name),
@@ -57,6 +62,15 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
   CompiledModel cm;
   cm.model = &m;
   cm.profile = &profile;
+  for (const NasBlock& b : m.nas_shapes) {
+    ModelSpec shape = m;
+    shape.nas_blocks.clear();
+    shape.nas_shapes.clear();
+    shape.nas_shape_of.clear();
+    shape.num_kv_heads = b.kv_heads;
+    shape.dense_ffn = b.ffn_size;
+    cm.nas_models.push_back(std::move(shape));
+  }
   std::array<std::int64_t, kLayerClasses> first_of_class{};
   first_of_class.fill(-1);
   for (auto& b : cm.before) b.assign(idx(m.num_layers + 1), 0);
@@ -184,7 +198,7 @@ Shares compute_shares(const EvalContext& c) {
            of(c.cm.mtp_depth, Copies::own),
            of(c.cm.mtp_depth, Copies::embedding),
            of(c.cm.mtp_depth, Copies::head)};
-  for (std::size_t k = 0; k < kLayerClasses; ++k) s.layer[k] = of(c.cm.layer[k], Copies::own);
+  for (const std::size_t k : c.cm.classes) s.layer[k] = of(c.cm.layer[k], Copies::own);
   return s;
 }
 

@@ -308,7 +308,7 @@ nlohmann::json time_json(const Scenario& e, const std::optional<GpuChoice>& gpu)
   if (std::find(names.begin(), names.end(), gpu->name) == names.end()) return nullptr;
   const CompiledModel cm = compile_model(e.model, e.inventory, *e.profile);
   const StepTimeModel sm = make_step_time_model(cm);
-  if (sm.linear_attention) return nullptr;  // not timed (estimate_step_time says why)
+  if (sm.untimed_layers) return nullptr;  // not timed (estimate_step_time says why)
   const StepTime st = estimate_step_time(sm, e.layout, e.training, lookup_gpu_perf(gpu->name));
   const auto& b = st.breakdown;
   return {{"step_seconds", st.step_seconds}, {"tokens_per_second_per_gpu", st.tokens_per_second_per_gpu}, {"mfu", st.mfu},

@@ -313,9 +313,9 @@ void megatron_dropout_mask(const ActivationContext& c, Terms& t, const char* nam
   t.add(name, mod, elems({d.tokens_sp, c.model.hidden}), DType::int8, 0, "b*s/cp/(tp if sp) x h (a bool each)");
 }
 
-// Nemotron-H's blocks (Megatron-LM d98e8a64 models/hybrid/hybrid_layer_specs.py): one mixer each
-// (Mamba-2, attention, squared-ReLU MLP or MoE), the block's input its residual; the norm fused into
-// the first linear but for the MoE block's (a TENorm whose output the router and dispatch keep).
+// Nemotron-H's blocks (Megatron-LM d98e8a64 models/hybrid/hybrid_layer_specs.py): one mixer each (Mamba-2,
+// attention, squared-ReLU MLP or MoE), the input its residual, the norm fused into the first linear but the
+// MoE block's (a TENorm whose output router and dispatch keep); a Nemotron-NAS no_op-attention layer's MLP.
 void megatron_hybrid_block(const ActivationContext& c, LayerKind kind, Terms& t) {
   const auto& m = c.model;
   const auto d = megatron_dims(c);
@@ -328,7 +328,7 @@ void megatron_hybrid_block(const ActivationContext& c, LayerKind kind, Terms& t)
       t.linear_input("mlp.norm_output (fc1 input)", "mlp.norm_output.scales", block, elems({d.tokens_sp, m.hidden}),
                      kRecomputeMlp, "b*s/cp/(tp if sp) x h");
       megatron_mlp(c, t, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output (fc2 input)",
-                   "mlp.act_output.scales", kRecomputeMlp, false);
+                   "mlp.act_output.scales", kRecomputeMlp, m.gated_mlp);
     } else {
       t.add("mlp.norm_output (router input)", block, elems({d.tokens_sp, m.hidden}), t.a, kRecomputeLayernorm,
             "b*s/cp/(tp if sp) x h");
@@ -343,7 +343,7 @@ void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std:
   const auto& m = c.model;
   const auto d = megatron_dims(c);
   Terms t{c, out};
-  if (m.naming == NamingStyle::nemotron_h) return megatron_hybrid_block(c, kind, t);
+  if (m.naming == NamingStyle::nemotron_h || c.mixer == MixerKind::none) return megatron_hybrid_block(c, kind, t);
   if (c.mixer == MixerKind::gated_delta_net) megatron_gdn_mixer(c, t);  // megatron_gdn.cpp
   else megatron_attention(c, t);
   megatron_dropout_mask(c, t, "attn.dropout_mask (hidden dropout)", Module::attention);

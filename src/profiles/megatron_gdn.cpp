@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "moemem/activation.hpp"
+#include "moemem/finetune.hpp"
 #include "moemem/profile.hpp"
 #include "shared.hpp"
 
@@ -109,7 +110,43 @@ void megatron_output_gate(const ActivationContext& c, Terms& t, std::int64_t hea
 // What Megatron-Core's Gated DeltaNet and Mamba-2 mixers need (common.py and mamba_mixer.py assert
 // the heads divide over tp) and what this model covers: no context parallelism (their all-to-all
 // paths are not modelled), no FP8, no activation offload.
+namespace {
+
+// Nemotron-NAS as Megatron-Core's heterogeneous layers build it (heterogeneous_layer_specs.py):
+// full or no_op attention with the block's key/value heads, full FFNs of the block's width.
+// Linear replacements (ColumnParallelLinearGathered) and no_op FFNs are not modelled; tp must
+// divide every block's key/value heads and FFN width (Megatron asserts both); context parallelism's
+// K/V block is sized by one attention shape; LoRA's terms are not worked for these blocks.
+std::optional<InputError> megatron_nas_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
+  const auto& p = layout.config;
+  for (std::size_t i = 0; i < m.nas_blocks.size(); ++i) {
+    const NasBlock& b = m.nas_blocks[i];
+    if (b.attention == NasPart::linear || b.ffn == NasPart::linear) {
+      return InputError("--model", fmt::format("block_configs[{}] replace_with_linear", i),
+                        "blocks whose attention and FFN are full or no_op (a linear replacement is not modelled; count is exact)");
+    }
+    if (b.ffn == NasPart::none) {
+      return InputError("--model", fmt::format("block_configs[{}].ffn.no_op", i),
+                        "blocks with an FFN (a no_op FFN is not modelled; count is exact)");
+    }
+    if ((b.attention == NasPart::full && b.kv_heads % p.tp != 0) || b.ffn_size % p.tp != 0) {
+      return InputError("--tp", std::to_string(p.tp),
+                        fmt::format("a divisor of every block's key/value heads and FFN width (block_configs[{}]: {} and "
+                                    "{}), as Megatron-Core asserts",
+                                    i, b.kv_heads, b.ffn_size));
+    }
+  }
+  if (p.cp > 1) return InputError("--cp", std::to_string(p.cp), "1 for a Nemotron-NAS model (blocks of several attention shapes)");
+  if (t.finetune != Finetune::full) {
+    return InputError("--finetune", std::string(name_of(t.finetune)), "full for a Nemotron-NAS model (adapters not modelled)");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<InputError> megatron_gdn_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
+  if (!m.nas_blocks.empty()) return megatron_nas_check(m, layout, t);
   const bool norm_out = t.recompute == Recompute::selective && (t.recompute_modules & kRecomputeGdnNormOut) != 0;
   if (!m.is_hybrid()) {
     // transformer_config.py: gdn_norm_out needs experimental_attention_variant gdn or gdn2.

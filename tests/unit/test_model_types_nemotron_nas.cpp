@@ -1,9 +1,12 @@
 // NVIDIA Nemotron-NAS (model_type nemotron-nas, issue 14): Llama layers pruned per layer by
 // block_configs (attention skipped or replaced by a linear, key/value heads and FFN width per
 // layer). Read from the published Llama-3.3-Nemotron-Super-49B-v1 config.json (provenance in
-// data/models/SOURCES.md); the count is exact against the published total; analysis is refused by
-// name; block keys the reader cannot honour are refused by name.
+// data/models/SOURCES.md); the count is exact against the published total; analysis under megatron
+// sizes every block shape by hand; block keys the reader cannot honour are refused by name.
+#include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -113,17 +116,91 @@ TEST(NemotronNas, KeysItCannotHonourAreRefusedByName) {
   expect_error(llama.dump(), "block_configs");
 }
 
-TEST(NemotronNas, AnalysisIsRefusedByNameAndCountWorks) {
+// Analysis under megatron (Megatron-Core's heterogeneous layers, heterogeneous_layer_specs.py):
+// each distinct block is a layer class. Super-49B's 80 blocks have 8 shapes (h 8192, 64 heads of
+// 128): full attention with 8 key/value heads (n_heads_in_group 8) and FFN 14336 (ffn_mult 2.625:
+// int(2 x 2.625 x 8192 / 3) = 14336, a multiple of 256) x 1 and 28672 (5.25) x 48; no_op attention
+// with FFN 14336 x 5, 17920 (3.28125) x 1, 7168 (1.3125) x 10, 28672 x 1, 5632 (1.0: 5461 rounded up
+// to 256) x 8 and 2816 (0.5: 2730 rounded up) x 6.
+// One micro-batch of 4096 tokens, tp 1, no dropout, flash attention, bf16, saved per layer:
+//   attention (full blocks): layer input, norm output, q, context 4 x 4096 x 8192 x 2 = 268,435,456;
+//     k, v 2 x 4096 x 8 x 128 x 2 = 16,777,216; log-sum-exp 64 x 4096 x 4 = 1,048,576: 286,261,248
+//   MLP of width f: its input and norm output 2 x 67,108,864 = 134,217,728; fc1 output 4096 x 2f x 2;
+//     SwiGLU output (fc2 input) 4096 x f x 2: 134,217,728 + 24,576 f
+//   f = 14336: 486,539,264; 28672: 838,860,800; 17920: 574,619,648; 7168: 310,378,496;
+//     5632: 272,629,760; 2816: 203,423,744
+// Layers: 1 x (286,261,248 + 486,539,264) + 48 x (286,261,248 + 838,860,800) + 5 x 486,539,264 +
+// 574,619,648 + 10 x 310,378,496 + 838,860,800 + 8 x 272,629,760 + 6 x 203,423,744 = 65,130,201,088.
+// One stage (pp 1) adds the token ids 4096 x 8 = 32,768, the final norm's input and output
+// 134,217,728 and the fp32 logits 4096 x 128256 x 4 = 2,101,346,304 (128256 is a multiple of 128):
+// 67,365,797,888 per micro-batch.
+TEST(NemotronNas, AnalysedUnderMegatronOneClassPerBlockShape) {
+  const ModelSpec m = parse_hf_config(super_config().dump(), "n.json");
+  ASSERT_EQ(m.nas_shapes.size(), 8u);
+  EXPECT_EQ(m.class_at(0), 0u);
+  EXPECT_EQ(m.class_mixer(m.class_at(0)), MixerKind::attention);
+  EXPECT_EQ(m.class_mixer(m.class_at(6)), MixerKind::none);  // block 6: no_op attention
+  EXPECT_EQ(m.nas_shapes[0].kv_heads, 8);
+  EXPECT_EQ(m.nas_shapes[0].ffn_size, 14336);
+  const auto r = run_cli({"analyze", "--model", "llama-3.3-nemotron-super-49b", "--dp", "8", "--seq-len", "4096",
+                          "--hidden-dropout", "0", "--attention-dropout", "0", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j.at("stages").at(0).at("activations_per_microbatch").get<std::uint64_t>(), 67'365'797'888u);
+  EXPECT_EQ(j.at("model").at("total_params").get<std::uint64_t>(), 49'867'145'216u);
+  const auto e = run_cli({"explain", "--model", "llama-3.3-nemotron-super-49b", "--tp", "4", "--pp", "2", "--dp", "2",
+                          "--seq-len", "4096", "--stage", "1"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("(no attention)"), std::string::npos) << e.out;
+}
+
+// count works under every profile; what analysis cannot honour is refused by name: another
+// profile, a tp that does not divide a block's key/value heads (8), context parallelism, adapters,
+// a linear replacement; a timed search (the step-time model does not time these blocks), while a
+// search by memory runs.
+TEST(NemotronNas, RefusedSetupsAndCountWorks) {
   const auto count = run_cli({"count", "--model", "nvidia/Llama-3_3-Nemotron-Super-49B-v1"});
   EXPECT_EQ(count.code, 0) << count.err;
   EXPECT_NE(count.out.find("49,867,145,216"), std::string::npos) << count.out;
-  const auto a = run_cli({"analyze", "--model", "llama-3.3-nemotron-super-49b", "--tp", "8"});
-  EXPECT_EQ(a.code, 2);
-  EXPECT_NE(a.err.find("block_configs"), std::string::npos) << a.err;
-  const auto s = run_cli({"search", "--model", "llama-3.3-nemotron-super-49b", "--gpus", "8", "--gpu", "h100-80g",
-                          "--global-batch", "64"});
-  EXPECT_EQ(s.code, 2);
-  EXPECT_NE(s.err.find("block_configs"), std::string::npos) << s.err;
+  const std::string model = "llama-3.3-nemotron-super-49b";
+  for (const auto& [args, field] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--profile", "torchtitan"}, "--profile"},
+           {{"--tp", "16"}, "--tp"},
+           {{"--cp", "2"}, "--cp"},
+           {{"--finetune", "lora"}, "--finetune"}}) {
+    std::vector<std::string> a = {"analyze", "--model", model, "--dp", "1"};
+    a.insert(a.end(), args.begin(), args.end());
+    const auto out = run_cli(a);
+    EXPECT_EQ(out.code, 2) << field;
+    EXPECT_NE(out.err.find(field), std::string::npos) << out.err;
+  }
+  json linear = super_config();
+  linear["block_configs"][3]["ffn"] = {{"no_op", false}, {"replace_with_linear", true}};
+  const std::string path = ::testing::TempDir() + "/nas-linear.json";
+  {
+    std::ofstream f(path);
+    f << linear.dump();
+  }
+  EXPECT_EQ(run_cli({"count", "--model", path}).code, 0);
+  const auto l = run_cli({"analyze", "--model", path, "--dp", "8"});
+  EXPECT_EQ(l.code, 2);
+  EXPECT_NE(l.err.find("replace_with_linear"), std::string::npos) << l.err;
+  // More distinct block shapes than the evaluator's layer classes (10): refused, counted.
+  json many = super_config();
+  for (std::size_t i = 0; i < 11; ++i) many["block_configs"][i]["ffn"]["ffn_mult"] = 0.25 * static_cast<double>(i + 1);
+  {
+    std::ofstream f(path);
+    f << many.dump();
+  }
+  EXPECT_EQ(run_cli({"count", "--model", path}).code, 0);
+  const auto m = run_cli({"analyze", "--model", path, "--dp", "8"});
+  EXPECT_EQ(m.code, 2);
+  EXPECT_NE(m.err.find("distinct block_configs shapes"), std::string::npos) << m.err;
+  const auto timed = run_cli({"search", "--model", model, "--gpus", "8", "--gpu", "h100-80g", "--global-batch", "64"});
+  EXPECT_EQ(timed.code, 2);
+  EXPECT_NE(timed.err.find("Nemotron-NAS"), std::string::npos) << timed.err;
+  const auto by_memory = run_cli({"search", "--model", model, "--gpus", "32", "--gpu-memory", "80GiB", "--global-batch", "64"});
+  EXPECT_EQ(by_memory.code, 0) << by_memory.err;
 }
 
 }  // namespace
