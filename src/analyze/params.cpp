@@ -41,7 +41,7 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
   // Nemotron-NAS: layers without attention or with a linear in its place, key/value heads and
   // FFN sizes per layer (block_configs). Megatron-Core builds them as heterogeneous layers
   // (models/gpt/heterogeneous/heterogeneous_layer_specs.py): each distinct block shape is a layer
-  // class, sized from nas_models; the megatron profile models them (megatron_gdn_check refuses
+  // class, sized from nas_models; the megatron profile models them (megatron_layer_shape_check refuses
   // what it does not), the others refuse them.
   if (!m.nas_blocks.empty() && profile.name != "megatron") {
     throw InputError("--profile", std::string(profile.name),

@@ -515,7 +515,7 @@ std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layou
   if (auto e = userbuffers_check(layout, t)) return e;
   if (auto e = cpu_offload_check(m, layout, t)) return e;
   if (auto e = megatron_dsa_check(m, layout, t)) return e;
-  if (auto e = megatron_gdn_check(m, layout, t)) return e;
+  if (auto e = megatron_layer_shape_check(m, layout, t)) return e;
   if (t.deepep && m.is_moe()) {
     if (auto e = detail::deepep_group_check(layout.config.ep * layout.config.etp_degree())) return e;
   }

@@ -34,7 +34,7 @@ struct GdnDimsLocal {
 GdnDimsLocal gdn_dims(const ActivationContext& c) {
   const auto& g = c.model.gdn;
   const auto& p = c.layout.config;
-  const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;  // cp 1 (megatron_gdn_check)
+  const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;  // cp 1 (megatron_layer_shape_check)
   // in_proj's output per rank: q, k (num_k_heads x k_head_dim each), v and z (num_v_heads x
   // v_head_dim each), beta and alpha (one per value head), each section split over tp
   // (gdn.py in_proj_split_sections).
@@ -107,9 +107,6 @@ void megatron_output_gate(const ActivationContext& c, Terms& t, std::int64_t hea
                  elems({tokens, heads, v_dim}), 0, "b*s/cp x heads/tp x head_dim");
 }
 
-// What Megatron-Core's Gated DeltaNet and Mamba-2 mixers need (common.py and mamba_mixer.py assert
-// the heads divide over tp) and what this model covers: no context parallelism (their all-to-all
-// paths are not modelled), no FP8, no activation offload.
 namespace {
 
 // Nemotron-NAS as Megatron-Core's heterogeneous layers build it (heterogeneous_layer_specs.py):
@@ -145,7 +142,11 @@ std::optional<InputError> megatron_nas_check(const ModelSpec& m, const Layout& l
 
 }  // namespace
 
-std::optional<InputError> megatron_gdn_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
+// What Megatron-Core's Gated DeltaNet and Mamba-2 mixers need (common.py and mamba_mixer.py assert
+// the heads divide over tp) and what this model covers: no context parallelism (their all-to-all
+// paths are not modelled), no FP8, no activation offload; MiMo-V2-Flash without cp; Nemotron-NAS
+// as megatron_nas_check says.
+std::optional<InputError> megatron_layer_shape_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   if (!m.nas_blocks.empty()) return megatron_nas_check(m, layout, t);
   const bool norm_out = t.recompute == Recompute::selective && (t.recompute_modules & kRecomputeGdnNormOut) != 0;
   if (!m.is_hybrid()) {

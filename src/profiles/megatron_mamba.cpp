@@ -16,7 +16,7 @@ void megatron_mamba_mixer(const ActivationContext& c, Terms& t) {
   const auto& m = c.model;
   const auto& s = m.mamba;
   const auto& p = c.layout.config;
-  const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;  // cp 1 (megatron_gdn_check)
+  const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;  // cp 1 (megatron_layer_shape_check)
   const std::int64_t tokens_sp = tokens / (p.sp ? p.tp : 1);
   const std::int64_t inner = s.num_heads * s.head_dim / p.tp, heads = s.num_heads / p.tp, groups = s.n_groups / p.tp;
   // in_proj's output per rank: z and x (d_inner each), B and C (n_groups x d_state each), dt (one

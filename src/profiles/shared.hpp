@@ -96,7 +96,9 @@ std::optional<InputError> megatron_dsa_check(const ModelSpec& m, const Layout& l
 // (src/profiles/megatron_gdn.cpp): the mixer's saved tensors, the attention output gate's, the checks.
 void megatron_gdn_mixer(const ActivationContext& c, Terms& t);
 void megatron_output_gate(const ActivationContext& c, Terms& t, std::int64_t heads, std::int64_t v_dim);
-std::optional<InputError> megatron_gdn_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t);
+// What the megatron profile accepts of layers apart from one attention shape: Gated DeltaNet and
+// Mamba-2 (hybrid models), MiMo-V2-Flash's two attention shapes, Nemotron-NAS's block shapes.
+std::optional<InputError> megatron_layer_shape_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t);
 // Nemotron-H's Mamba-2 mixer under the megatron profile (src/profiles/megatron_mamba.cpp).
 void megatron_mamba_mixer(const ActivationContext& c, Terms& t);
 
