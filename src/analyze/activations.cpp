@@ -296,12 +296,13 @@ namespace {
 
 std::string layers_text(std::int64_t n) { return n == 1 ? "1 layer" : fmt::format("{} layers", n); }
 
-// How the ledger names a layer class: its FFN kind, and "linear-attention" for Gated DeltaNet; a
+// How the ledger names a layer class: its FFN kind, and "linear-attention" for Gated DeltaNet,
+// "mamba" for Mamba-2, a block of one MLP or MoE alone (Nemotron-H's) by that; a
 // Nemotron-NAS class its block shape (ModelSpec::nas_shapes, numbered from 0).
 std::string class_name(const ModelSpec& m, std::size_t cls) {
   static constexpr std::array<std::string_view, 10> kNames = {
-      "dense", "moe", "dense linear-attention", "moe linear-attention", "dense mamba", "moe mamba", "dense", "moe",
-      "dense sliding-window", "moe sliding-window"};
+      "dense", "moe", "dense linear-attention", "moe linear-attention", "dense mamba", "moe mamba", "MLP block",
+      "MoE block", "dense sliding-window", "moe sliding-window"};
   if (m.nas_classes()) {
     return fmt::format("NAS block shape {}{}", cls, m.class_mixer(cls) == MixerKind::none ? " (no attention)" : "");
   }
