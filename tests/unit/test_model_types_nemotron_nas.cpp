@@ -174,28 +174,23 @@ TEST(NemotronNas, RefusedSetupsAndCountWorks) {
     EXPECT_EQ(out.code, 2) << field;
     EXPECT_NE(out.err.find(field), std::string::npos) << out.err;
   }
+  // Counted, not analysed: a linear replacement, and more distinct block shapes than the
+  // evaluator's layer classes (10).
   json linear = super_config();
   linear["block_configs"][3]["ffn"] = {{"no_op", false}, {"replace_with_linear", true}};
-  const std::string path = ::testing::TempDir() + "/nas-linear.json";
-  {
-    std::ofstream f(path);
-    f << linear.dump();
-  }
-  EXPECT_EQ(run_cli({"count", "--model", path}).code, 0);
-  const auto l = run_cli({"analyze", "--model", path, "--dp", "8"});
-  EXPECT_EQ(l.code, 2);
-  EXPECT_NE(l.err.find("replace_with_linear"), std::string::npos) << l.err;
-  // More distinct block shapes than the evaluator's layer classes (10): refused, counted.
   json many = super_config();
   for (std::size_t i = 0; i < 11; ++i) many["block_configs"][i]["ffn"]["ffn_mult"] = 0.25 * static_cast<double>(i + 1);
-  {
-    std::ofstream f(path);
-    f << many.dump();
+  for (const auto& [config, named] : {std::pair{linear, "replace_with_linear"}, std::pair{many, "distinct block_configs shapes"}}) {
+    const std::string path = ::testing::TempDir() + "/nas-refused.json";
+    {
+      std::ofstream f(path);
+      f << config.dump();
+    }
+    EXPECT_EQ(run_cli({"count", "--model", path}).code, 0) << named;
+    const auto a = run_cli({"analyze", "--model", path, "--dp", "8"});
+    EXPECT_EQ(a.code, 2) << named;
+    EXPECT_NE(a.err.find(named), std::string::npos) << a.err;
   }
-  EXPECT_EQ(run_cli({"count", "--model", path}).code, 0);
-  const auto m = run_cli({"analyze", "--model", path, "--dp", "8"});
-  EXPECT_EQ(m.code, 2);
-  EXPECT_NE(m.err.find("distinct block_configs shapes"), std::string::npos) << m.err;
   const auto timed = run_cli({"search", "--model", model, "--gpus", "8", "--gpu", "h100-80g", "--global-batch", "64"});
   EXPECT_EQ(timed.code, 2);
   EXPECT_NE(timed.err.find("Nemotron-NAS"), std::string::npos) << timed.err;
