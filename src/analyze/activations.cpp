@@ -16,14 +16,14 @@ namespace {
 
 // Full recomputation's groups in a chunk of n layers: Megatron's uniform method checkpoints groups
 // of N layers from the first, block the first N layers one at a time. With the EP all-to-all
-// overlap (Megatron-LM PR 6429's branch, efe5752e56: "VPP-stage recompute") the chunk's forward
-// runs without grad and the whole chunk is recomputed from its input at its backward.
+// overlap, Megatron-LM PR 6429 (37f1af1036, "Recompute EP A2A overlap activations per layer
+// segment", superseding the chunk-wide design of #5920 / efe5752e56) keeps the same segments:
+// recompute_method and recompute_num_layers mean what they mean without the overlap.
 struct FullGroups {
   bool uniform;
   std::int64_t size;
 };
-FullGroups full_groups(const TrainingConfig& t, std::int64_t n) {
-  if (t.ep_overlap) return {true, std::max<std::int64_t>(n, 1)};
+FullGroups full_groups(const TrainingConfig& t) {
   return {t.recompute_method == RecomputeMethod::uniform, t.recompute_num_layers};
 }
 
@@ -33,7 +33,7 @@ ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& ch, const T
   ChunkLayerCounts c;
   const std::size_t mtp_class = m.mtp_class();
   const std::int64_t n = ch.num_layers + ch.mtp_depths;
-  const FullGroups groups = full_groups(t, n);
+  const FullGroups groups = full_groups(t);
   const auto kind_at = [&](std::int64_t l) { return l < ch.num_layers ? m.class_at(ch.first_layer + l) : mtp_class; };
   for (std::int64_t l = 0; l < n; ++l) {
     if (t.recompute != Recompute::full) ++c.mode[kind_at(l)];
@@ -107,7 +107,7 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
     }
   } else {
     // Uniform: groups of N from the first layer; block: the first N layers, one at a time.
-    const FullGroups groups = full_groups(t, n);
+    const FullGroups groups = full_groups(t);
     const bool uniform = groups.uniform;
     const std::int64_t groups_end = uniform ? n : std::min(n, groups.size);
     const std::int64_t size = uniform ? groups.size : 1;
@@ -142,12 +142,16 @@ ChunkLayerCounts layer_counts(const EvalContext& c, const Chunk& ch) {
 // layer (combined_forward_backward_step). The micro-batches held before a step are as many as
 // 1F1B holds after its steady forward, so the schedule's count stands; during the step the
 // forward's current layer, its kept and its unsaved tensors, is held beside the backward. Under PR
-// 6429's full recomputation the forward runs without grad and keeps nothing.
+// 6429's full recomputation (37f1af1036) a segment's layers drop their activations once the
+// segment has run forward: its current layer holds all it would save, and its unsaved tensors.
 Bytes combined_forward_layer(const EvalContext& c, const ChunkLayerCounts& counts, const ClassBytes& kinds) {
-  if (!c.t.ep_overlap || c.t.recompute == Recompute::full) return Bytes{};
+  if (!c.t.ep_overlap) return Bytes{};
+  const bool full = c.t.recompute == Recompute::full;
   Bytes largest;
   for (const std::size_t k : c.cm.classes) {
-    if (counts.mode[k] > 0) largest = std::max(largest, kinds[k].kept + kinds[k].unsaved);
+    if (full ? counts.input[k] + counts.whole[k] > 0 : counts.mode[k] > 0) {
+      largest = std::max(largest, (full ? kinds[k].all : kinds[k].kept) + kinds[k].unsaved);
+    }
   }
   return largest;
 }
@@ -419,7 +423,8 @@ void record_activations(const EvalContext& c, const StageReport& st, Ledger& led
   if (st.combined_forward.value() > 0) {
     ledger.add(Category::activations, st.combined_forward, [] {
       return ledger_item("pipeline", "next micro-batch's layer in forward",
-                         "EP all-to-all overlap: one layer's kept and unsaved tensors, beside the backward (combined 1F1B)");
+                         "EP all-to-all overlap: one layer's saved (under full recomputation: all it saves until "
+                         "its segment ends) and unsaved tensors, beside the backward (combined 1F1B)");
     });
   }
   record_ring_buffers(st, ledger);

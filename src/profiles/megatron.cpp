@@ -447,9 +447,9 @@ std::optional<InputError> megatron_tp_divisibility(const ModelSpec& m, const Par
 // transformer_config.py TransformerConfig.__post_init__, the overlap_moe_expert_parallel_comm
 // block): expert parallelism, the all-to-all or flex dispatcher, a virtual pipeline when pp > 1, no
 // "moe" in the recomputed modules, no shared-expert overlap, at most one MTP layer, BF16 or FP16
-// weights. Full recomputation is refused there on main; the branch of Megatron-LM PR 6429
-// (efe5752e56, "Support full recompute for EP A2A overlap (VPP-stage recompute)") recomputes each
-// whole model chunk from its input instead, and needs both dropouts at 0. moemem models that branch.
+// weights. Full recomputation is refused there on main; Megatron-LM PR 6429 (37f1af1036, "Recompute
+// EP A2A overlap activations per layer segment") recomputes each segment of layers as without the
+// overlap, and needs both dropouts at 0. moemem models that PR.
 std::optional<InputError> ep_overlap_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   if (!t.ep_overlap) return std::nullopt;
   const auto& p = layout.config;

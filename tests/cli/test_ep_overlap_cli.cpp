@@ -65,23 +65,26 @@ TEST(EpOverlapCli, HoldsTheSameMicroBatchesPlusOneForwardLayer) {
   }
 }
 
-TEST(EpOverlapCli, FullRecomputationRecomputesWholeChunks) {
-  // PR 6429's branch keeps each chunk's input and recomputes the chunk (2 layers here) at once:
-  // the same bytes as Megatron's uniform recomputation of groups of 2 layers, whatever
-  // --recompute-num-layers says.
-  const json groups_of_two = analyze_json(dsv3_14l({"--recompute", "full", "--recompute-num-layers", "2"}));
+TEST(EpOverlapCli, FullRecomputationKeepsMegatronsSegments) {
+  // PR 6429 (37f1af1036, "per layer segment") keeps Megatron's segments: with the overlap, uniform
+  // recomputation of 1 layer keeps each layer's input as without it, and a steady step adds the
+  // forward's current layer, which holds all it would save and its unsaved tensors until its segment
+  // ends: the difference is that one item, and it is more than what one layer keeps (its input).
   const json overlap = analyze_json(dsv3_14l(concat({"--recompute", "full", "--recompute-num-layers", "1"}, kOverlap)));
   const json per_layer = analyze_json(dsv3_14l({"--recompute", "full", "--recompute-num-layers", "1"}));
-  ASSERT_FALSE(groups_of_two.is_null());
   ASSERT_FALSE(overlap.is_null());
   ASSERT_FALSE(per_layer.is_null());
   for (std::size_t s = 0; s < 4; ++s) {
     SCOPED_TRACE(s);
-    EXPECT_EQ(overlap.at("stages").at(s).at("bytes").at("activations"), groups_of_two.at("stages").at(s).at("bytes").at("activations"));
+    const auto& a = per_layer.at("stages").at(s);
+    const auto& b = overlap.at("stages").at(s);
+    EXPECT_EQ(b.at("activations_per_microbatch"), a.at("activations_per_microbatch"));
+    const json items =
+        explain_items(dsv3_14l(concat({"--recompute", "full", "--recompute-num-layers", "1"}, kOverlap)), std::to_string(s));
+    const std::uint64_t layer = item_bytes(items, "next micro-batch's layer in forward");
+    EXPECT_GT(layer, u64(a.at("activations_per_microbatch")) / 8);
+    EXPECT_EQ(u64(b.at("bytes").at("activations")) - u64(a.at("bytes").at("activations")), layer);
   }
-  // Stage 2 holds two chunks of two MoE layers: per-layer checkpoints keep two inputs a chunk, the
-  // chunk-wide one keeps one, and recomputes twice the layers at once.
-  EXPECT_NE(overlap.at("stages").at(2).at("bytes").at("activations"), per_layer.at("stages").at(2).at("bytes").at("activations"));
 }
 
 TEST(EpOverlapCli, LaunchScriptFlagIsReadNotRefused) {
