@@ -3,8 +3,12 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -243,8 +247,15 @@ Status Shell::run_simple(const Command& c) {
     for (std::size_t k = 0; k < at; ++k) assign(c.words[k], false);
     return Status{};
   }
-  // Assignments before a command hold for that command only.
-  const auto saved = at > 0 ? std::optional<std::map<std::string, Var>>(vars) : std::nullopt;
+  // Assignments before a command hold for that command only: the prefixed names' values before it
+  // (not a copy of every variable, which made each such command cost the whole environment).
+  const auto prefix_name = [&](std::size_t k) { return c.words[k].text.substr(0, c.words[k].text.find_first_of("[+=")); };
+  std::vector<std::pair<std::string, std::optional<Var>>> saved;
+  for (std::size_t k = 0; k < at; ++k) {
+    std::string name = prefix_name(k);
+    const auto old = vars.find(name);
+    saved.emplace_back(std::move(name), old != vars.end() ? std::optional<Var>(old->second) : std::nullopt);
+  }
   for (std::size_t k = 0; k < at; ++k) assign(c.words[k], false);
   Status s;
   if (const auto f = functions_.find(args.front().text.s); f != functions_.end()) {
@@ -262,11 +273,10 @@ Status Shell::run_simple(const Command& c) {
   } else {
     s = run_external(args, c.line);
   }
-  if (saved && args.front().text.s != "export") {
+  if (args.front().text.s != "export") {
     // keep what the command itself set (export, source, functions) apart from the prefixes
-    for (std::size_t k = 0; k < at; ++k) {
-      const std::string name = c.words[k].text.substr(0, c.words[k].text.find_first_of("[+="));
-      if (const auto old = saved->find(name); old != saved->end()) vars[name] = old->second;
+    for (auto& [name, old] : saved) {
+      if (old) vars[name] = *old;
       else vars.erase(name);
     }
   }
