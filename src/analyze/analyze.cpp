@@ -78,6 +78,11 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
                                         "logits) until the step ends (step() returns them; return_outputs=False from 0.2.1)",
                                         name_of(c.t.torchtitan_version)));
   }
+  if (c.t.fsdp_float8_all_gather && !detail::fsdp_float8_all_gather_active(c)) {
+    r.assumptions.push_back("--fsdp-float8-all-gather has no effect with one data-parallel shard: torchtitan enables it "
+                            "only where dp_shard > 1 (float8.py, parallel_dims.dp_shard_enabled), so FSDP all-gathers "
+                            "bf16 weights over cp");
+  }
   if (c.t.hf_ddp) {
     r.assumptions.push_back(
         "--ddp: the Trainer without DeepSpeed or FSDP on a model loaded in bf16 (bf16 autocast): every rank holds the "

@@ -127,6 +127,17 @@ PipelineHeld pipeline_held(const EvalContext& c, const StageReport& st) {
 // allocated on FSDP's own streams, whose cached blocks the default stream cannot reuse: the
 // root's and two blocks' all-gathers, and two blocks' and the root's fp32 reduce-scatter input
 // and output stay reserved.
+}  // namespace
+
+// torchtitan 9dec370 float8.py Float8Handler: enable_fsdp_float8_all_gather =
+// parallel_dims.dp_shard_enabled and the option; parallel_dims.py: dp_shard_enabled is dp_shard > 1.
+// With dp_shard 1 FSDP still shards over cp (dp_shard_cp), all-gathering bf16 weights.
+bool fsdp_float8_all_gather_active(const EvalContext& c) {
+  return c.t.fsdp_float8_all_gather && c.layout.config.dp / c.t.dp_replicate > 1;
+}
+
+namespace {
+
 bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
   const auto& p = c.layout.config;
   const auto& t = c.t;
@@ -137,7 +148,7 @@ bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
                   : t.reshard == ReshardPolicy::never ? st.layers.num_layers
                   : p.pp > 1                          ? st.layers.num_layers
                                                       : std::min<std::int64_t>(1, st.layers.num_layers);
-  const Bytes block = t.fsdp_float8_all_gather
+  const Bytes block = fsdp_float8_all_gather_active(c)
                           ? bytes_per(f.block_fp8_params, 1) +
                                 bytes_per(Count(f.block_params.value() - f.block_fp8_params.value()), 2)
                           : bytes_per(f.block_params, 2);
@@ -243,7 +254,7 @@ void record_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger) {
     ledger.add(Category::weights, f.blocks_unsharded, [&] {
       return ledger_item("fsdp", "blocks kept unsharded",
                          fmt::format("{} blocks x {} parameters ({}, reshard-after-forward {})", f.blocks_kept,
-                                     f.block_params.value(), c.t.fsdp_float8_all_gather ? "FP8 linear weights" : "bf16",
+                                     f.block_params.value(), fsdp_float8_all_gather_active(c) ? "FP8 linear weights" : "bf16",
                                      name_of(c.t.reshard)),
                          f.block_params, std::nullopt, f.blocks_kept);
     });

@@ -119,6 +119,9 @@ struct StateModel {
   void (*record_cache)(const EvalContext&, const StageReport&, Bytes pct, Ledger&);
 };
 extern const StateModel kZeroStates, kFsdp2States;
+// Whether --fsdp-float8-all-gather takes effect: torchtitan turns it on only where FSDP shards over
+// data parallelism (dp_shard > 1), not over context parallelism alone (fsdp2_states.cpp).
+bool fsdp_float8_all_gather_active(const EvalContext& c);
 
 // overheads.cpp: outside the allocator, CP ring blocks, buffers and fragmentation.
 // Memory outside PyTorch's allocator, itemised: the CUDA context and each NCCL communicator.
