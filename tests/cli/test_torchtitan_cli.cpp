@@ -248,3 +248,33 @@ TEST(TorchtitanValidate, EveryHighConfidenceRecordIsPredictedWithin15Percent) {
 }
 
 }  // namespace
+
+namespace {
+
+// torchtitan turns the FSDP float8 all-gather on only where dp_shard > 1 (9dec370 float8.py:
+// parallel_dims.dp_shard_enabled). Llama 3.1 8B, PP 2 (every block kept unsharded), float8
+// tensorwise: with FSDP over cp alone (dp 1, cp 2) the flag changes nothing and the report says
+// so; with dp 2 the kept blocks' linear weights shrink from 2 bytes to 1.
+TEST(TorchtitanCli, Float8AllGatherOnlyWithADataParallelShard) {
+  const auto run = [](const std::string& dp, const std::string& cp, bool flag) {
+    std::vector<std::string> a = {"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--pp", "2", "--dp", dp,
+                                  "--cp", cp, "--seq-len", "8192", "--fp8", "tensorwise", "--format", "json"};
+    if (flag) a.emplace_back("--fsdp-float8-all-gather");
+    const auto r = run_cli(a);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? json::parse(r.out) : json::object();
+  };
+  const auto weights = [](const json& r) { return r.at("stages").at(0).at("bytes").at("weights").get<std::uint64_t>(); };
+  const json cp_on = run("1", "2", true), cp_off = run("1", "2", false);
+  ASSERT_FALSE(cp_on.empty());
+  ASSERT_FALSE(cp_off.empty());
+  EXPECT_EQ(weights(cp_on), weights(cp_off));
+  bool said = false;
+  for (const auto& s : cp_on.at("assumptions")) said = said || s.get<std::string>().starts_with("--fsdp-float8-all-gather has no effect");
+  EXPECT_TRUE(said) << cp_on.at("assumptions").dump();
+  const json dp_on = run("2", "1", true), dp_off = run("2", "1", false);
+  ASSERT_FALSE(dp_on.empty());
+  EXPECT_LT(weights(dp_on), weights(dp_off));
+}
+
+}  // namespace
