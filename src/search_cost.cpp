@@ -114,15 +114,17 @@ void add_traffic(const ModelSpec& m, LayerKind kind, double count, const Paralle
 LayerKindGemms layer_gemms(const CompiledModel& cm) {
   // Softmax-attention layers; a hybrid model's Gated DeltaNet layers are costed as those of their
   // FFN kind (this relative cost ranks layouts only when no GPU is named for the step-time model).
-  // Where no layer of a kind has softmax attention (Nemotron-NAS's block shapes, a hybrid model
-  // without such layers), its most common class stands for the kind.
+  // The kind's softmax-attention class where some layer has it (for a Nemotron-NAS model that index
+  // is its first block shape); otherwise, as for a hybrid model without such layers, the kind's
+  // most common class.
   const auto of_kind = [&](LayerKind kind) {
     const std::size_t main = layer_class(kind, MixerKind::attention);
+    if (cm.present[main]) return gemms_of(*cm.model, cm.layer[main]);
     std::size_t best = main;
     std::int64_t most = 0;
     for (const std::size_t k : cm.classes) {
       const std::int64_t n = cm.present[k] && cm.model->class_kind(k) == kind ? cm.layers_in(k, 0, cm.model->num_layers) : 0;
-      if (!cm.present[main] && n > most) {
+      if (n > most) {
         best = k;
         most = n;
       }

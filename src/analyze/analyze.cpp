@@ -54,7 +54,8 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
     // ConditionalGeneration): the vision tower and projector (inventory.cpp, inventory_gemma3.cpp,
     // inventory_qwen3_5.cpp) sit with the embedding, as Megatron-LM places the encoder on the first
     // pipeline stage (pretrain_vlm.py at d98e8a64: add_encoder=is_pipeline_first_stage()), and
-    // train with the rest; replicated over tp, which errs high (Megatron's encoder splits over tp). What the tower saves for images is not modelled.
+    // train with the rest; replicated over tp, which errs high (Megatron's encoder splits over tp).
+    // What the tower saves for images is not modelled.
     r.assumptions.push_back("vision tower (vision_config): its parameters held beside the embedding, replicated over tensor "
                             "parallelism, and trained with their gradients and optimizer states; text-only micro-batches "
                             "(what it saves for images is not modelled)");
