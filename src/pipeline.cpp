@@ -149,35 +149,73 @@ void interleaved(std::int64_t rank, std::int64_t pp, std::int64_t v, std::int64_
   const std::int64_t total = mb * v;
   const std::int64_t full_entries = (mb / group) * group * v;
   const std::int64_t rem = mb % group;
-  const auto chunk_of = [&](std::int64_t k) {
-    return k < full_entries ? (k % (group * v)) / group : (k - full_entries) / rem;
+  // Forwards [0, k) of chunk c: whole periods of group x v entries (group each), the partial
+  // period, then the last group's rem entries per chunk.
+  const auto forwards_before = [&](std::int64_t k, std::int64_t c) {
+    const std::int64_t period = group * v, in_full = std::min(k, full_entries);
+    std::int64_t n = in_full / period * group + std::clamp(in_full % period - c * group, std::int64_t{0}, group);
+    if (k > full_entries) n += std::clamp(k - full_entries - c * rem, std::int64_t{0}, rem);
+    return n;
+  };
+  // Per chunk, the forwards of [0, fwd) less the backwards of [0, bwd) (backward j runs chunk
+  // v - 1 - that of forward j).
+  std::vector<std::int64_t>& held = f.per_chunk;
+  const auto hold = [&](std::int64_t fwd, std::int64_t bwd) {
+    for (std::int64_t c = 0; c < v; ++c) held[static_cast<std::size_t>(c)] = forwards_before(fwd, c) - forwards_before(bwd, v - 1 - c);
   };
   const std::int64_t warmup = std::min((pp - rank - 1) * 2 + (v - 1) * group, total);
-  std::vector<std::int64_t>& held = f.per_chunk;
-  for (std::int64_t k = 0; k < warmup; ++k) ++held[static_cast<std::size_t>(chunk_of(k))];
+  hold(warmup, 0);
   if (warmup == total) return;  // every forward before the first backward
   const bool uniform = weights.empty() || std::all_of(weights.begin(), weights.end(), [&](auto w) { return w == weights[0]; });
-  // The count peaks right after the first steady forward and stays there; with chunks of
-  // different sizes the heaviest instant can come later. The steady state repeats every
-  // group * v steps, so two periods cover every distinct instant.
-  const std::int64_t steps = uniform ? 1 : std::min(total - warmup, 2 * group * v + 1);
-  std::vector<std::int64_t> best;
-  std::uint64_t best_weight = 0;
-  const auto weight_of = [&](const std::vector<std::int64_t>& h) {
-    std::uint64_t w = 0;
-    for (std::size_t c = 0; c < h.size(); ++c) w += static_cast<std::uint64_t>(h[c]) * (weights.empty() ? 1 : weights[c]);
-    return w;
-  };
-  for (std::int64_t j = 0; j < steps; ++j) {
-    ++held[static_cast<std::size_t>(chunk_of(warmup + j))];
-    const std::uint64_t w = weight_of(held);
-    if (best.empty() || w > best_weight) {
-      best = held;
-      best_weight = w;
-    }
-    --held[static_cast<std::size_t>(v - 1 - chunk_of(j))];
+  if (uniform) {
+    hold(warmup + 1, 0);  // the count peaks right after the first steady forward and stays there
+    return;
   }
-  held = std::move(best);
+  // With chunks of different sizes the heaviest instant can come later. While forwards stay in
+  // the whole groups the steady state repeats every group x v steps (each chunk as many forwards
+  // as backwards per period), so the first period and one step cover those instants; the
+  // forwards of the last group's remainder (rem x v of them) come after, each walked. The weighted
+  // sum moves by one chunk's weight per forward and per backward; the chunks of forwards k, k+1,
+  // ... are walked without dividing.
+  const std::int64_t steady = total - warmup;
+  struct Cursor {
+    std::int64_t k, chunk, pos;  // forward k runs `chunk`, the pos-th entry of its run
+  };
+  const auto cursor_at = [&](std::int64_t k) {
+    return k < full_entries ? Cursor{k, (k % (group * v)) / group, k % group} : Cursor{k, (k - full_entries) / rem, (k - full_entries) % rem};
+  };
+  const auto advance = [&](Cursor& cur) {
+    ++cur.k;
+    ++cur.pos;
+    if (cur.k == full_entries) {
+      cur.chunk = cur.pos = 0;
+    } else if (cur.pos == (cur.k < full_entries ? group : rem)) {
+      cur.pos = 0;
+      cur.chunk = cur.k < full_entries ? (cur.chunk + 1) % v : cur.chunk + 1;
+    }
+  };
+  std::int64_t best_step = -1;
+  std::uint64_t best_weight = 0;
+  // Steps [first, last): the instant after forward warmup + j, before backward j.
+  const auto walk = [&](std::int64_t first, std::int64_t last) {
+    if (first >= last) return;
+    hold(warmup + first, first);
+    std::uint64_t w = 0;
+    for (std::size_t c = 0; c < held.size(); ++c) w += static_cast<std::uint64_t>(held[c]) * weights[c];
+    Cursor fwd = cursor_at(warmup + first), bwd = cursor_at(first);
+    for (std::int64_t j = first; j < last; ++j, advance(fwd), advance(bwd)) {
+      w += weights[static_cast<std::size_t>(fwd.chunk)];
+      if (best_step < 0 || w > best_weight) {
+        best_step = j;
+        best_weight = w;
+      }
+      w -= weights[static_cast<std::size_t>(v - 1 - bwd.chunk)];
+    }
+  };
+  const std::int64_t periodic = std::min(steady, group * v + 1);
+  walk(0, periodic);
+  walk(std::max(periodic, full_entries - warmup), steady);
+  hold(warmup + best_step + 1, best_step);
 }
 
 }  // namespace

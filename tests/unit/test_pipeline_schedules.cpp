@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "moemem/errors.hpp"
@@ -98,6 +100,62 @@ TEST(ScheduleInFlight, InterleavedLastChunkHoldsOneMicroBatch) {
   // m not a multiple of pp: the last group holds the remainder (pp 2, v 2, m 3, rank 1: table
   // (0,c0) (1,c0) (0,c1) (1,c1) (2,c0) (2,c1)).
   EXPECT_EQ(in_flight(Schedule::interleaved, 1, 2, 2, 3).total, 3);
+}
+
+// The interleaved count without shortcuts: Megatron-Core's schedule table walked forward by
+// forward (forward k runs chunk (k % (pp*v)) / pp in whole groups, the last group's remainder
+// after them; backward j runs chunk v - 1 - that of forward j), the counts kept at the heaviest
+// instant after a forward. in_flight counts in closed form and walks without dividing; both
+// must agree on every rank, weight pattern and micro-batch count, remainders included.
+I64s interleaved_by_steps(std::int64_t rank, std::int64_t pp, std::int64_t v, std::int64_t m,
+                          const std::vector<std::uint64_t>& w) {
+  const std::int64_t full = m / pp * pp * v, rem = m % pp, total = m * v;
+  const auto chunk = [&](std::int64_t k) { return k < full ? (k % (pp * v)) / pp : (k - full) / rem; };
+  const std::int64_t warmup = std::min((pp - rank - 1) * 2 + (v - 1) * pp, total);
+  I64s held(static_cast<std::size_t>(v), 0);
+  for (std::int64_t k = 0; k < warmup; ++k) ++held[static_cast<std::size_t>(chunk(k))];
+  I64s best = held;
+  std::uint64_t best_w = 0;
+  bool first = true;
+  for (std::int64_t j = 0; warmup + j < total; ++j) {
+    ++held[static_cast<std::size_t>(chunk(warmup + j))];
+    std::uint64_t sum = 0;
+    for (std::size_t c = 0; c < held.size(); ++c) sum += static_cast<std::uint64_t>(held[c]) * w[c];
+    if (first || sum > best_w) {
+      best = held;
+      best_w = sum;
+      first = false;
+    }
+    --held[static_cast<std::size_t>(v - 1 - chunk(j))];
+  }
+  return best;
+}
+
+TEST(ScheduleInFlight, InterleavedClosedFormMatchesTheScheduleWalkedStepByStep) {
+  std::uint64_t seed = 7;
+  const auto next = [&] {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return seed >> 33;
+  };
+  int compared = 0;
+  for (const std::int64_t pp : {2, 3, 4, 8}) {
+    for (const std::int64_t v : {2, 3, 4}) {
+      for (const std::int64_t m : {pp, pp + 1, 2 * pp, 3 * pp + 2, 5 * pp}) {
+        for (std::int64_t r = 0; r < pp; ++r) {
+          for (int pattern = 0; pattern < 4; ++pattern) {
+            std::vector<std::uint64_t> w(static_cast<std::size_t>(v), 1);
+            if (pattern > 0) {
+              for (auto& x : w) x = 1 + next() % 50;
+            }
+            SCOPED_TRACE(fmt::format("pp {} v {} m {} rank {} weights {}", pp, v, m, r, fmt::join(w, ",")));
+            EXPECT_EQ(in_flight(Schedule::interleaved, r, pp, v, m, w).per_chunk, interleaved_by_steps(r, pp, v, m, w));
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, (2 + 3 + 4 + 8) * 3 * 5 * 4);  // ranks x v x m x weight patterns
 }
 
 // DeepSeek-V3 report, Table 2, and deepseek-ai/DualPipe's README ("based on the same number of
