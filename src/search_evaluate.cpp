@@ -44,6 +44,9 @@ struct Evaluator {
   const GpuPerf* perf = nullptr;
   MemoryReport report;  // reused across this thread's candidates
   EvalCachePtr cache = make_eval_cache();
+  StageReport probe;             // the one stage costed first when a bound is given
+  std::int64_t last_peak = 0;    // the peak stage of the last layout costed whole: the stage probed
+  bool pruned = false;           // the last candidate was not costed past its probed stage
 
   // The memory of every stage; on InputError the rule broken. The rules of the layout, the
   // training settings and the profile are checked before (as verdicts); what is left is found only
@@ -60,12 +63,36 @@ struct Evaluator {
 
   Verdict evaluate(std::size_t i, SearchEntry& e) { return evaluate(plan.candidates[i], i, e); }
 
+  // A layout's peak is at least any one stage's total. With `above`, the stage that peaked last
+  // time is costed first; a candidate whose stage already exceeds `above` is a miss that is not
+  // kept, and is not costed further (`pruned`). Its verdict's margin is then a lower bound.
+  std::optional<Verdict> probe_exceeds(const Layout& layout, const TrainingConfig& t, Bytes above) {
+    const auto stage = std::min<std::int64_t>(last_peak, static_cast<std::int64_t>(layout.rank_chunks.size()) - 1);
+    Bytes bound;
+    try {
+      bound = analyze_stage_total(cm, layout, t, stage, probe, cache.get());
+    } catch (const InputError& e) {
+      return invalid_verdict(e);
+    }
+    if (bound <= above) return std::nullopt;
+    pruned = true;
+    Verdict v;
+    v.kind = VerdictKind::does_not_fit;
+    v.margin = Bytes(bound.value() - plan.usable.value());
+    return v;
+  }
+
   // `index`: the candidate's position in the enumeration.
-  Verdict evaluate(const Candidate& c, std::size_t index, SearchEntry& e) {
+  Verdict evaluate(const Candidate& c, std::size_t index, SearchEntry& e, std::optional<Bytes> above = std::nullopt) {
+    pruned = false;
     const LayoutChoice& lc = plan.layouts.layouts[c.layout];
     if (auto problem = check_training(c.training, lc.layout)) return invalid_verdict(*problem);
     if (auto problem = cm.profile->check(*cm.model, lc.layout, c.training)) return invalid_verdict(*problem);
+    if (above) {
+      if (auto v = probe_exceeds(lc.layout, c.training, *above)) return *v;
+    }
     if (auto problem = analyze(lc.layout, c.training)) return invalid_verdict(*problem);
+    last_peak = report.peak_stage;
     e.index = static_cast<std::int64_t>(index);
     e.parallel = lc.layout.config;
     e.training = c.training;
@@ -200,7 +227,16 @@ struct Kept {
   Kept(std::int64_t keep_feasible, std::int64_t keep_infeasible)
       : feasible{static_cast<std::size_t>(keep_feasible), cheaper, {}, {}}, misses{static_cast<std::size_t>(keep_infeasible), smaller, {}, {}} {}
 
-  void record(const Verdict& v, const SearchEntry& e) {
+  // A candidate whose peak exceeds this neither fits nor is among the nearest misses kept (BestK
+  // adds no entry that is not before its bound); nullopt while any miss may still be kept.
+  [[nodiscard]] std::optional<Bytes> keeps_nothing_above(Bytes usable) const {
+    if (misses.keep == 0) return usable;
+    if (!misses.bound) return std::nullopt;
+    return std::max(usable, misses.bound->peak);
+  }
+
+  // `pruned`: a miss costed only as far as a bound above keeps_nothing_above (counted, not kept).
+  void record(const Verdict& v, const SearchEntry& e, bool pruned = false) {
     if (v.kind == VerdictKind::invalid) {
       ++invalid;
       ++invalid_by_field[v.field];
@@ -212,7 +248,7 @@ struct Kept {
       ++feasible_count;
       feasible.add(e);
       pareto.add(e);
-    } else {
+    } else if (!pruned) {
       misses.add(e);
     }
   }
@@ -246,14 +282,15 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
   if (perf) perf->gpus_per_node = space.gpus_per_node;
   std::atomic<std::size_t> next{0};
   const auto work = [&](Kept& kept) {
-    Evaluator evaluator{cm, plan, gemms, space.gpus_per_node, &time_model, perf ? &*perf : nullptr, {}, make_eval_cache()};
+    Evaluator evaluator{cm, plan, gemms, space.gpus_per_node, &time_model, perf ? &*perf : nullptr, {}, make_eval_cache(), {}, 0, false};
     std::vector<Candidate> candidates;
     SearchEntry entry;
     for (std::size_t li = next.fetch_add(1); li < layouts.size(); li = next.fetch_add(1)) {
       candidates.clear();
       layout_candidates(li, layouts[li], space, plan.recomputes, candidates);
       for (std::size_t j = 0; j < candidates.size(); ++j) {
-        kept.record(evaluator.evaluate(candidates[j], first[li] + j, entry), entry);
+        const Verdict v = evaluator.evaluate(candidates[j], first[li] + j, entry, kept.keeps_nothing_above(plan.usable));
+        kept.record(v, entry, evaluator.pruned);
         if (progress != nullptr) progress->fetch_add(1, std::memory_order_relaxed);
       }
     }
@@ -332,7 +369,7 @@ Evaluation evaluate_candidates(const CompiledModel& cm, const SearchPlan& plan, 
   const StepTimeModel time_model = make_step_time_model(cm);
   check_timed(time_model, perf != nullptr, "");
   auto work = [&](std::size_t begin, std::size_t end) {
-    Evaluator evaluator{cm, plan, gemms, gpus_per_node, &time_model, perf, {}, make_eval_cache()};
+    Evaluator evaluator{cm, plan, gemms, gpus_per_node, &time_model, perf, {}, make_eval_cache(), {}, 0, false};
     for (std::size_t i = begin; i < end; ++i) {
       ev.verdicts[i] = evaluator.evaluate(i, ev.entries[i]);
       if (progress != nullptr) progress->fetch_add(1, std::memory_order_relaxed);

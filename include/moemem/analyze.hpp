@@ -91,5 +91,10 @@ using EvalCachePtr = std::unique_ptr<EvalCache, EvalCacheDeleter>;
 // the cache's memoized pieces when one is given (one cache per thread).
 void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
                   EvalCache* cache = nullptr, Detail detail = Detail::modules);
+// One stage's total bytes (Detail::totals), the same as analyze_into gives that stage: a lower bound
+// on the layout's peak that costs one stage (search skips a layout whose bound already exceeds
+// what it keeps). The same checks, so the same InputErrors.
+[[nodiscard]] Bytes analyze_stage_total(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t,
+                                        std::int64_t stage, StageReport& st, EvalCache* cache = nullptr);
 
 }  // namespace moemem

@@ -224,7 +224,7 @@ Bytes chunk_extras(const EvalContext& c, const Chunk& ch, Acts& acts) {
 
 }  // namespace
 
-void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations& out) {
+void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations& out, const StageReport* only) {
   const auto& p = c.layout.config;
   const ActKey key{p.tp, p.cp, p.ep, p.etp_degree(), p.sp, c.vocab, c.attention, c.t.batch(), c.t.recomputation(),
                    c.t.numerics(), c.t.routing(), c.t.fsdp(), c.t.finetuning()};
@@ -242,7 +242,7 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
       local.kinds = kind_bytes(c);
       acts = cache != nullptr ? &cache->acts.emplace(key, std::move(local)).first->second : &local;
     }
-    for (std::size_t i = 0; i < c.layout.chunks.size(); ++i) {
+    const auto cost_chunk = [&](std::size_t i) {
       const auto& ch = c.layout.chunks[i];
       ChunkLayerCounts counts = layer_counts(c, ch);
       apply_offload(c, ch, acts->kinds, counts);
@@ -255,6 +255,11 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
       out.bytes[i] = b + chunk_extras(c, ch, *acts);
       out.transient[i] = chunk_transient(c, ch, counts, acts->kinds);
       out.combined_forward[i] = combined_forward_layer(c, counts, acts->kinds);
+    };
+    if (only != nullptr) {
+      for (const auto ci : only->chunks) cost_chunk(idx(ci));
+    } else {
+      for (std::size_t i = 0; i < c.layout.chunks.size(); ++i) cost_chunk(i);
     }
   } catch (const OverflowError&) {
     throw InputError("--micro-batch/--seq-len", fmt::format("{} x {}", c.t.micro_batch, c.t.seq_len),

@@ -2,6 +2,8 @@
 // bytes are recorded in its ledger (itemised with Detail::items) and its totals are the ledger's
 // sums by category.
 #include <algorithm>
+#include <span>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -15,6 +17,22 @@ using detail::idx;
 namespace {
 
 constexpr std::string_view kMegatronProfileName = "megatron";
+
+// The stage's chunks and what they hold; every other field zeroed.
+void init_stage(const detail::EvalContext& c, std::size_t s, StageReport& st) {
+  const auto& layout = c.layout;
+  st.reset(static_cast<std::int64_t>(s));
+  st.layers = layout.stages[s];
+  st.chunks.assign(layout.rank_chunks[s].begin(), layout.rank_chunks[s].end());
+  st.model_chunks = static_cast<std::int64_t>(st.chunks.size());
+  for (const auto ci : st.chunks) {
+    const auto& ch = layout.chunks[idx(ci)];
+    st.has_embedding = st.has_embedding || ch.embedding;
+    st.has_head = st.has_head || ch.loss;
+    st.mtp_depths += ch.mtp_depths;
+    if (ch.num_layers > 0) st.last_layer = std::max(st.last_layer, ch.first_layer + ch.num_layers - 1);
+  }
+}
 
 // Every report field is (re)assigned: `r` may hold a previous evaluation whose storage is reused.
 void init_report(const detail::EvalContext& c, MemoryReport& r) {
@@ -118,22 +136,8 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
                               "optimizer states in pinned host memory (the host column) and steps on the CPU");
     }
   }
-  const auto& layout = c.layout;
-  r.stages.resize(layout.rank_chunks.size());
-  for (std::size_t s = 0; s < r.stages.size(); ++s) {
-    auto& st = r.stages[s];
-    st.reset(static_cast<std::int64_t>(s));
-    st.layers = layout.stages[s];
-    st.chunks.assign(layout.rank_chunks[s].begin(), layout.rank_chunks[s].end());
-    st.model_chunks = static_cast<std::int64_t>(st.chunks.size());
-    for (const auto ci : st.chunks) {
-      const auto& ch = layout.chunks[idx(ci)];
-      st.has_embedding = st.has_embedding || ch.embedding;
-      st.has_head = st.has_head || ch.loss;
-      st.mtp_depths += ch.mtp_depths;
-      if (ch.num_layers > 0) st.last_layer = std::max(st.last_layer, ch.first_layer + ch.num_layers - 1);
-    }
-  }
+  r.stages.resize(c.layout.rank_chunks.size());
+  for (std::size_t s = 0; s < r.stages.size(); ++s) init_stage(c, s, r.stages[s]);
 }
 
 // One stage's ledger, in the order explain shows it: states, activations, buffers, fragmentation,
@@ -204,8 +208,11 @@ MemoryReport analyze(const CompiledModel& cm, const Layout& layout, const Traini
   return r;
 }
 
-void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
-                  EvalCache* cache, Detail detail) {
+namespace {
+
+// The checks every evaluation makes (an InputError names what cannot be honoured) and the context
+// its stages share.
+detail::EvalContext make_context(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, Detail detail) {
   const ModelSpec& m = *cm.model;
   const Profile& profile = *cm.profile;
   validate_training(t, layout);
@@ -224,21 +231,46 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
   const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
   detail::EvalContext c{cm, m, profile, layout, t, attention, vocab, microbatches_per_step(t, layout), detail};
   c.allowance = detail::allowance(c);
-  init_report(c, r);
+  return c;
+}
+
+// Parameters, activations and every ledger category of the stages in `stages` (all of a report's,
+// or one).
+void cost_stages(const detail::EvalContext& c, EvalCache* cache, std::span<StageReport> stages) {
   detail::Shares local;
   const detail::Shares& shares = detail::shares_for(c, cache, local);
-  detail::assign_params(c, shares, r);
-  if (profile.states->prepare != nullptr) {
-    for (auto& st : r.stages) profile.states->prepare(c, shares, st);
+  for (auto& st : stages) detail::assign_params(c, shares, st);
+  if (c.profile.states->prepare != nullptr) {
+    for (auto& st : stages) c.profile.states->prepare(c, shares, st);
   }
   thread_local detail::ChunkActivations chunks;
-  detail::chunk_activations(c, cache, chunks);
+  detail::chunk_activations(c, cache, chunks, stages.size() == 1 ? &stages[0] : nullptr);
   const detail::Runtime runtime = detail::runtime_bytes(c);
   const Bytes cp_block = detail::cp_kv_block(c);
-  for (auto& st : r.stages) cost_stage(c, chunks, cp_block, runtime, st);
+  for (auto& st : stages) cost_stage(c, chunks, cp_block, runtime, st);
+}
+
+}  // namespace
+
+void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
+                  EvalCache* cache, Detail detail) {
+  const detail::EvalContext c = make_context(cm, layout, t, detail);
+  init_report(c, r);
+  cost_stages(c, cache, r.stages);
   for (const auto& st : r.stages) {
     if (st.bytes.total() > r.stages[idx(r.peak_stage)].bytes.total()) r.peak_stage = st.stage;
   }
+}
+
+Bytes analyze_stage_total(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, std::int64_t stage,
+                          StageReport& st, EvalCache* cache) {
+  const detail::EvalContext c = make_context(cm, layout, t, Detail::totals);
+  if (stage < 0 || stage >= static_cast<std::int64_t>(layout.rank_chunks.size())) {
+    throw std::logic_error("analyze_stage_total: no such stage");
+  }
+  init_stage(c, idx(stage), st);
+  cost_stages(c, cache, std::span<StageReport>(&st, 1));
+  return st.bytes.total();
 }
 
 std::vector<StageFit> fit(const MemoryReport& r, Bytes capacity) {

@@ -88,7 +88,7 @@ struct EvalContext {
 
 // params.cpp: the tensor groups' shares (memoized in `cache` when given), and each stage's sum.
 const Shares& shares_for(const EvalContext& c, EvalCache* cache, Shares& local);
-void assign_params(const EvalContext& c, const Shares& sh, MemoryReport& r);
+void assign_params(const EvalContext& c, const Shares& sh, StageReport& st);
 // Weights by tensor role on the stage's device (Detail::items).
 void record_weights_by_role(const EvalContext& c, const StageReport& st, Ledger& ledger);
 
@@ -101,7 +101,8 @@ struct ChunkActivations {
   // backward (its kept and unsaved tensors), the largest in the chunk.
   std::vector<Bytes> combined_forward;
 };
-void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations& out);
+// Every chunk of the layout, or only those of `only` when given (the others left zero).
+void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations& out, const StageReport* only = nullptr);
 void stage_activations(const EvalContext& c, const ChunkActivations& chunks, Bytes cp_kv_block, StageReport& st);
 void record_activations(const EvalContext& c, const StageReport& st, Ledger& ledger);
 

@@ -219,32 +219,30 @@ const Shares& shares_for(const EvalContext& c, EvalCache* cache, Shares& local) 
 // Each rank's parameters: the groups of the chunks it holds (a chunk held by two ranks, as in
 // DualPipe, counts on both); MTP's embedding/head copies are the main model's own tensors on a
 // rank holding those.
-void assign_params(const EvalContext& c, const Shares& sh, MemoryReport& r) {
+void assign_params(const EvalContext& c, const Shares& sh, StageReport& st) {
   const auto& layout = c.layout;
   const bool modules = c.detail != Detail::totals;
   const std::int64_t embedding_chunk = layout.chunk_with_embedding(), loss_chunk = layout.chunk_with_loss();
-  for (auto& st : r.stages) {
-    Share total;
-    const bool holds_embedding = layout.rank_holds(st.stage, embedding_chunk);
-    const bool holds_loss = layout.rank_holds(st.stage, loss_chunk);
-    for (const auto ci : st.chunks) {
-      const auto& ch = layout.chunks[idx(ci)];
-      for (const std::size_t k : c.cm.classes) total.add(sh.layer[k], c.cm.layers_in(k, ch.first_layer, ch.num_layers), modules);
-      if (ch.embedding) total.add(sh.emb, 1, modules);
-      if (ch.loss) total.add(sh.head, 1, modules);
-      total.add(sh.mtp, ch.mtp_depths, modules);
-      if (!holds_embedding) total.add(sh.mtp_emb, ch.mtp_depths, modules);
-      if (!holds_loss) total.add(sh.mtp_head, ch.mtp_depths, modules);
-    }
-    st.params = total.params;
-    st.trainable = total.trainable;
-    st.params_by_module = total.by_module;
-    st.fp8_weight_params = total.fp8.non_expert + total.fp8.expert;
-    st.nf4_params = total.nf4_params;
-    st.nf4_bytes = total.nf4_bytes;
-    // ZeRO-3 shards the working weights, and with them their FP8 copies.
-    if (c.t.zero >= 3) st.fp8_weight_params = zero_shard(total.fp8, layout.config.dp * layout.config.cp, layout.edp);
+  Share total;
+  const bool holds_embedding = layout.rank_holds(st.stage, embedding_chunk);
+  const bool holds_loss = layout.rank_holds(st.stage, loss_chunk);
+  for (const auto ci : st.chunks) {
+    const auto& ch = layout.chunks[idx(ci)];
+    for (const std::size_t k : c.cm.classes) total.add(sh.layer[k], c.cm.layers_in(k, ch.first_layer, ch.num_layers), modules);
+    if (ch.embedding) total.add(sh.emb, 1, modules);
+    if (ch.loss) total.add(sh.head, 1, modules);
+    total.add(sh.mtp, ch.mtp_depths, modules);
+    if (!holds_embedding) total.add(sh.mtp_emb, ch.mtp_depths, modules);
+    if (!holds_loss) total.add(sh.mtp_head, ch.mtp_depths, modules);
   }
+  st.params = total.params;
+  st.trainable = total.trainable;
+  st.params_by_module = total.by_module;
+  st.fp8_weight_params = total.fp8.non_expert + total.fp8.expert;
+  st.nf4_params = total.nf4_params;
+  st.nf4_bytes = total.nf4_bytes;
+  // ZeRO-3 shards the working weights, and with them their FP8 copies.
+  if (c.t.zero >= 3) st.fp8_weight_params = zero_shard(total.fp8, layout.config.dp * layout.config.cp, layout.edp);
 }
 
 namespace {

@@ -1,5 +1,6 @@
 // The ledger: a stage's totals are the sums of its items; an evaluation without item detail (as
-// search runs it) gives the same totals as one with every item; explain lists the same items.
+// search runs it) gives the same totals as one with every item, and so does one stage costed alone
+// (search's probe); explain lists the same items.
 #include <cstdint>
 #include <random>
 #include <string>
@@ -75,7 +76,7 @@ void expect_same_totals(const StageBytes& a, const StageBytes& b, const std::str
   EXPECT_EQ(a.host, b.host) << where;
 }
 
-TEST(LedgerProperty, ItemDetailNeverChangesTheTotalsOnRandomLayouts) {
+TEST(LedgerProperty, ItemDetailAndOneStageAloneNeverChangeTheTotalsOnRandomLayouts) {
   std::mt19937_64 rng(20261201);
   int compared = 0;
   for (const char* preset : {"deepseek-v3", "deepseek-v2-lite", "mixtral-8x7b", "llama-3.1-8b", "qwen3-30b-a3b"}) {
@@ -86,6 +87,7 @@ TEST(LedgerProperty, ItemDetailNeverChangesTheTotalsOnRandomLayouts) {
       const CompiledModel cm = compile_model(m, inv, *profile);
       const EvalCachePtr cache = make_eval_cache();
       MemoryReport reused;
+      StageReport probe;
       for (int i = 0; i < 40; ++i) {
         const Drawn d = draw(rng, m, *profile);
         Layout layout;
@@ -109,6 +111,9 @@ TEST(LedgerProperty, ItemDetailNeverChangesTheTotalsOnRandomLayouts) {
                                   item_sum(st, Category::buffers),     item_sum(st, Category::fragmentation),
                                   item_sum(st, Category::runtime),     item_sum(st, Category::host)};
           expect_same_totals(st.bytes, summed, where);
+          // Search's probe: one stage costed alone gives the same total (its bound on the peak).
+          EXPECT_EQ(analyze_stage_total(cm, layout, d.t, static_cast<std::int64_t>(s), probe, cache.get()), st.bytes.total())
+              << where;
         }
         EXPECT_EQ(items.peak_stage, reused.peak_stage);
         ++compared;
