@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -210,6 +211,9 @@ struct ModelSpec {
   std::vector<NasBlock> nas_blocks;
   std::vector<NasBlock> nas_shapes;
   std::vector<std::uint8_t> nas_shape_of;
+  // Set on the copy of a Nemotron-NAS model that sizes one block shape's activation terms
+  // (CompiledModel::nas_models): that shape's attention and FFN parts.
+  std::optional<NasBlock> nas_block;
   // Config keys that were present but are not understood; reported, never silently dropped.
   std::vector<std::string> unrecognised_keys;
 

@@ -69,6 +69,7 @@ CompiledModel compile_model(const ModelSpec& m, const Inventory& inv, const Prof
     shape.nas_shape_of.clear();
     shape.num_kv_heads = b.kv_heads;
     shape.dense_ffn = b.ffn_size;
+    shape.nas_block = b;
     cm.nas_models.push_back(std::move(shape));
   }
   std::array<std::int64_t, kLayerClasses> first_of_class{};

@@ -338,11 +338,53 @@ void megatron_hybrid_block(const ActivationContext& c, LayerKind kind, Terms& t)
   megatron_dropout_mask(c, t, "block.dropout_mask (hidden dropout)", Module::attention);
 }
 
+// A Nemotron-NAS block (Megatron-LM d98e8a64 models/gpt/heterogeneous/heterogeneous_layer_specs.py,
+// Transformer Engine): each part full (SelfAttention or the MLP, as any layer's), no_op (IdentityOp
+// for the part and its norm, IdentityFuncOp for its bias-dropout-add: nothing saved), or a linear
+// replacement: TELayerNormColumnParallelLinearGathered (transformer/heterogeneous/
+// linear_replacements.py), an h x h/tp LayerNormLinear that saves its input and its norm's output,
+// then the output gathered (with sp: padded to h and reduce-scattered), which saves nothing, and
+// the part's bias-dropout-add. The replaced FFN is the layer's `mlp` module (the mlp recompute
+// module checkpoints it); the replaced attention is no core attention, so no module recomputes it.
+// The first part present takes the layer input, kept under full recomputation.
+void megatron_nas_block(const ActivationContext& c, Terms& t) {
+  const auto& m = c.model;
+  const NasBlock& b = *m.nas_block;
+  const auto d = megatron_dims(c);
+  const Count rows = elems({d.tokens_sp, m.hidden});
+  const char* rule = "b*s/cp/(tp if sp) x h";
+  const auto linear = [&](const char* input, const char* norm, const char* scales, Module mod, std::uint16_t recompute, bool first) {
+    t.add(input, mod, rows, t.a, 0, rule, first);
+    t.linear_input(norm, scales, mod, rows, recompute, rule);
+  };
+  if (b.attention == NasPart::full) {
+    megatron_attention(c, t);
+  } else if (b.attention == NasPart::linear) {
+    linear("linear_attn.input (layer input)", "linear_attn.norm_output", "linear_attn.norm_output.scales", Module::attention, 0, true);
+  }
+  if (b.attention != NasPart::none) megatron_dropout_mask(c, t, "attn.dropout_mask (hidden dropout)", Module::attention);
+  const bool first = b.attention == NasPart::none;
+  if (b.ffn == NasPart::full) {
+    t.add(first ? "mlp.input (layer input)" : "mlp.input", Module::dense_mlp, rows, t.a, 0, rule, first);
+    t.linear_input("mlp.norm_output (fc1 input)", "mlp.norm_output.scales", Module::dense_mlp, rows, kRecomputeMlp, rule);
+    megatron_mlp(c, t, m.dense_ffn, Module::dense_mlp, "mlp.fc1_output", "mlp.act_output (fc2 input)", "mlp.act_output.scales",
+                 kRecomputeMlp, m.gated_mlp);
+  } else if (b.ffn == NasPart::linear) {
+    linear(first ? "linear_mlp.input (layer input)" : "linear_mlp.input", "linear_mlp.norm_output", "linear_mlp.norm_output.scales",
+           Module::dense_mlp, kRecomputeMlp, first);
+  }
+  if (b.ffn != NasPart::none) {
+    megatron_dropout_mask(c, t, first ? "block.dropout_mask (hidden dropout)" : "mlp.dropout_mask (hidden dropout)",
+                          first ? Module::attention : Module::dense_mlp);
+  }
+}
+
 // One decoder layer: the attention block, then the dense MLP or the MoE block.
 void megatron_layer_activations(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
   const auto& m = c.model;
   const auto d = megatron_dims(c);
   Terms t{c, out};
+  if (m.nas_block) return megatron_nas_block(c, t);
   if (m.naming == NamingStyle::nemotron_h || c.mixer == MixerKind::none) return megatron_hybrid_block(c, kind, t);
   if (c.mixer == MixerKind::gated_delta_net) megatron_gdn_mixer(c, t);  // megatron_gdn.cpp
   else megatron_attention(c, t);
@@ -439,51 +481,6 @@ std::optional<InputError> megatron_tp_divisibility(const ModelSpec& m, const Par
                       fmt::format("a divisor of the shared experts' intermediate size ({}): Megatron-Core splits the "
                                   "shared-expert MLP over tp and refuses sizes that do not divide",
                                   m.moe.shared_ffn));
-  }
-  return std::nullopt;
-}
-
-// --overlap-moe-expert-parallel-comm where Megatron-Core accepts it (Megatron-LM d98e8a64,
-// transformer_config.py TransformerConfig.__post_init__, the overlap_moe_expert_parallel_comm
-// block): expert parallelism, the all-to-all or flex dispatcher, a virtual pipeline when pp > 1, no
-// "moe" in the recomputed modules, no shared-expert overlap, at most one MTP layer, BF16 or FP16
-// weights. Full recomputation is refused there on main; Megatron-LM PR 6429 (37f1af1036, "Recompute
-// EP A2A overlap activations per layer segment") recomputes each segment of layers as without the
-// overlap, and needs both dropouts at 0. moemem models that PR.
-std::optional<InputError> ep_overlap_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
-  if (!t.ep_overlap) return std::nullopt;
-  const auto& p = layout.config;
-  const std::string flag = "--overlap-moe-expert-parallel-comm";
-  if (p.ep <= 1) return InputError(flag, "set", "expert parallelism (--ep > 1)");
-  if (p.pp > 1 && p.schedule != Schedule::interleaved) {
-    return InputError(flag, fmt::format("pp {} with schedule {}", p.pp, name_of(p.schedule)),
-                     "a virtual pipeline (--vpp > 1, interleaved schedule) when pp > 1");
-  }
-  if (t.recompute == Recompute::selective && (t.recompute_modules & kRecomputeMoe) != 0) {
-    return InputError("--recompute-modules", "moe", fmt::format("no moe module with {}", flag));
-  }
-  if (t.shared_expert_overlap) return InputError("--moe-shared-expert-overlap", "set", fmt::format("not together with {}", flag));
-  if (m.mtp_layers > 1) return InputError(flag, fmt::format("{} MTP layers", m.mtp_layers), "at most one MTP layer");
-  if (t.precision.weights != DType::bf16 && t.precision.weights != DType::fp16) {
-    return InputError(flag, std::string(name_of(t.precision.weights)), "bf16 or fp16 weights");
-  }
-  if (t.recompute == Recompute::full && (t.hidden_dropout > 0 || t.attention_dropout > 0)) {
-    return InputError("--hidden-dropout/--attention-dropout", fmt::format("{}/{}", t.hidden_dropout, t.attention_dropout),
-                     fmt::format("0 with full recomputation and {} (PR 6429 cannot replay dropout)", flag));
-  }
-  return std::nullopt;
-}
-
-// --tp-comm-overlap: megatron/training/arguments.py validate_args turns sequence parallelism off at
-// tp 1 and then asserts it is on. --delay-wgrad-compute: transformer_config.py __post_init__
-// asserts overlap_moe_expert_parallel_comm.
-std::optional<InputError> userbuffers_check(const Layout& layout, const TrainingConfig& t) {
-  if (t.tp_comm_overlap && (layout.config.tp <= 1 || !layout.config.sp)) {
-    return InputError("--tp-comm-overlap", fmt::format("tp {}, sp {}", layout.config.tp, layout.config.sp ? "on" : "off"),
-                      "tp > 1 with sequence parallelism (--sp), as Megatron asserts");
-  }
-  if (t.delay_wgrad && !t.ep_overlap) {
-    return InputError("--delay-wgrad-compute", "set", "--overlap-moe-expert-parallel-comm too (Megatron asserts it)");
   }
   return std::nullopt;
 }

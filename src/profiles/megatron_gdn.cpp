@@ -110,21 +110,20 @@ void megatron_output_gate(const ActivationContext& c, Terms& t, std::int64_t hea
 namespace {
 
 // Nemotron-NAS as Megatron-Core's heterogeneous layers build it (heterogeneous_layer_specs.py):
-// full or no_op attention with the block's key/value heads, full FFNs of the block's width.
-// Linear replacements (ColumnParallelLinearGathered) and no_op FFNs are not modelled; tp must
-// divide every block's key/value heads and FFN width (Megatron asserts both); context parallelism's
-// K/V block is sized by one attention shape; LoRA's terms are not worked for these blocks.
+// each part full (the block's key/value heads, the block's FFN width), no_op or a linear
+// replacement (megatron.cpp megatron_nas_block); a block with both parts no_op is not modelled; tp
+// must divide every block's key/value heads and FFN width (Megatron asserts both); context
+// parallelism's K/V block is sized by one attention shape; LoRA's terms are not worked for these
+// blocks.
 std::optional<InputError> megatron_nas_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   const auto& p = layout.config;
   for (std::size_t i = 0; i < m.nas_blocks.size(); ++i) {
     const NasBlock& b = m.nas_blocks[i];
-    if (b.attention == NasPart::linear || b.ffn == NasPart::linear) {
-      return InputError("--model", fmt::format("block_configs[{}] replace_with_linear", i),
-                        "blocks whose attention and FFN are full or no_op (a linear replacement is not modelled; count is exact)");
-    }
-    if (b.ffn == NasPart::none) {
-      return InputError("--model", fmt::format("block_configs[{}].ffn.no_op", i),
-                        "blocks with an FFN (a no_op FFN is not modelled; count is exact)");
+    // Both parts no_op: a layer that computes nothing, whose full recomputation would still keep
+    // its input; not in any published block_configs, not modelled.
+    if (b.attention == NasPart::none && b.ffn == NasPart::none) {
+      return InputError("--model", fmt::format("block_configs[{}] (attention and ffn both no_op)", i),
+                        "blocks with an attention or an FFN part (an identity layer is not modelled; count is exact)");
     }
     if ((b.attention == NasPart::full && b.kv_heads % p.tp != 0) || b.ffn_size % p.tp != 0) {
       return InputError("--tp", std::to_string(p.tp),

@@ -87,6 +87,10 @@ void lora_layer_terms(const ActivationContext& c, LayerKind kind, Terms& terms, 
 // Megatron's --cpu-offloading-num-layers under the megatron profile: what Megatron refuses with it
 // (src/profiles/megatron_offload.cpp).
 std::optional<InputError> cpu_offload_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t);
+// --overlap-moe-expert-parallel-comm, and --tp-comm-overlap / --delay-wgrad-compute, where Megatron
+// accepts them (src/profiles/megatron_offload.cpp).
+std::optional<InputError> ep_overlap_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t);
+std::optional<InputError> userbuffers_check(const Layout& layout, const TrainingConfig& t);
 
 // DeepSeek sparse attention under the megatron profile (src/profiles/megatron_dsa.cpp): one DSA
 // layer's attention block after its input norm, and what Megatron refuses or moemem does not model.

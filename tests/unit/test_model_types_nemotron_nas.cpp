@@ -154,9 +154,45 @@ TEST(NemotronNas, AnalysedUnderMegatronOneClassPerBlockShape) {
   EXPECT_NE(e.out.find("(no attention)"), std::string::npos) << e.out;
 }
 
+// Linear replacements and no_op FFNs (heterogeneous_layer_specs.py: TELayerNormColumnParallelLinearGathered
+// saves its input and its norm's output, h each per token; a no_op part saves nothing). From the
+// Super-49B case above (67,365,797,888 per micro-batch of 4096 tokens, tp 1):
+//   block 0 (full attention, FFN 14336) -> FFN replaced by a linear: the MLP's 486,539,264 becomes
+//     2 x 4096 x 8192 x 2 = 134,217,728: -352,321,536;
+//   block 6 (no_op attention, FFN 14336) -> attention replaced by a linear: +134,217,728 (the MLP
+//     keeps its input and norm output, no longer the layer's input);
+//   block 8 (full attention, FFN 28672) -> no_op FFN: -838,860,800.
+// 67,365,797,888 - 352,321,536 + 134,217,728 - 838,860,800 = 66,308,833,280, in 10 block shapes
+// (block 0's old shape gone; three new ones).
+TEST(NemotronNas, LinearReplacementsAndNoOpFfnsAnalysed) {
+  json c = super_config();
+  c["block_configs"][0]["ffn"]["replace_with_linear"] = true;
+  c["block_configs"][6]["attention"]["replace_with_linear"] = true;
+  c["block_configs"][6]["attention"]["no_op"] = false;
+  c["block_configs"][8]["ffn"]["no_op"] = true;
+  const ModelSpec m = parse_hf_config(c.dump(), "n.json");
+  EXPECT_EQ(m.nas_shapes.size(), 10u);
+  const std::string path = ::testing::TempDir() + "/nas-linear.json";
+  {
+    std::ofstream f(path);
+    f << c.dump();
+  }
+  const auto r = run_cli({"analyze", "--model", path, "--dp", "8", "--seq-len", "4096", "--hidden-dropout", "0",
+                          "--attention-dropout", "0", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("stages").at(0).at("activations_per_microbatch").get<std::uint64_t>(), 66'308'833'280u);
+  // Full recomputation keeps each layer's input whatever its parts: 80 x 4096 x 8192 x 2, plus the
+  // stage's token ids, final norm input and output and logits (2,235,596,800).
+  const auto full = run_cli({"analyze", "--model", path, "--dp", "8", "--seq-len", "4096", "--hidden-dropout", "0",
+                             "--attention-dropout", "0", "--recompute", "full", "--format", "json"});
+  ASSERT_EQ(full.code, 0) << full.err;
+  EXPECT_EQ(json::parse(full.out).at("stages").at(0).at("activations_per_microbatch").get<std::uint64_t>(),
+            80ull * 67'108'864 + 2'235'596'800ull);
+}
+
 // count works under every profile; what analysis cannot honour is refused by name: another
 // profile, a tp that does not divide a block's key/value heads (8), context parallelism, adapters,
-// a linear replacement; a timed search (the step-time model does not time these blocks), while a
+// an identity block; a timed search (the step-time model does not time these blocks), while a
 // search by memory runs.
 TEST(NemotronNas, RefusedSetupsAndCountWorks) {
   const auto count = run_cli({"count", "--model", "nvidia/Llama-3_3-Nemotron-Super-49B-v1"});
@@ -174,13 +210,13 @@ TEST(NemotronNas, RefusedSetupsAndCountWorks) {
     EXPECT_EQ(out.code, 2) << field;
     EXPECT_NE(out.err.find(field), std::string::npos) << out.err;
   }
-  // Counted, not analysed: a linear replacement, and more distinct block shapes than the
-  // evaluator's layer classes (10).
-  json linear = super_config();
-  linear["block_configs"][3]["ffn"] = {{"no_op", false}, {"replace_with_linear", true}};
+  // Counted, not analysed: a block whose attention and FFN are both no_op (an identity layer), and
+  // more distinct block shapes than the evaluator's layer classes (10).
+  json identity = super_config();
+  identity["block_configs"][6]["ffn"] = {{"no_op", true}, {"replace_with_linear", false}};
   json many = super_config();
   for (std::size_t i = 0; i < 11; ++i) many["block_configs"][i]["ffn"]["ffn_mult"] = 0.25 * static_cast<double>(i + 1);
-  for (const auto& [config, named] : {std::pair{linear, "replace_with_linear"}, std::pair{many, "distinct block_configs shapes"}}) {
+  for (const auto& [config, named] : {std::pair{identity, "both no_op"}, std::pair{many, "distinct block_configs shapes"}}) {
     const std::string path = ::testing::TempDir() + "/nas-refused.json";
     {
       std::ofstream f(path);
