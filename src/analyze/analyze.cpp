@@ -97,6 +97,14 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
                                         "logits) until the step ends (step() returns them; return_outputs=False from 0.2.1)",
                                         name_of(c.t.torchtitan_version)));
   }
+  if (c.profile.states == &detail::kFsdp2States && c.model.attention == AttentionKind::mla) {
+    // src/profiles/torchtitan_moe.cpp: torchtitan's deepseek_v3 model as PR 1373 added it.
+    r.assumptions.push_back(
+        "torchtitan's deepseek_v3 model as added in d54d05a5 (PR 1373): eager blocks (MLA through SDPA's fused kernel, "
+        "fp32 RoPE copies, grouped-GEMM experts with rows padded to 16 per local expert, an fp32 copy of the routed "
+        "output); routed experts 1/ep per rank and FSDP-sharded over dp/ep (dp_shard_mod_ep); the largest block kept "
+        "unsharded after forward");
+  }
   if (c.t.fsdp_float8_all_gather && !detail::fsdp_float8_all_gather_active(c)) {
     r.assumptions.push_back("--fsdp-float8-all-gather has no effect with one data-parallel shard: torchtitan enables it "
                             "only where dp_shard > 1 (float8.py, parallel_dims.dp_shard_enabled), so FSDP all-gathers "

@@ -11,14 +11,23 @@ namespace moemem::detail {
 
 namespace {
 
-void fsdp2_prepare(const EvalContext&, const Shares& sh, StageReport& st) {
+// A block is the largest layer class on the rank: a MoE block with its routed experts (this rank's
+// 1/ep of them under expert parallelism), the FSDP unit torchtitan's apply_fsdp wraps per block
+// (the experts a unit of their own over dp_shard_mod_ep, gathered with their block).
+void fsdp2_prepare(const EvalContext& c, const Shares& sh, StageReport& st) {
   FsdpDetail f;
   Share root;
   if (st.has_embedding) root.add(sh.emb, 1, false);
   if (st.has_head) root.add(sh.head, 1, false);
   f.root_params = root.params.non_expert + root.params.expert;
-  f.block_params = sh.layer[0].params.non_expert;
-  f.block_fp8_params = sh.layer[0].fp8.non_expert;
+  for (const std::size_t k : c.cm.classes) {
+    const auto& l = sh.layer[k];
+    const Count n = l.params.non_expert + l.params.expert;
+    if (n.value() > f.block_params.value()) {
+      f.block_params = n;
+      f.block_fp8_params = l.fp8.non_expert + l.fp8.expert;
+    }
+  }
   st.fsdp = f;
 }
 
@@ -143,7 +152,10 @@ bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
   const auto& t = c.t;
   FsdpDetail& f = *st.fsdp;
   const std::uint64_t shard_group = static_cast<std::uint64_t>(p.dp / t.dp_replicate * p.cp);
-  f.shard_params = Count(ceil_div((st.params.non_expert + st.params.expert).value(), shard_group));
+  // Routed experts, already 1/ep per rank, shard over what is left of the group (dp_shard_mod_ep):
+  // every parameter ends up over the whole group.
+  f.shard_params = Count(ceil_div(st.params.non_expert.value(), shard_group)) +
+                   Count(ceil_div(st.params.expert.value(), shard_group / static_cast<std::uint64_t>(p.ep)));
   f.blocks_kept = t.reshard == ReshardPolicy::always  ? 0
                   : t.reshard == ReshardPolicy::never ? st.layers.num_layers
                   : p.pp > 1                          ? st.layers.num_layers
@@ -215,8 +227,10 @@ void record_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   const FsdpDetail& f = *st.fsdp;
   const Count shard = f.shard_params;
   const auto text = [&] {
-    return fmt::format("ceil({} / (dp/dp_replicate*cp {}))", (st.params.non_expert + st.params.expert).value(),
-                       p.dp / c.t.dp_replicate * p.cp);
+    const std::int64_t group = p.dp / c.t.dp_replicate * p.cp;
+    if (st.params.expert.value() == 0) return fmt::format("ceil({} / (dp/dp_replicate*cp {}))", st.params.non_expert.value(), group);
+    return fmt::format("ceil({} / (dp/dp_replicate*cp {})) + ceil({} routed-expert / {} (dp_shard_mod_ep))",
+                       st.params.non_expert.value(), group, st.params.expert.value(), group / p.ep);
   };
   const Bytes fp32 = bytes_of(shard, DType::fp32);
   const auto moments = [&] {

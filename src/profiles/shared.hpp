@@ -105,6 +105,9 @@ void megatron_output_gate(const ActivationContext& c, Terms& t, std::int64_t hea
 std::optional<InputError> megatron_layer_shape_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t);
 // Nemotron-H's Mamba-2 mixer under the megatron profile (src/profiles/megatron_mamba.cpp).
 void megatron_mamba_mixer(const ActivationContext& c, Terms& t);
+// torchtitan's DeepSeek-V3 blocks (MLA, dense or MoE FFN) as d54d05a5 trains them
+// (src/profiles/torchtitan_moe.cpp).
+void titan_mla_moe_layer(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out);
 
 // ---- validity checks shared by more than one profile ----------------------------------------
 

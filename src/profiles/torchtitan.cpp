@@ -21,13 +21,17 @@ struct TitanDims {
   std::int64_t tokens, tokens_sp, tp, q, kv, heads, ffn;
 };
 
+// torchtitan's deepseek_v3 model: MLA attention with routed experts (no DSA indexer).
+bool titan_deepseek(const ModelSpec& m) { return m.attention == AttentionKind::mla && m.is_moe() && !m.has_indexer(); }
+
 TitanDims titan_dims(const ActivationContext& c) {
   const auto& m = c.model;
   const auto& p = c.layout.config;
-  if (m.attention != AttentionKind::gqa || m.is_moe()) {
+  if (!titan_deepseek(m) && (m.attention != AttentionKind::gqa || m.is_moe())) {
     throw InputError("--profile", "torchtitan",
-                     "dense decoders with multi-/grouped-query attention (Llama-style); torchtitan's MoE and MLA "
-                     "models are not modelled yet");
+                     fmt::format("dense decoders with multi-/grouped-query attention (Llama-style), or DeepSeek-V3-style "
+                                 "MLA + MoE models (torchtitan's deepseek_v3); {} is neither (not modelled)",
+                                 m.model_type));
   }
   const std::int64_t tokens = c.training.micro_batch * (c.training.seq_len / p.cp);
   return {tokens,         tokens / p.tp,  p.tp, m.num_heads / p.tp * m.head_dim, m.num_kv_heads / p.tp * m.head_dim,
@@ -40,7 +44,8 @@ TitanDims titan_dims(const ActivationContext& c) {
 // kernel reads (w2's output feeds only the residual add, as do the reduce-scatter outputs).
 // Without checkpointing: what eager autograd saves (fp32 RoPE products, repeated K and V, every
 // SwiGLU operand), or, compiled, what the fused kernels read back.
-void titan_layer_activations(const ActivationContext& c, LayerKind, std::vector<ActivationTerm>& out) {
+void titan_layer_activations(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
+  if (c.model.attention == AttentionKind::mla) return titan_mla_moe_layer(c, kind, out);  // torchtitan_moe.cpp
   const auto& m = c.model;
   const auto d = titan_dims(c);
   const DType a = c.training.activation_dtype;
@@ -127,7 +132,38 @@ LossPeak titan_loss_peak(const ActivationContext& c) {
 
 // FSDP2 shards every state itself (no ZeRO stage), and float8 all-gathers need float8 layers;
 // routing options need routed experts.
-std::optional<InputError> titan_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
+// torchtitan's DeepSeek-V3 as added in d54d05a5 (PR 1373: FSDP, HSDP, full or no activation
+// checkpointing, TP and EP; "To be added": CP, PP, torch.compile, quantisation). moemem models its
+// FSDP and EP (torchtitan_moe.cpp); its tensor-parallel plan for MLA and the MoE is not worked.
+std::optional<InputError> titan_mla_moe_check(const Layout& layout, const TrainingConfig& t) {
+  const auto& p = layout.config;
+  const std::string why = "1 for torchtitan's DeepSeek-V3 model";
+  if (p.tp != 1) return InputError("--tp", std::to_string(p.tp), why + " (its tensor-parallel plan for MLA and MoE is not modelled)");
+  if (p.pp != 1) return InputError("--pp", std::to_string(p.pp), why + " (pipeline parallelism came after d54d05a5; not modelled)");
+  if (p.cp != 1) return InputError("--cp", std::to_string(p.cp), why + " (context parallelism came after d54d05a5; not modelled)");
+  if (p.ep > 1 && (p.dp / t.dp_replicate) % p.ep != 0) {
+    return InputError("--ep", std::to_string(p.ep), "a divisor of the FSDP shard degree (dp / dp_replicate): torchtitan takes "
+                                                    "expert parallelism from dp_shard (dp_shard_in_ep)");
+  }
+  if (t.recompute == Recompute::selective) {
+    return InputError("--recompute", "selective", "none or full for torchtitan's DeepSeek-V3 model (its per-op list not modelled)");
+  }
+  if (t.compile) return InputError("--compile", "set", "off for torchtitan's DeepSeek-V3 model (it raised NotImplementedError)");
+  if (t.fp8 != Fp8Recipe::none) return InputError("--fp8", std::string(name_of(t.fp8)), "none for torchtitan's DeepSeek-V3 model");
+  if (t.moe_capacity_factor || t.deepep) {
+    return InputError("--moe-capacity-factor/--moe-token-dispatcher", "set", "neither with torchtitan (dropless all-to-all)");
+  }
+  if (t.attention && *t.attention != AttentionKernel::flash) {
+    return InputError("--attention", std::string(name_of(*t.attention)),
+                      "flash for torchtitan's DeepSeek-V3 model (SDPA's fused kernels; saved tensors as flash's)");
+  }
+  return std::nullopt;
+}
+
+std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
+  if (titan_deepseek(m)) {
+    if (auto e = titan_mla_moe_check(layout, t)) return e;
+  }
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_dropout("torchtitan", t)) return e;
   if (auto e = refuse_megatron_options("torchtitan", t)) return e;

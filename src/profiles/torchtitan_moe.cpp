@@ -1,0 +1,123 @@
+// torchtitan's DeepSeek-V3 model (MLA attention, dense first layers, token-choice MoE with shared
+// experts) as torchtitan trained it when it was added: pytorch/torchtitan d54d05a5 (2025-07-11,
+// PR 1373) torchtitan/models/deepseek_v3/model/{model,moe}.py, its experts wrapped by
+// experiments/llama4/infra/expert_parallel.py (expert_parallel, ExpertParallel) and sharded by
+// experiments/llama4/infra/parallelize.py apply_fsdp. What one block saves for backward in eager
+// PyTorch (torchtitan refused torch.compile for it); under full activation checkpointing only the
+// block input, and the whole list comes back one block at a time in backward.
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "moemem/activation.hpp"
+#include "moemem/errors.hpp"
+#include "shared.hpp"
+
+namespace moemem::profiles {
+
+namespace {
+
+constexpr std::int64_t kAlignRows = 16;  // expert_parallel: ALIGN_SIZE_M, each local expert's rows padded to it
+
+// Attention (model.py Attention.forward): the block input (attention_norm's input) and the norm's
+// output, read by wq (or wq_a) and wkv_a; with q_lora_rank, wq_a's output (q_norm's input) and
+// q_norm's output (wq_b's input); apply_rotary_emb multiplies an fp32 complex copy of q_pe and
+// k_pe (x.float() viewed as complex), which the product saves; kv_norm's input is a slice of
+// wkv_a's output (the whole output stays), its output is wkv_b's input; q and k are new tensors
+// (torch.cat of the nope and rope parts, k_pe expanded to every head); v is a slice of wkv_b's
+// output, so SDPA keeps that whole output; SDPA's memory-efficient kernel (the qk and v head sizes
+// differ) saves q, k, v, its output (wo's input) and an fp32 log-sum-exp per head and token.
+void mla_attention(const ActivationContext& c, std::int64_t tokens, Terms& t) {
+  const auto& m = c.model;
+  const auto& a = m.mla;
+  const std::int64_t heads = m.num_heads, qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  t.add("block.input (attention_norm input)", Module::attention, elems({tokens, m.hidden}), t.a, 0, "b*s x h", true);
+  t.add("attention_norm.output", Module::norms, elems({tokens, m.hidden}), t.a, 0, "b*s x h (wq/wkv_a input)");
+  if (a.q_lora_rank > 0) {
+    t.add("wq_a.output (q_norm input)", Module::attention, elems({tokens, a.q_lora_rank}), t.a, 0, "b*s x q_lora_rank");
+    t.add("q_norm.output (wq_b input)", Module::attention, elems({tokens, a.q_lora_rank}), t.a, 0, "b*s x q_lora_rank");
+  }
+  t.add("rope.q_pe (fp32 complex copy)", Module::attention, elems({tokens, heads, a.qk_rope_head_dim}), DType::fp32, 0,
+        "b*s x heads x qk_rope_head_dim, fp32");
+  t.add("wkv_a.output (kv_norm input)", Module::attention, elems({tokens, a.kv_lora_rank + a.qk_rope_head_dim}), t.a, 0,
+        "b*s x (kv_lora_rank + qk_rope_head_dim)");
+  t.add("rope.k_pe (fp32 complex copy)", Module::attention, elems({tokens, a.qk_rope_head_dim}), DType::fp32, 0,
+        "b*s x qk_rope_head_dim, fp32");
+  t.add("kv_norm.output (wkv_b input)", Module::attention, elems({tokens, a.kv_lora_rank}), t.a, 0, "b*s x kv_lora_rank");
+  t.add("sdpa.q", Module::attention, elems({tokens, heads, qk}), t.a, 0, "b*s x heads x (nope + rope)");
+  t.add("sdpa.k", Module::attention, elems({tokens, heads, qk}), t.a, 0, "b*s x heads x (nope + rope)");
+  t.add("wkv_b.output (v is a slice)", Module::attention, elems({tokens, heads, a.qk_nope_head_dim + a.v_head_dim}), t.a, 0,
+        "b*s x heads x (nope + v_head_dim)");
+  t.add("sdpa.output (wo input)", Module::attention, elems({tokens, heads, a.v_head_dim}), t.a, 0, "b*s x heads x v_head_dim");
+  t.add("sdpa.logsumexp", Module::attention, elems({tokens, heads}), DType::fp32, 0, "b*s x heads, fp32");
+}
+
+// FeedForward / GroupedExperts with one expert (the shared experts: grouped_mm falls back to bmm):
+// w1's and w3's outputs, silu's output (silu saves w1's output; the product saves silu's and w3's
+// outputs) and the product (w2's input). `names`: the four terms' names.
+using SwigluNames = std::array<const char*, 4>;
+constexpr SwigluNames kDenseNames = {"feed_forward.w1_output", "feed_forward.silu_output", "feed_forward.w3_output",
+                                     "feed_forward.w2_input"};
+constexpr SwigluNames kExpertNames = {"experts.w1_output", "experts.silu_output", "experts.w3_output", "experts.w2_input"};
+constexpr SwigluNames kSharedNames = {"shared_expert.w1_output", "shared_expert.silu_output", "shared_expert.w3_output",
+                                      "shared_expert.w2_input"};
+void swiglu(Terms& t, Module mod, const SwigluNames& names, std::int64_t rows, std::int64_t width, const char* rule) {
+  for (const char* name : names) t.add(name, mod, elems({rows, width}), t.a, 0, rule);
+}
+
+// MoE.forward and TokenChoiceTopKRouter: the gate's fp32 softmax (saved by gather), the top-k
+// indices (gather), the sorting indices (indexing of the scores) and the token indices (gather
+// and scatter_add, an expanded view of b*s*top_k int64). The routed rows are gathered (not saved),
+// sent by all-to-all under EP (the buffers are not saved), padded by expert_parallel to a multiple
+// of 16 per local expert and permuted (x[permuted_indices], saved by the grouped GEMMs); the
+// experts' outputs are unpermuted into a new buffer, returned by all-to-all, cast to fp32 and
+// multiplied by the fp32 scores (the product saves both), then cast back and scatter-added.
+void token_choice_moe(const ActivationContext& c, std::int64_t tokens, Terms& t) {
+  const auto& m = c.model;
+  const auto& e = m.moe;
+  const auto& p = c.layout.config;
+  const auto routed = static_cast<std::int64_t>(elems({tokens, e.top_k}).value());
+  // The hottest rank's rows (--moe-imbalance, 1: balanced routing).
+  const auto hottest = static_cast<std::int64_t>(std::ceil(static_cast<double>(routed) * c.training.moe_imbalance));
+  const std::int64_t local_experts = e.num_routed_experts / p.ep;
+  const std::int64_t padded = hottest + 1 + local_experts * kAlignRows;  // vstack's zero row, then the padding bound
+  t.add("ffn_norm.output (router and shared-expert input)", Module::norms, elems({tokens, m.hidden}), t.a, 0, "b*s x h");
+  t.add("router.scores (fp32 softmax)", Module::router, elems({tokens, e.num_routed_experts}), DType::fp32, 0,
+        "b*s x experts, fp32");
+  t.add("router.topk_indices", Module::router, elems({tokens, e.top_k}), DType::int64, 0, "b*s x top_k, int64");
+  t.add("router.sorted_indices", Module::router, elems({routed}), DType::int64, 0, "b*s*top_k, int64");
+  t.add("moe.token_indices", Module::router, elems({routed}), DType::int64, 0, "b*s*top_k, int64 (expanded view)");
+  t.transient("moe.routed_input (gathered)", Module::routed_experts, elems({routed, m.hidden}), 0, "b*s*top_k x h");
+  if (p.ep > 1) {
+    t.transient("moe.dispatch all-to-all output", Module::routed_experts, elems({hottest, m.hidden}), 0,
+                "b*s*top_k x imbalance x h (rows received)");
+  }
+  t.add("experts.input (padded, permuted)", Module::routed_experts, elems({padded, m.hidden}), t.a, 0,
+        "(received rows + 1 + local experts x 16) x h");
+  t.add("experts.permuted_indices", Module::routed_experts, elems({padded}), DType::int64, 0, "padded rows, int64");
+  swiglu(t, Module::routed_experts, kExpertNames, padded, e.expert_ffn, "padded rows x moe_inter_dim");
+  t.transient("experts.output", Module::routed_experts, elems({padded, m.hidden}), 0, "padded rows x h");
+  t.transient("experts.output unpermuted", Module::routed_experts, elems({hottest + 1, m.hidden}), 0, "received rows x h");
+  t.add("moe.routed_output (fp32 copy)", Module::routed_experts, elems({routed, m.hidden}), DType::fp32, 0,
+        "b*s*top_k x h, fp32");
+  t.add("moe.top_scores (fp32)", Module::router, elems({routed}), DType::fp32, 0, "b*s*top_k, fp32");
+  if (e.shared_ffn > 0) swiglu(t, Module::shared_experts, kSharedNames, tokens, e.shared_ffn, "b*s x shared width");
+}
+
+}  // namespace
+
+void titan_mla_moe_layer(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
+  Terms t{c, out};
+  const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;  // tp, cp and pp 1 (titan_check)
+  mla_attention(c, tokens, t);
+  t.add("ffn_norm.input", Module::norms, elems({tokens, c.model.hidden}), t.a, 0, "b*s x h");
+  if (kind == LayerKind::moe) {
+    token_choice_moe(c, tokens, t);
+    return;
+  }
+  t.add("ffn_norm.output (w1/w3 input)", Module::norms, elems({tokens, c.model.hidden}), t.a, 0, "b*s x h");
+  swiglu(t, Module::dense_mlp, kDenseNames, tokens, c.model.dense_ffn, "b*s x inter_dim");
+}
+
+}  // namespace moemem::profiles
