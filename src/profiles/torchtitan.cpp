@@ -160,9 +160,40 @@ std::optional<InputError> titan_mla_moe_check(const Layout& layout, const Traini
   return std::nullopt;
 }
 
+// The dense path sizes torchtitan's Llama-3 block (models/llama3/model.py): RMSNorm without bias,
+// RoPE through fp32 complex products, a SwiGLU FeedForward, no biased or gated extras. A model
+// built otherwise would be costed with tensors it does not save (a GeLU MLP, LayerNorm, a learned
+// position table: Megatron's GPT defaults), so it is refused by name. Qwen3's attention (torchtitan
+// models/qwen3: per-head q_norm/k_norm, nn.RMSNorm, and a cos/sin RoPE) saves other tensors than
+// Llama's; under full activation checkpointing a block keeps only its input, so only there is it
+// costed (its one recomputed block with Llama's list: the q/k norms' saved copies in place of the
+// fp32 RoPE products).
+std::optional<InputError> titan_dense_model_check(const ModelSpec& m, const TrainingConfig& t) {
+  // Hybrid, sliding-window, Nemotron-NAS and Gemma models have refusals of their own, which name
+  // what is not modelled.
+  if (m.is_hybrid() || m.has_swa_dims() || !m.nas_blocks.empty() || m.sandwich_norms) return std::nullopt;
+  const std::string why = fmt::format("a Llama-3-style block for the torchtitan profile (RMSNorm, RoPE, SwiGLU); {} has ", m.model_type);
+  if (!m.gated_mlp) return InputError("--profile", "torchtitan", why + "a non-gated MLP (fc1 -> activation -> fc2): use --profile megatron");
+  if (m.norm_bias) return InputError("--profile", "torchtitan", why + "LayerNorm with biases: use --profile megatron");
+  if (m.learned_positions > 0) {
+    return InputError("--profile", "torchtitan", why + "a learned absolute position table: use --profile megatron");
+  }
+  if (m.attention_sinks || m.attn_output_gate || m.qk_l2_norm || m.qk_norm_full_width || m.head_bias) {
+    return InputError("--profile", "torchtitan", why + "attention or norm variants the torchtitan profile does not model");
+  }
+  if (m.qk_norm && t.recompute != Recompute::full) {
+    return InputError("--recompute", std::string(name_of(t.recompute)),
+                      "full for a model with per-head q/k RMSNorm (Qwen3) under torchtitan: what its attention saves "
+                      "without checkpointing (nn.RMSNorm on q and k, the cos/sin RoPE) is not modelled");
+  }
+  return std::nullopt;
+}
+
 std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   if (titan_deepseek(m)) {
     if (auto e = titan_mla_moe_check(layout, t)) return e;
+  } else if (auto e = titan_dense_model_check(m, t)) {
+    return e;
   }
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_dropout("torchtitan", t)) return e;

@@ -224,6 +224,21 @@ TEST(TorchtitanCli, RefusesWhatItDoesNotModel) {
   const auto moe = run_cli({"analyze", "--model", "mixtral-8x7b", "--profile", "torchtitan", "--dp", "8"});
   EXPECT_EQ(moe.code, 2);
   EXPECT_NE(moe.err.find("torchtitan"), std::string::npos);
+  // Megatron's GPT defaults (GeLU MLP, LayerNorm with biases, a learned position table) are not
+  // torchtitan's Llama block: refused, not costed as SwiGLU.
+  const auto gpt = run_cli({"analyze", "--megatron-args", std::string(MOEMEM_TEST_DATA_DIR) + "/validation/models/megatron-ci-gpt3-7b.args",
+                            "--profile", "torchtitan", "--dp", "8", "--seq-len", "2048"});
+  EXPECT_EQ(gpt.code, 2);
+  EXPECT_NE(gpt.err.find("non-gated MLP"), std::string::npos) << gpt.err;
+  // Qwen3's q/k norms: costed only under full activation checkpointing (a block keeps its input).
+  const std::string qwen3 = std::string(MOEMEM_TEST_DATA_DIR) + "/configs/qwen3-8b.config.json";
+  for (const char* mode : {"none", "selective"}) {
+    const auto r = run_cli({"analyze", "--model", qwen3, "--profile", "torchtitan", "--dp", "8", "--recompute", mode});
+    EXPECT_EQ(r.code, 2) << mode;
+    EXPECT_NE(r.err.find("--recompute: '" + std::string(mode) + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("q/k RMSNorm"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(run_cli({"analyze", "--model", qwen3, "--profile", "torchtitan", "--dp", "8", "--recompute", "full"}).code, 0);
   // torchtitan-only settings with another profile.
   EXPECT_EQ(run_cli({"analyze", "--model", "llama-3.1-8b", "--compile"}).code, 2);
   // HSDP: 2 replicas of 4 shards hold twice the shard of 8.
