@@ -42,7 +42,7 @@ TitanDims titan_dims(const ActivationContext& c) {
 // the outputs of the 1st, 3rd, 5th and 7th matmuls (wq, wv, w1, w2), SDPA's output and
 // log-sum-exp, and with TP the reduce-scatter outputs; torch.compile drops what no backward
 // kernel reads (w2's output feeds only the residual add, as do the reduce-scatter outputs).
-// Without checkpointing: what eager autograd saves (fp32 RoPE products, repeated K and V, every
+// Without checkpointing: what eager autograd saves (repeated K and V, every
 // SwiGLU operand), or, compiled, what the fused kernels read back.
 void titan_layer_activations(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
   if (c.model.attention == AttentionKind::mla) return titan_mla_moe_layer(c, kind, out);  // torchtitan_moe.cpp
@@ -57,9 +57,10 @@ void titan_layer_activations(const ActivationContext& c, LayerKind kind, std::ve
   const bool compiled = c.training.compile;
   add("block.input", Module::attention, elems({d.tokens_sp, m.hidden}), a, 0, "b*s/cp/tp x h", true);
   add("attention_norm.output", Module::norms, elems({d.tokens, m.hidden}), a, rec, "b*s/cp x h (gathered for wq/wk/wv)");
+  // apply_rotary_emb multiplies fp32 complex views of q and k by freqs_cis, a buffer: autograd's
+  // mul saves only the operand the other's gradient needs (freqs_cis), so RoPE keeps no
+  // activation (checked with saved_tensors_hooks on CPU PyTorch).
   if (!compiled) {
-    add("rope.q_complex", Module::attention, elems({d.tokens, d.q}), DType::fp32, rec, "b*s/cp x heads/tp x head_dim, fp32");
-    add("rope.k_complex", Module::attention, elems({d.tokens, d.kv}), DType::fp32, rec, "b*s/cp x kv_heads/tp x head_dim, fp32");
     add("sdpa.q", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim");
     add("sdpa.k_repeated", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (repeat_kv)");
     add("sdpa.v_repeated", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (repeat_kv)");
@@ -166,8 +167,7 @@ std::optional<InputError> titan_mla_moe_check(const Layout& layout, const Traini
 // position table: Megatron's GPT defaults), so it is refused by name. Qwen3's attention (torchtitan
 // models/qwen3: per-head q_norm/k_norm, nn.RMSNorm, and a cos/sin RoPE) saves other tensors than
 // Llama's; under full activation checkpointing a block keeps only its input, so only there is it
-// costed (its one recomputed block with Llama's list: the q/k norms' saved copies in place of the
-// fp32 RoPE products).
+// costed (its one recomputed block with Llama's list, without the q/k norms' saved tensors).
 std::optional<InputError> titan_dense_model_check(const ModelSpec& m, const TrainingConfig& t) {
   // Hybrid, sliding-window, Nemotron-NAS and Gemma models have refusals of their own, which name
   // what is not modelled.

@@ -22,8 +22,9 @@ constexpr std::int64_t kAlignRows = 16;  // expert_parallel: ALIGN_SIZE_M, each 
 
 // Attention (model.py Attention.forward): the block input (attention_norm's input) and the norm's
 // output, read by wq (or wq_a) and wkv_a; with q_lora_rank, wq_a's output (q_norm's input) and
-// q_norm's output (wq_b's input); apply_rotary_emb multiplies an fp32 complex copy of q_pe and
-// k_pe (x.float() viewed as complex), which the product saves; kv_norm's input is a slice of
+// q_norm's output (wq_b's input); apply_rotary_emb multiplies fp32 complex views of q_pe and k_pe
+// by freqs_cis, a buffer, and autograd's mul saves only freqs_cis (the operand x's gradient
+// needs), so RoPE keeps nothing of activation size; kv_norm's input is a slice of
 // wkv_a's output (the whole output stays), its output is wkv_b's input; q and k are new tensors
 // (torch.cat of the nope and rope parts, k_pe expanded to every head); v is a slice of wkv_b's
 // output, so SDPA keeps that whole output; SDPA's memory-efficient kernel (the qk and v head sizes
@@ -38,12 +39,8 @@ void mla_attention(const ActivationContext& c, std::int64_t tokens, Terms& t) {
     t.add("wq_a.output (q_norm input)", Module::attention, elems({tokens, a.q_lora_rank}), t.a, 0, "b*s x q_lora_rank");
     t.add("q_norm.output (wq_b input)", Module::attention, elems({tokens, a.q_lora_rank}), t.a, 0, "b*s x q_lora_rank");
   }
-  t.add("rope.q_pe (fp32 complex copy)", Module::attention, elems({tokens, heads, a.qk_rope_head_dim}), DType::fp32, 0,
-        "b*s x heads x qk_rope_head_dim, fp32");
   t.add("wkv_a.output (kv_norm input)", Module::attention, elems({tokens, a.kv_lora_rank + a.qk_rope_head_dim}), t.a, 0,
         "b*s x (kv_lora_rank + qk_rope_head_dim)");
-  t.add("rope.k_pe (fp32 complex copy)", Module::attention, elems({tokens, a.qk_rope_head_dim}), DType::fp32, 0,
-        "b*s x qk_rope_head_dim, fp32");
   t.add("kv_norm.output (wkv_b input)", Module::attention, elems({tokens, a.kv_lora_rank}), t.a, 0, "b*s x kv_lora_rank");
   t.add("sdpa.q", Module::attention, elems({tokens, heads, qk}), t.a, 0, "b*s x heads x (nope + rope)");
   t.add("sdpa.k", Module::attention, elems({tokens, heads, qk}), t.a, 0, "b*s x heads x (nope + rope)");
