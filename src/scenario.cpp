@@ -128,7 +128,8 @@ void check_one_pipeline_split(const ParallelConfig& p) {
 Layout resolve_layout_with_default_etp(const ModelSpec& m, const ParallelConfig& given, const Profile& profile) {
   ParallelConfig p = given;
   if (given.etp) return resolve_layout(m, p);
-  p.etp = profile.etp_follows_tp && m.is_moe() ? p.tp : 1;
+  const bool follows = profile.etp_follows_tp || (profile.etp_follows_tp_without_ep && p.ep == 1);
+  p.etp = follows && m.is_moe() ? p.tp : 1;
   LayoutVerdict v = check_layout(m, p);
   if (v.error) {
     const InputError& e = *v.error;

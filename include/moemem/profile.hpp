@@ -71,10 +71,13 @@ struct Profile {
   AttentionKernel default_attention;  // kernel when --attention is not given
   double default_dropout = 0;  // hidden and attention dropout when not given (Megatron: 0.1)
   // --etp when not given: tp for a model with routed experts (true: Megatron,
-  // megatron/training/arguments.py validate_args), else 1 (torchtitan's job_config.py
-  // Parallelism.expert_tensor_parallel_degree = 1; the reference analysis's ETP 1). Defaults to
-  // false so that a profile which leaves it out keeps etp 1.
+  // megatron/training/arguments.py validate_args), else 1 (the reference analysis's ETP 1).
+  // Defaults to false so that a profile which leaves it out keeps etp 1.
   bool etp_follows_tp = false;
+  // The same only where ep is 1 (torchtitan: without expert parallelism the routed experts are
+  // TP-sharded, apply_moe_ep_tp's TensorParallel at d54d05a5 and models/common/MOE_SHARDING.md
+  // since; with it they are sharded over ep alone, etp 1).
+  bool etp_follows_tp_without_ep = false;
   // --- what the profile models
   bool supports_flash;          // the flash kernel may be chosen (paper: scores always materialised)
   bool selective_recompute;  // models selective recomputation (the report analyses none and full only)

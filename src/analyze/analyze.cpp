@@ -101,9 +101,15 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
     // src/profiles/torchtitan_moe.cpp: torchtitan's deepseek_v3 model as PR 1373 added it.
     r.assumptions.push_back(
         "torchtitan's deepseek_v3 model as added in d54d05a5 (PR 1373): eager blocks (MLA through SDPA's fused kernel, "
-        "fp32 RoPE copies, grouped-GEMM experts with rows padded to 16 per local expert, an fp32 copy of the routed "
+        "grouped-GEMM experts with rows padded to 16 per local expert, an fp32 copy of the routed "
         "output); routed experts 1/ep per rank and FSDP-sharded over dp/ep (dp_shard_mod_ep); the largest block kept "
         "unsharded after forward");
+    if (c.layout.config.tp > 1) {
+      r.assumptions.push_back(
+          "its TP plan (apply_non_moe_tp, apply_moe_ep_tp): sequence-parallel norms, attention and MoE inputs "
+          "all-gathered; wq/wq_b and wkv_b column-parallel, wkv_a, kv_norm, wq_a, q_norm and the router replicated, wo "
+          "row-parallel; routed and shared experts split on their hidden width (TensorParallel, etp = tp); loss parallel");
+    }
   }
   if (c.t.fsdp_float8_all_gather && !detail::fsdp_float8_all_gather_active(c)) {
     r.assumptions.push_back("--fsdp-float8-all-gather has no effect with one data-parallel shard: torchtitan enables it "

@@ -135,11 +135,20 @@ LossPeak titan_loss_peak(const ActivationContext& c) {
 // routing options need routed experts.
 // torchtitan's DeepSeek-V3 as added in d54d05a5 (PR 1373: FSDP, HSDP, full or no activation
 // checkpointing, TP and EP; "To be added": CP, PP, torch.compile, quantisation). moemem models its
-// FSDP and EP (torchtitan_moe.cpp); its tensor-parallel plan for MLA and the MoE is not worked.
+// FSDP, its EP and its TP plan with ep 1 (torchtitan_moe.cpp); TP and EP together are refused.
 std::optional<InputError> titan_mla_moe_check(const Layout& layout, const TrainingConfig& t) {
   const auto& p = layout.config;
   const std::string why = "1 for torchtitan's DeepSeek-V3 model";
-  if (p.tp != 1) return InputError("--tp", std::to_string(p.tp), why + " (its tensor-parallel plan for MLA and MoE is not modelled)");
+  if (p.tp > 1 && p.ep > 1) {
+    return InputError("--tp/--ep", fmt::format("tp {} with ep {}", p.tp, p.ep),
+                      "one of them 1 for torchtitan's DeepSeek-V3 model (ExpertTensorParallel, the two together, is not modelled)");
+  }
+  if (p.tp > 1 && p.etp_degree() != p.tp) {
+    return InputError("--etp", std::to_string(p.etp_degree()),
+                      fmt::format("{} (= tp) for torchtitan's DeepSeek-V3 model: apply_moe_ep_tp shards every routed expert "
+                                  "over the tensor-parallel group (TensorParallel) when ep is 1",
+                                  p.tp));
+  }
   if (p.pp != 1) return InputError("--pp", std::to_string(p.pp), why + " (pipeline parallelism came after d54d05a5; not modelled)");
   if (p.cp != 1) return InputError("--cp", std::to_string(p.cp), why + " (context parallelism came after d54d05a5; not modelled)");
   if (p.ep > 1 && (p.dp / t.dp_replicate) % p.ep != 0) {
@@ -252,6 +261,7 @@ const Profile kTorchtitan{
     .include_mtp_by_default = false,
     .vocab_multiple = 0,
     .default_attention = AttentionKernel::flash,
+    .etp_follows_tp_without_ep = true,
     .supports_flash = true,
     .selective_recompute = true,
     .models_fp8_and_routing = true,

@@ -29,12 +29,18 @@ constexpr std::int64_t kAlignRows = 16;  // expert_parallel: ALIGN_SIZE_M, each 
 // (torch.cat of the nope and rope parts, k_pe expanded to every head); v is a slice of wkv_b's
 // output, so SDPA keeps that whole output; SDPA's memory-efficient kernel (the qk and v head sizes
 // differ) saves q, k, v, its output (wo's input) and an fp32 log-sum-exp per head and token.
+// Under TP (deepseek_v3/infra/parallelize.py apply_non_moe_tp at d54d05a5): attention_norm is
+// sequence-parallel (the block input b*s/tp x h) and the attention's input is all-gathered (b*s x
+// h, read by wq/wq_a and wkv_a); wq or wq_b and wkv_b are column-parallel (heads/tp), wkv_a,
+// kv_norm, wq_a and q_norm replicated (NoParallel: whole outputs on every rank), wo row-parallel
+// into a reduce-scatter.
 void mla_attention(const ActivationContext& c, std::int64_t tokens, Terms& t) {
   const auto& m = c.model;
   const auto& a = m.mla;
-  const std::int64_t heads = m.num_heads, qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
-  t.add("block.input (attention_norm input)", Module::attention, elems({tokens, m.hidden}), t.a, 0, "b*s x h", true);
-  t.add("attention_norm.output", Module::norms, elems({tokens, m.hidden}), t.a, 0, "b*s x h (wq/wkv_a input)");
+  const std::int64_t tp = c.layout.config.tp;
+  const std::int64_t heads = m.num_heads / tp, qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  t.add("block.input (attention_norm input)", Module::attention, elems({tokens / tp, m.hidden}), t.a, 0, "b*s/tp x h", true);
+  t.add("attention_norm.output", Module::norms, elems({tokens, m.hidden}), t.a, 0, "b*s x h (wq/wkv_a input, gathered under TP)");
   if (a.q_lora_rank > 0) {
     t.add("wq_a.output (q_norm input)", Module::attention, elems({tokens, a.q_lora_rank}), t.a, 0, "b*s x q_lora_rank");
     t.add("q_norm.output (wq_b input)", Module::attention, elems({tokens, a.q_lora_rank}), t.a, 0, "b*s x q_lora_rank");
@@ -42,12 +48,12 @@ void mla_attention(const ActivationContext& c, std::int64_t tokens, Terms& t) {
   t.add("wkv_a.output (kv_norm input)", Module::attention, elems({tokens, a.kv_lora_rank + a.qk_rope_head_dim}), t.a, 0,
         "b*s x (kv_lora_rank + qk_rope_head_dim)");
   t.add("kv_norm.output (wkv_b input)", Module::attention, elems({tokens, a.kv_lora_rank}), t.a, 0, "b*s x kv_lora_rank");
-  t.add("sdpa.q", Module::attention, elems({tokens, heads, qk}), t.a, 0, "b*s x heads x (nope + rope)");
-  t.add("sdpa.k", Module::attention, elems({tokens, heads, qk}), t.a, 0, "b*s x heads x (nope + rope)");
+  t.add("sdpa.q", Module::attention, elems({tokens, heads, qk}), t.a, 0, "b*s x heads/tp x (nope + rope)");
+  t.add("sdpa.k", Module::attention, elems({tokens, heads, qk}), t.a, 0, "b*s x heads/tp x (nope + rope)");
   t.add("wkv_b.output (v is a slice)", Module::attention, elems({tokens, heads, a.qk_nope_head_dim + a.v_head_dim}), t.a, 0,
-        "b*s x heads x (nope + v_head_dim)");
-  t.add("sdpa.output (wo input)", Module::attention, elems({tokens, heads, a.v_head_dim}), t.a, 0, "b*s x heads x v_head_dim");
-  t.add("sdpa.logsumexp", Module::attention, elems({tokens, heads}), DType::fp32, 0, "b*s x heads, fp32");
+        "b*s x heads/tp x (nope + v_head_dim)");
+  t.add("sdpa.output (wo input)", Module::attention, elems({tokens, heads, a.v_head_dim}), t.a, 0, "b*s x heads/tp x v_head_dim");
+  t.add("sdpa.logsumexp", Module::attention, elems({tokens, heads}), DType::fp32, 0, "b*s x heads/tp, fp32");
 }
 
 // FeedForward / GroupedExperts with one expert (the shared experts: grouped_mm falls back to bmm):
@@ -70,6 +76,10 @@ void swiglu(Terms& t, Module mod, const SwigluNames& names, std::int64_t rows, s
 // of 16 per local expert and permuted (x[permuted_indices], saved by the grouped GEMMs); the
 // experts' outputs are unpermuted into a new buffer, returned by all-to-all, cast to fp32 and
 // multiplied by the fp32 scores (the product saves both), then cast back and scatter-added.
+// Under TP with ep 1 (llama4/infra/parallelize.py apply_moe_ep_tp at d54d05a5): the MoE input is
+// all-gathered (b*s x h, local), the router replicated (NoParallel), the routed experts and the
+// shared expert TensorParallel (w1/w3 split on the hidden width, w2 on its input: widths /tp);
+// the Partial output is reduce-scattered, nothing of it saved.
 void token_choice_moe(const ActivationContext& c, std::int64_t tokens, Terms& t) {
   const auto& m = c.model;
   const auto& e = m.moe;
@@ -93,28 +103,29 @@ void token_choice_moe(const ActivationContext& c, std::int64_t tokens, Terms& t)
   t.add("experts.input (padded, permuted)", Module::routed_experts, elems({padded, m.hidden}), t.a, 0,
         "(received rows + 1 + local experts x 16) x h");
   t.add("experts.permuted_indices", Module::routed_experts, elems({padded}), DType::int64, 0, "padded rows, int64");
-  swiglu(t, Module::routed_experts, kExpertNames, padded, e.expert_ffn, "padded rows x moe_inter_dim");
+  swiglu(t, Module::routed_experts, kExpertNames, padded, e.expert_ffn / p.tp, "padded rows x moe_inter_dim/tp");
   t.transient("experts.output", Module::routed_experts, elems({padded, m.hidden}), 0, "padded rows x h");
   t.transient("experts.output unpermuted", Module::routed_experts, elems({hottest + 1, m.hidden}), 0, "received rows x h");
   t.add("moe.routed_output (fp32 copy)", Module::routed_experts, elems({routed, m.hidden}), DType::fp32, 0,
         "b*s*top_k x h, fp32");
   t.add("moe.top_scores (fp32)", Module::router, elems({routed}), DType::fp32, 0, "b*s*top_k, fp32");
-  if (e.shared_ffn > 0) swiglu(t, Module::shared_experts, kSharedNames, tokens, e.shared_ffn, "b*s x shared width");
+  if (e.shared_ffn > 0) swiglu(t, Module::shared_experts, kSharedNames, tokens, e.shared_ffn / p.tp, "b*s x shared width/tp");
 }
 
 }  // namespace
 
 void titan_mla_moe_layer(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
   Terms t{c, out};
-  const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;  // tp, cp and pp 1 (titan_check)
+  const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;  // cp and pp 1 (titan_check)
+  const std::int64_t tp = c.layout.config.tp;
   mla_attention(c, tokens, t);
-  t.add("ffn_norm.input", Module::norms, elems({tokens, c.model.hidden}), t.a, 0, "b*s x h");
+  t.add("ffn_norm.input", Module::norms, elems({tokens / tp, c.model.hidden}), t.a, 0, "b*s/tp x h (sequence-parallel)");
   if (kind == LayerKind::moe) {
     token_choice_moe(c, tokens, t);
     return;
   }
-  t.add("ffn_norm.output (w1/w3 input)", Module::norms, elems({tokens, c.model.hidden}), t.a, 0, "b*s x h");
-  swiglu(t, Module::dense_mlp, kDenseNames, tokens, c.model.dense_ffn, "b*s x inter_dim");
+  t.add("ffn_norm.output (w1/w3 input)", Module::norms, elems({tokens, c.model.hidden}), t.a, 0, "b*s x h (gathered under TP)");
+  swiglu(t, Module::dense_mlp, kDenseNames, tokens, c.model.dense_ffn / tp, "b*s x inter_dim/tp");
 }
 
 }  // namespace moemem::profiles

@@ -82,10 +82,45 @@ TEST(TorchtitanMoeCli, FullCheckpointingLossAndOneBlockRecomputed) {
             6'807'637'000ull + pad * (2048 * 2 + 8 + 4 * 1408 * 2) + 3'223'330'816ull - 805'306'368ull + pad * 2048 * 2);
 }
 
+// TP 2 with ep 1 (apply_non_moe_tp, apply_moe_ep_tp at d54d05a5). Parameters per rank: the root
+// 2 x 102400 x 2048 / 2 + 2048 = 209,717,248 (vocabulary-split embedding and output); per block
+// the attention wq 3072 x 2048 / 2, wkv_b 4096 x 512 / 2, wo 2048 x 2048 / 2, with wkv_a 576 x
+// 2048, kv_norm 512 and the two norms replicated: 7,475,712; the dense FFN 3 x 2048 x 10944 / 2 =
+// 33,619,968; a MoE block's gate 64 x 2048 (replicated) and shared experts 3 x 2048 x 2816 / 2:
+// non-expert 209,717,248 + 41,095,680 + 26 x 16,257,536 = 673,508,864; routed experts split on
+// their hidden width, 26 x 64 x 3 x 2048 x 1408 / 2 = 7,197,425,664.
+// One MoE block recomputed at 32,768 tokens: the block input and ffn_norm's input at T/2 x 2048
+// (67,108,864 each, sequence-parallel); the gathered attention_norm output 134,217,728; wkv_a's
+// and kv_norm's whole outputs 37,748,736 and 33,554,432 (replicated); q and k at 8 local heads x
+// 192 (100,663,296 each), wkv_b's output 8 x 256 (134,217,728), SDPA's output 67,108,864 and
+// log-sum-exp 1,048,576; the gathered MoE input 134,217,728, router scores 8,388,608 and three
+// index tensors of 1,572,864 (the router runs on every token, replicated); 196,608 routed rows + 1
+// + 64 x 16 = 197,633 padded rows: the permuted input 809,504,768, its index 1,581,064, four
+// SwiGLU tensors at 1408 / 2 = 704 wide, 1,113,069,056; the fp32 routed
+// output 1,610,612,736 and scores 786,432; the shared experts' four at 2816 / 2 (369,098,752):
+// 4,795,418,120 saved, with the unsaved gathered rows 805,306,368, experts' output 809,504,768
+// and its unpermuted copy 805,310,464. The loss is parallel: 4 fp32 T x 51,200 tensors.
+TEST(TorchtitanMoeCli, TensorParallelPlan) {
+  const json s = stage0({"analyze", "--model", "deepseek-v2-lite", "--profile", "torchtitan", "--tp", "2", "--dp", "4",
+                         "--micro-batch", "8", "--seq-len", "4096", "--recompute", "full"});
+  ASSERT_FALSE(s.is_null());
+  EXPECT_EQ(u(s, "params", "non_expert"), 673'508'864ull);
+  EXPECT_EQ(u(s, "params", "expert"), 7'197'425'664ull);
+  EXPECT_EQ(u(s, "recompute_transient"), 4'795'418'120ull + 805'306'368ull + 809'504'768ull + 805'310'464ull);
+  EXPECT_EQ(u(s, "loss_transient"), 4ull * 32768 * 51200 * 4);
+  EXPECT_EQ(u(s, "bytes", "activations"), 27ull * 67'108'864 + 32768ull * 8 + 67'108'864ull + 134'217'728ull + 4ull * 32768 * 51200 * 4);
+  // TP and EP together (ExpertTensorParallel), and experts not split over tp, are refused by name.
+  const auto both = run_cli({"analyze", "--model", "deepseek-v2-lite", "--profile", "torchtitan", "--tp", "2", "--dp", "4", "--ep", "2"});
+  EXPECT_EQ(both.code, 2);
+  EXPECT_NE(both.err.find("--tp/--ep"), std::string::npos) << both.err;
+  const auto etp1 = run_cli({"analyze", "--model", "deepseek-v2-lite", "--profile", "torchtitan", "--tp", "2", "--dp", "4", "--etp", "1"});
+  EXPECT_EQ(etp1.code, 2);
+  EXPECT_NE(etp1.err.find("--etp: '1'"), std::string::npos) << etp1.err;
+}
+
 TEST(TorchtitanMoeCli, RefusesWhatItDoesNotModel) {
   const std::vector<std::string> base = {"analyze", "--model", "deepseek-v2-lite", "--profile", "torchtitan", "--seq-len", "4096"};
   for (const auto& [extra, field] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"--tp", "2", "--dp", "4"}, "--tp"},
            {{"--pp", "2", "--dp", "4"}, "--pp"},
            {{"--cp", "2", "--dp", "4"}, "--cp"},
            {{"--dp", "8", "--recompute", "selective"}, "--recompute"},

@@ -275,7 +275,7 @@ TEST(MegatronSettings, UnsetEtpIsTheFinalTpLikeMegatron) {
 
 TEST(MegatronSettings, EtpDefaultIsOneOutsideMegatronAndForDenseModels) {
   Request r = mixtral_request("--expert-model-parallel-size 2\n");
-  // torchtitan's job_config.py Parallelism.expert_tensor_parallel_degree = 1.
+  // torchtitan with expert parallelism shards the routed experts over ep alone.
   r.profile = "torchtitan";
   EXPECT_EQ(make_scenario(r).layout.config.etp, 1);
   // A dense model has no expert layers: etp stays 1 whatever tp is.
