@@ -2,21 +2,6 @@
 
 namespace moemem {
 
-OptimizerCounts& OptimizerCounts::operator+=(const OptimizerCounts& o) {
-  params += o.params;
-  matrices += o.matrices;
-  factors += o.factors;
-  blocks += o.blocks;
-  small += o.small;
-  return *this;
-}
-
-OptimizerCounts OptimizerCounts::times(std::uint64_t n) const {
-  if (n == 1) return *this;
-  const auto mul = [n](Count c) { return Count(checked_mul(c.value(), n, "parameters")); };
-  return {mul(params), mul(matrices), mul(factors), mul(blocks), mul(small)};
-}
-
 OptimizerCounts OptimizerCounts::sharded(std::int64_t group) const {
   const auto k = static_cast<std::uint64_t>(group);
   const auto div = [k](Count c) { return Count(ceil_div(c.value(), k)); };

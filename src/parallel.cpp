@@ -356,8 +356,10 @@ std::int64_t Layout::chunk_with_embedding() const {
   return 0;
 }
 
+// At most one chunk holds the loss (a layout string has exactly one L; otherwise the last chunk),
+// almost always the last: searched from the end.
 std::int64_t Layout::chunk_with_loss() const {
-  for (std::size_t c = 0; c < chunks.size(); ++c) {
+  for (std::size_t c = chunks.size(); c-- > 0;) {
     if (chunks[c].loss) return static_cast<std::int64_t>(c);
   }
   return static_cast<std::int64_t>(chunks.size()) - 1;

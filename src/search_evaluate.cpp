@@ -54,7 +54,7 @@ struct Evaluator {
   // the profile's activation rules do not cover. This is the one place search catches.
   std::optional<InputError> analyze(const Layout& layout, const TrainingConfig& t) {
     try {
-      analyze_into(cm, layout, t, report, cache.get(), Detail::totals);
+      analyze_into(cm, layout, t, report, cache.get(), Detail::totals, Checks::passed);
     } catch (const InputError& e) {
       return e;
     }
@@ -70,7 +70,7 @@ struct Evaluator {
     const auto stage = std::min<std::int64_t>(last_peak, static_cast<std::int64_t>(layout.rank_chunks.size()) - 1);
     Bytes bound;
     try {
-      bound = analyze_stage_total(cm, layout, t, stage, probe, cache.get());
+      bound = analyze_stage_total(cm, layout, t, stage, probe, cache.get(), Checks::passed);
     } catch (const InputError& e) {
       return invalid_verdict(e);
     }

@@ -87,14 +87,20 @@ struct EvalCacheDeleter {
 using EvalCachePtr = std::unique_ptr<EvalCache, EvalCacheDeleter>;
 [[nodiscard]] EvalCachePtr make_eval_cache();
 
+// Whether an evaluation first runs check_training and the profile's check (`run`), or its caller
+// has just run both on the same layout and settings and had them pass (`passed`: search, which
+// turns their errors into verdicts before costing). The checks only the evaluation makes run either way.
+enum class Checks : std::uint8_t { run, passed };
+
 // The same into `r`, reusing its storage (a search evaluates many layouts into one report), and
 // the cache's memoized pieces when one is given (one cache per thread).
 void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
-                  EvalCache* cache = nullptr, Detail detail = Detail::modules);
+                  EvalCache* cache = nullptr, Detail detail = Detail::modules, Checks checks = Checks::run);
 // One stage's total bytes (Detail::totals), the same as analyze_into gives that stage: a lower bound
 // on the layout's peak that costs one stage (search skips a layout whose bound already exceeds
 // what it keeps). The same checks, so the same InputErrors.
 [[nodiscard]] Bytes analyze_stage_total(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t,
-                                        std::int64_t stage, StageReport& st, EvalCache* cache = nullptr);
+                                        std::int64_t stage, StageReport& st, EvalCache* cache = nullptr,
+                                        Checks checks = Checks::run);
 
 }  // namespace moemem

@@ -43,8 +43,20 @@ struct OptimizerCounts {
   Count factors;   // Adafactor's second moment: rows + cols of each 2-D tensor, every element of a 1-D one
   Count blocks;    // bitsandbytes' 256-element blocks of the tensors whose states are 8-bit
   Count small;     // elements of tensors below bitsandbytes' min_8bit_size (4096), whose states stay fp32
-  OptimizerCounts& operator+=(const OptimizerCounts& o);
-  [[nodiscard]] OptimizerCounts times(std::uint64_t n) const;
+  // Inline: every stage of every layout a search costs sums these per tensor group.
+  OptimizerCounts& operator+=(const OptimizerCounts& o) {
+    params += o.params;
+    matrices += o.matrices;
+    factors += o.factors;
+    blocks += o.blocks;
+    small += o.small;
+    return *this;
+  }
+  [[nodiscard]] OptimizerCounts times(std::uint64_t n) const {
+    if (n == 1) return *this;
+    const auto mul = [n](Count c) { return Count(checked_mul(c.value(), n, "parameters")); };
+    return {mul(params), mul(matrices), mul(factors), mul(blocks), mul(small)};
+  }
   // Each count over `group` ranks, rounded up (ZeRO's shard of the worst rank).
   [[nodiscard]] OptimizerCounts sharded(std::int64_t group) const;
 };

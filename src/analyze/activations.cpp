@@ -242,19 +242,27 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
       local.kinds = kind_bytes(c);
       acts = cache != nullptr ? &cache->acts.emplace(key, std::move(local)).first->second : &local;
     }
+    // A chunk's costs depend on the key and its place in the model only: each place is costed once.
     const auto cost_chunk = [&](std::size_t i) {
       const auto& ch = c.layout.chunks[i];
-      ChunkLayerCounts counts = layer_counts(c, ch);
-      apply_offload(c, ch, acts->kinds, counts);
-      Bytes b;
-      for (const std::size_t k : c.cm.classes) {
-        const auto& kb = acts->kinds[k];
-        b += times(kb.all, counts.whole[k], "activations") + times(kb.kept, counts.mode[k], "activations") +
-             times(kb.input, counts.input[k], "activations");
+      const ChunkShape shape{ch.first_layer, ch.num_layers, ch.first_mtp, ch.mtp_depths, ch.embedding, ch.loss};
+      auto found = acts->chunks.find(shape);
+      if (found == acts->chunks.end()) {
+        ChunkLayerCounts counts = layer_counts(c, ch);
+        apply_offload(c, ch, acts->kinds, counts);
+        Bytes b;
+        for (const std::size_t k : c.cm.classes) {
+          const auto& kb = acts->kinds[k];
+          b += times(kb.all, counts.whole[k], "activations") + times(kb.kept, counts.mode[k], "activations") +
+               times(kb.input, counts.input[k], "activations");
+        }
+        const ChunkCost cost{b + chunk_extras(c, ch, *acts), chunk_transient(c, ch, counts, acts->kinds),
+                             combined_forward_layer(c, counts, acts->kinds)};
+        found = acts->chunks.emplace(shape, cost).first;
       }
-      out.bytes[i] = b + chunk_extras(c, ch, *acts);
-      out.transient[i] = chunk_transient(c, ch, counts, acts->kinds);
-      out.combined_forward[i] = combined_forward_layer(c, counts, acts->kinds);
+      out.bytes[i] = found->second.bytes;
+      out.transient[i] = found->second.transient;
+      out.combined_forward[i] = found->second.combined_forward;
     };
     if (only != nullptr) {
       for (const auto ci : only->chunks) cost_chunk(idx(ci));

@@ -226,11 +226,14 @@ namespace {
 
 // The checks every evaluation makes (an InputError names what cannot be honoured) and the context
 // its stages share.
-detail::EvalContext make_context(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, Detail detail) {
+detail::EvalContext make_context(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, Detail detail,
+                                 Checks checks) {
   const ModelSpec& m = *cm.model;
   const Profile& profile = *cm.profile;
-  validate_training(t, layout);
-  if (auto problem = profile.check(m, layout, t)) throw *problem;
+  if (checks == Checks::run) {
+    validate_training(t, layout);
+    if (auto problem = profile.check(m, layout, t)) throw *problem;
+  }
   // DeepSeek sparse attention (V3.2): the indexer's parameters are counted (inventory.cpp) under
   // every profile; only the megatron profile models what its training saves (Megatron-Core's
   // DSAttention with absorbed MLA: src/profiles/megatron_dsa.cpp), so the others refuse it.
@@ -267,8 +270,8 @@ void cost_stages(const detail::EvalContext& c, EvalCache* cache, std::span<Stage
 }  // namespace
 
 void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
-                  EvalCache* cache, Detail detail) {
-  const detail::EvalContext c = make_context(cm, layout, t, detail);
+                  EvalCache* cache, Detail detail, Checks checks) {
+  const detail::EvalContext c = make_context(cm, layout, t, detail, checks);
   init_report(c, r);
   cost_stages(c, cache, r.stages);
   for (const auto& st : r.stages) {
@@ -277,8 +280,8 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
 }
 
 Bytes analyze_stage_total(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, std::int64_t stage,
-                          StageReport& st, EvalCache* cache) {
-  const detail::EvalContext c = make_context(cm, layout, t, Detail::totals);
+                          StageReport& st, EvalCache* cache, Checks checks) {
+  const detail::EvalContext c = make_context(cm, layout, t, Detail::totals, checks);
   if (stage < 0 || stage >= static_cast<std::int64_t>(layout.rank_chunks.size())) {
     throw std::logic_error("analyze_stage_total: no such stage");
   }

@@ -4,6 +4,7 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -61,14 +62,51 @@ struct ActKey {
   FinetuneSettings finetune;
   auto operator<=>(const ActKey&) const = default;
 };
+// Hashes the fields that differ between a search's layouts; equal keys agree on them, and the rest
+// is told apart by ==.
+struct ActKeyHash {
+  std::size_t operator()(const ActKey& k) const noexcept {
+    std::uint64_t h = 0;
+    for (const std::int64_t v : {k.tp, k.cp, k.ep, k.etp, k.vocab, k.batch.micro_batch, k.batch.seq_len,
+                                 k.batch.global_batch.value_or(-1), k.recompute.recompute_num_layers,
+                                 k.recompute.cpu_offload_layers, static_cast<std::int64_t>(k.recompute.recompute_modules),
+                                 static_cast<std::int64_t>(k.recompute.recompute),
+                                 static_cast<std::int64_t>(k.recompute.recompute_method),
+                                 static_cast<std::int64_t>(k.attention), static_cast<std::int64_t>(k.sp)}) {
+      h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3u;
+    }
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+};
 struct ChunkKey {
   bool embedding, loss;
   std::int64_t mtp;
   auto operator<=>(const ChunkKey&) const = default;
 };
+// A chunk's place in the model: with an ActKey, all its activation costs depend on.
+struct ChunkShape {
+  std::int64_t first_layer, num_layers, first_mtp, mtp_depths;
+  bool embedding, loss;
+  bool operator==(const ChunkShape&) const = default;
+};
+struct ChunkShapeHash {
+  std::size_t operator()(const ChunkShape& s) const noexcept {
+    std::uint64_t h = static_cast<std::uint64_t>(s.first_layer);
+    for (const std::int64_t v : {s.num_layers, s.first_mtp, s.mtp_depths}) h = h * 1000003u ^ static_cast<std::uint64_t>(v);
+    return static_cast<std::size_t>((h << 2) ^ (s.embedding ? 1u : 0u) ^ (s.loss ? 2u : 0u));
+  }
+};
+// One micro-batch's bytes in a chunk, its recomputation transient and its EP-overlap forward layer
+// (ChunkActivations' three entries for one chunk).
+struct ChunkCost {
+  Bytes bytes;
+  LayerTransient transient;
+  Bytes combined_forward;
+};
 struct Acts {
   std::array<KindBytes, kLayerClasses> kinds{};  // by layer class
   std::map<ChunkKey, Bytes> extras;
+  std::unordered_map<ChunkShape, ChunkCost, ChunkShapeHash> chunks;  // every chunk costed so far
 };
 
 // What one evaluation shares across its stages.
@@ -170,7 +208,7 @@ namespace moemem {
 class EvalCache {
  public:
   std::map<detail::SharesKey, detail::Shares> shares;
-  std::map<detail::ActKey, detail::Acts> acts;
+  std::unordered_map<detail::ActKey, detail::Acts, detail::ActKeyHash> acts;
 };
 
 }  // namespace moemem
