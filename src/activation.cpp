@@ -28,6 +28,19 @@ std::optional<InputError> check_training(const TrainingConfig& t, const Layout& 
       return InputError("--global-batch", std::to_string(*t.global_batch),
                        fmt::format("a positive multiple of micro-batch x dp = {}", per_step));
     }
+    // DualPipe's step() asserts num_chunks % 2 == 0 and num_chunks >= 2 x num_ranks, DualPipeV's
+    // num_chunks >= 2 x num_ranks (deepseek-ai/DualPipe 3da1bbe, dualpipe.py and dualpipev.py; torch's
+    // ScheduleDualPipeV, which torchtitan runs, raises below as many micro-batches as its 2 x pp stages):
+    // the micro-batches of one step fill both directions of the pipeline.
+    const std::int64_t m = *t.global_batch / per_step;
+    const bool dualpipe = p.schedule == Schedule::dualpipe, dualpipev = p.schedule == Schedule::dualpipev;
+    if ((dualpipe || dualpipev) && (m < 2 * p.pp || (dualpipe && m % 2 != 0))) {
+      return InputError("--global-batch", std::to_string(*t.global_batch),
+                        fmt::format("a global batch that gives {} {}at least 2 x pp = {} micro-batches per step "
+                                    "(DualPipe's step() asserts it); this gives {} (global batch / (micro-batch x dp = {}))",
+                                    dualpipe ? "dualpipe" : "dualpipev", dualpipe ? "an even count of " : "", 2 * p.pp, m,
+                                    per_step));
+    }
   }
   if (t.vocab_multiple && (*t.vocab_multiple < 1 || *t.vocab_multiple > kMaxDegree)) {
     return InputError("--make-vocab-size-divisible-by", std::to_string(*t.vocab_multiple),

@@ -254,7 +254,7 @@ detail::EvalContext make_context(const CompiledModel& cm, const Layout& layout, 
 // Parameters, activations and every ledger category of the stages in `stages` (all of a report's,
 // or one).
 void cost_stages(const detail::EvalContext& c, EvalCache* cache, std::span<StageReport> stages) {
-  detail::Shares local;
+  thread_local detail::Shares local;  // used without a cache only; large, so not built per call
   const detail::Shares& shares = detail::shares_for(c, cache, local);
   for (auto& st : stages) detail::assign_params(c, shares, st);
   if (c.profile.states->prepare != nullptr) {

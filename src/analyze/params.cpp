@@ -1,6 +1,7 @@
 // Parameters: the compiled model's tensor groups, each group's share on one device, and the sum
 // over the chunks a stage holds; with Detail::items, the same by tensor role.
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -227,15 +228,23 @@ void assign_params(const EvalContext& c, const Shares& sh, StageReport& st) {
   Share total;
   const bool holds_embedding = layout.rank_holds(st.stage, embedding_chunk);
   const bool holds_loss = layout.rank_holds(st.stage, loss_chunk);
+  // The rank's layers of each class, embeddings, heads and MTP depths over its chunks, then each
+  // group's share times its count.
+  std::array<std::int64_t, kLayerClasses> layers{};
+  std::int64_t embeddings = 0, heads = 0, mtp_depths = 0;
   for (const auto ci : st.chunks) {
     const auto& ch = layout.chunks[idx(ci)];
-    for (const std::size_t k : c.cm.classes) total.add(sh.layer[k], c.cm.layers_in(k, ch.first_layer, ch.num_layers), modules);
-    if (ch.embedding) total.add(sh.emb, 1, modules);
-    if (ch.loss) total.add(sh.head, 1, modules);
-    total.add(sh.mtp, ch.mtp_depths, modules);
-    if (!holds_embedding) total.add(sh.mtp_emb, ch.mtp_depths, modules);
-    if (!holds_loss) total.add(sh.mtp_head, ch.mtp_depths, modules);
+    for (const std::size_t k : c.cm.classes) layers[k] += c.cm.layers_in(k, ch.first_layer, ch.num_layers);
+    embeddings += ch.embedding ? 1 : 0;
+    heads += ch.loss ? 1 : 0;
+    mtp_depths += ch.mtp_depths;
   }
+  for (const std::size_t k : c.cm.classes) total.add(sh.layer[k], layers[k], modules);
+  total.add(sh.emb, embeddings, modules);
+  total.add(sh.head, heads, modules);
+  total.add(sh.mtp, mtp_depths, modules);
+  if (!holds_embedding) total.add(sh.mtp_emb, mtp_depths, modules);
+  if (!holds_loss) total.add(sh.mtp_head, mtp_depths, modules);
   st.params = total.params;
   st.trainable = total.trainable;
   st.params_by_module = total.by_module;

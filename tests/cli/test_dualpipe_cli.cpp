@@ -21,6 +21,9 @@ using moemem::test::pipeline_cli::u64;
 using moemem::test::pipeline_cli::stage_transient;
 using moemem::test::pipeline_cli::i64;
 using moemem::test::pipeline_cli::expect_exit_2;
+using moemem::test::Args;
+using moemem::test::concat;
+using moemem::test::run_cli;
 
 // The MTP copy of the embedding on one TP rank: 129,280 rows (already a multiple of 128 x 2)
 // split over tp 2, times hidden 7168.
@@ -95,6 +98,21 @@ TEST(PipelineCli, DualPipeNeedsAnEvenPp) {
                 {"--pp"});
   // dualpipe and dualpipev hold two chunks, not v.
   expect_exit_2(dsv3({"--schedule", "dualpipe", "--vpp", "2"}), {"--schedule"});
+}
+
+// DualPipe's step() asserts an even count of at least 2 x pp micro-batches, DualPipeV's at least
+// 2 x pp (deepseek-ai/DualPipe dualpipe.py, dualpipev.py): a global batch that gives fewer is refused,
+// naming it, the count it gives and the bound; 2 x pp itself is accepted.
+TEST(PipelineCli, DualPipeNeedsTwicePpMicroBatches) {
+  const Args base = {"analyze", "--model", "llama-3.1-8b", "--pp", "4", "--dp", "1"};
+  expect_exit_2(concat(base, {"--schedule", "dualpipe", "--global-batch", "6"}),
+                {"--global-batch", "'6'", "an even count of at least 2 x pp = 8", "this gives 6"});
+  expect_exit_2(concat(base, {"--schedule", "dualpipe", "--global-batch", "9"}), {"--global-batch", "'9'", "even"});
+  expect_exit_2(concat(base, {"--schedule", "dualpipev", "--global-batch", "7"}),
+                {"--global-batch", "dualpipev at least 2 x pp = 8", "this gives 7"});
+  for (const char* schedule : {"dualpipe", "dualpipev"}) {
+    EXPECT_EQ(run_cli(concat(base, {"--schedule", schedule, "--global-batch", "8"})).code, 0) << schedule;
+  }
 }
 
 // DualPipeV on 8 ranks cuts the model into 16 chunks (the same cut as 1F1B on 16) and rank r

@@ -138,6 +138,13 @@ std::int64_t pick(std::mt19937& rng, const I64s& from) {
   return from[std::uniform_int_distribution<std::size_t>(0, from.size() - 1)(rng)];
 }
 
+// Micro-batches per step: 1, 3 or 32; under DualPipe(V) 2 x pp or 4 x pp (its step() needs an
+// even count of at least 2 x pp).
+std::int64_t microbatches(std::mt19937& rng, const ParallelConfig& p) {
+  if (p.schedule == Schedule::dualpipe || p.schedule == Schedule::dualpipev) return p.pp * pick(rng, {2, 4});
+  return pick(rng, {1, 3, 32});
+}
+
 // A random split of `layers` into `n` counts (zeros allowed), summing to `layers`.
 I64s random_split(std::mt19937& rng, std::int64_t layers, std::int64_t n) {
   I64s cuts;
@@ -196,7 +203,7 @@ TEST(PipelineParamsProperty, StagesAddUpToTheModelOverRandomLayouts) {
     ++valid;
     TrainingConfig t = megatron_training();
     t.vocab_multiple = 1;
-    t.global_batch = p.dp * pick(rng, {1, 3, 32});  // micro-batches per step: 1, 3 or 32
+    t.global_batch = p.dp * microbatches(rng, p);
     const MemoryReport r = analyze(m, inv, megatron_profile(), *l, t);
     std::uint64_t mtp_embedding = 0, mtp_head = 0;
     for (const auto& tensor : inv.tensors) {
@@ -246,7 +253,7 @@ TEST(PipelineParamsProperty, EachStageHoldsTheShardsOfItsChunks) {
     TrainingConfig t = megatron_training();
     const std::int64_t multiple = pick(rng, {1, 128});
     t.vocab_multiple = multiple;
-    t.global_batch = dp * pick(rng, {1, 3, 32});
+    t.global_batch = dp * microbatches(rng, p);
     SCOPED_TRACE(std::string(preset.name) + " tp " + std::to_string(tp) + " ep " + std::to_string(ep) + " etp " +
                  std::to_string(etp) + " dp " + std::to_string(dp) + " pp " + std::to_string(p.pp) + " vpp " +
                  std::to_string(p.vpp) + " " + std::string(name_of(p.schedule)) + " vocab multiple " +
