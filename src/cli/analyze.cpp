@@ -204,11 +204,12 @@ void AnalyzeCommand::setup(CLI::App& root, const char* name) {
   add_training_options(*app, training);
   add_format_option(*app, format);
   app->get_option("--format")->description("Output: table|json|csv|markdown|html (one self-contained page with charts)");
-  if (!is_explain) {
-    app->add_flag("--no-margin", no_margin,
-                  "Fit verdict on the prediction alone (default: the upper end of the band measured runs fell in, "
-                  "from moemem validate's public set)");
-  }
+  // explain takes every analyze flag (a search result's command pastes into either); it gives no
+  // fit verdict, so there --no-margin changes nothing, and says so.
+  app->add_flag("--no-margin", no_margin,
+                is_explain ? "Accepted as analyze's flag; explain gives no fit verdict, so it changes nothing"
+                           : "Fit verdict on the prediction alone (default: the upper end of the band measured runs fell in, "
+                             "from moemem validate's public set)");
   app->add_option("--megatron-args", megatron.path,
                   "A Megatron-LM launch script or argument file: its layout, batch, recompute, precision and "
                   "architecture flags (flags given here as well take precedence)")
@@ -353,7 +354,11 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = html ? Format::json : parse_format(format);
   const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
   auto gpu = gpu_choice(training);
-  const auto warnings = model_warnings(e.model, model, err);
+  auto warnings = model_warnings(e.model, model, err);
+  if (is_explain && no_margin) {
+    warnings.emplace_back("--no-margin: explain gives no fit verdict, so the flag changes nothing");
+    err << "note: " << warnings.back() << "\n";
+  }
   if (time) {
     time_output(e, gpu, f, out);
     return;

@@ -122,7 +122,9 @@ std::string entry_command(const std::string& base, const ModelSpec& m, const Sea
                      e.training.zero);
   if (e.training.recompute == Recompute::selective) cmd += " --recompute selective --recompute-modules " + e.recompute_name;
   else cmd += fmt::format(" --recompute {}", name_of(e.training.recompute));
-  return cmd;
+  // Search judges a fit by the prediction against capacity x --max-memory-fraction, without the
+  // accuracy band analyze adds by default: --no-margin makes analyze judge by the prediction too.
+  return cmd + " --no-margin";
 }
 
 // The Megatron-LM launch flags of a result's layout, batch, optimizer sharding and recomputation

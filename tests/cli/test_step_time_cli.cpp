@@ -131,6 +131,13 @@ TEST(StepTimeCli, SearchRanksDeepSeekV3LayoutsAndEachCommandReproducesItsPeak) {
     const auto a = json_of(concat(words(l.at("command").get<std::string>()), {"--format", "json"}));
     EXPECT_EQ(a.at("peak").at("total_bytes"), l.at("peak_bytes")) << l.at("command");
     EXPECT_NEAR(a.at("time").at("step_seconds").get<double>(), l.at("time").at("step_seconds").get<double>(), 1e-9);
+    // Search judges the fit without the accuracy band; its command says --no-margin, so analyze
+    // agrees that the layout fits, and explain takes the same flags.
+    EXPECT_TRUE(a.at("gpu").at("all_fit").get<bool>()) << l.at("command");
+    EXPECT_EQ(a.at("gpu").at("margin_pct").get<double>(), 0.0) << l.at("command");
+    Args explain = words(l.at("command").get<std::string>());
+    explain.front() = "explain";  // "analyze ..." -> "explain ..."
+    EXPECT_EQ(run_cli(concat(explain, {"--stage", "0", "--format", "json"})).code, 0) << l.at("command");
   }
 }
 
