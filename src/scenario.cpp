@@ -1,5 +1,6 @@
 #include "moemem/scenario.hpp"
 
+#include <tuple>
 #include <fmt/format.h>
 
 #include "moemem/config.hpp"
@@ -32,6 +33,24 @@ void resolve_states(const TrainingRequest& r, const Profile& profile, TrainingCo
   if (r.main_params_dtype) t.precision.master = *r.main_params_dtype;
   if (r.exp_avg_dtype) t.precision.exp_avg = *r.exp_avg_dtype;
   if (r.exp_avg_sq_dtype) t.precision.exp_avg_sq = *r.exp_avg_sq_dtype;
+  if (profile.fixed_precision) {
+    // torchtitan: FSDP2 mixed precision (parallelize apply_fsdp, MixedPrecisionPolicy param_dtype
+    // bfloat16, reduce_dtype float32) keeps fp32 sharded parameters (the master weights), gradients
+    // and AdamW moments (the states take the parameters' dtype) and bf16 working copies.
+    const auto& d = profile.default_precision;
+    for (const auto& [flag, given, fixed] : {std::tuple{"--params-dtype", r.params_dtype, d.weights},
+                                             std::tuple{"--main-grads-dtype", r.main_grads_dtype, d.gradients},
+                                             std::tuple{"--main-params-dtype", r.main_params_dtype, d.master},
+                                             std::tuple{"--exp-avg-dtype", r.exp_avg_dtype, d.exp_avg},
+                                             std::tuple{"--exp-avg-sq-dtype", r.exp_avg_sq_dtype, d.exp_avg_sq}}) {
+      if (given && *given != fixed) {
+        throw InputError(flag, std::string(name_of(*given)),
+                         fmt::format("{} with the {} profile (FSDP2: bf16 working copies; fp32 sharded parameters, "
+                                     "gradients and AdamW moments)",
+                                     name_of(fixed), profile.name));
+      }
+    }
+  }
   t.deepspeed = r.deepspeed;
 }
 

@@ -100,6 +100,9 @@ struct Profile {
   bool peft_modules = false;
   // --attention sdpa (PyTorch's scaled_dot_product_attention as HF's sdpa_attention_forward calls it).
   bool supports_sdpa = false;
+  // The state model keeps default_precision whatever is asked (torchtitan's FSDP2): a dtype flag
+  // that differs from it is refused when the request is resolved.
+  bool fixed_precision = false;
 };
 
 [[nodiscard]] const Profile& get_profile(std::string_view name);

@@ -198,6 +198,31 @@ std::optional<InputError> titan_dense_model_check(const ModelSpec& m, const Trai
   return std::nullopt;
 }
 
+// What torchtitan fixes; a flag asking otherwise is refused, not echoed and ignored (its dtypes:
+// Profile::fixed_precision, checked where the request is resolved). Attention is SDPA (flash); the
+// loss's dtypes follow --loss and --compile. Float8 linears (torchao float8_linear.py
+// matmul_with_hp_or_float8_args) save their bf16 input for backward, so --fp8 changes no
+// activation; only --fsdp-float8-all-gather (tensorwise scaling) changes memory.
+std::optional<InputError> titan_numerics_check(const TrainingConfig& t) {
+  if (t.attention && *t.attention != AttentionKernel::flash) {
+    return InputError("--attention", std::string(name_of(*t.attention)), "flash with the torchtitan profile (its attention is SDPA)");
+  }
+  if (t.logits_dtype != DType::fp32) {
+    return InputError("--logits-dtype", std::string(name_of(t.logits_dtype)),
+                      "fp32 with the torchtitan profile (--loss and --compile choose what the loss keeps)");
+  }
+  if (t.fp8 == Fp8Recipe::blockwise) {
+    return InputError("--fp8", "blockwise",
+                      "none, tensorwise, delayed or mxfp8 with the torchtitan profile (torchao float8 and MX linears)");
+  }
+  if (t.fsdp_float8_all_gather && t.fp8 != Fp8Recipe::tensorwise && t.fp8 != Fp8Recipe::delayed) {
+    return InputError("--fp8", std::string(name_of(t.fp8)),
+                      "tensorwise or delayed with --fsdp-float8-all-gather (torchao's float8 all-gather casts "
+                      "tensorwise-scaled weights only)");
+  }
+  return std::nullopt;
+}
+
 std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   if (titan_deepseek(m)) {
     if (auto e = titan_mla_moe_check(layout, t)) return e;
@@ -219,7 +244,7 @@ std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, 
   if (t.fsdp_float8_all_gather && t.fp8 == Fp8Recipe::none) {
     return InputError("--fsdp-float8-all-gather", "set", "together with --fp8 (float8 linear layers)");
   }
-  return std::nullopt;
+  return titan_numerics_check(t);
 }
 
 }  // namespace
@@ -277,6 +302,7 @@ const Profile kTorchtitan{
                  .cuda_context = Bytes::from_gib(0.52),
                  .nccl_world = Bytes::from_gib(0.39),
                  .nccl_per_group = Bytes::from_gib(0.4)},
+    .fixed_precision = true,
 };
 
 }  // namespace moemem::profiles

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -239,6 +240,32 @@ TEST(TorchtitanCli, RefusesWhatItDoesNotModel) {
     EXPECT_NE(r.err.find("q/k RMSNorm"), std::string::npos) << r.err;
   }
   EXPECT_EQ(run_cli({"analyze", "--model", qwen3, "--profile", "torchtitan", "--dp", "8", "--recompute", "full"}).code, 0);
+  // What torchtitan fixes is refused when asked otherwise, naming the flag and value (it was echoed
+  // in the header and ignored): FSDP2's dtypes, SDPA attention, the loss's logits dtype, DeepSeek's
+  // blockwise FP8, and the float8 all-gather with other than tensorwise scaling.
+  for (const auto& [flag, value, accepted] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{{"--params-dtype", "fp32", "bf16 with the torchtitan"},
+                                                                      {"--main-grads-dtype", "bf16", "fp32 with the torchtitan"},
+                                                                      {"--main-params-dtype", "bf16", "fp32 with the torchtitan"},
+                                                                      {"--exp-avg-dtype", "bf16", "fp32 with the torchtitan"},
+                                                                      {"--exp-avg-sq-dtype", "bf16", "fp32 with the torchtitan"},
+                                                                      {"--attention", "eager", "flash with the torchtitan"},
+                                                                      {"--logits-dtype", "bf16", "fp32 with the torchtitan"},
+                                                                      {"--fp8", "blockwise", "tensorwise, delayed or mxfp8"}}) {
+    const auto r = with({flag, value});
+    EXPECT_EQ(r.code, 2) << flag;
+    EXPECT_NE(r.err.find(flag + ": '" + value + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(accepted), std::string::npos) << r.err;
+  }
+  // The defaults given explicitly are accepted, with the same peak.
+  const auto plain = with({"--format", "json"});
+  const auto explicit_defaults = with({"--params-dtype", "bf16", "--main-grads-dtype", "fp32", "--exp-avg-dtype", "fp32",
+                                       "--attention", "flash", "--format", "json"});
+  ASSERT_EQ(explicit_defaults.code, 0) << explicit_defaults.err;
+  EXPECT_EQ(json::parse(plain.out).at("peak"), json::parse(explicit_defaults.out).at("peak"));
+  const auto mx_gather = with({"--fp8", "mxfp8", "--fsdp-float8-all-gather"});
+  EXPECT_EQ(mx_gather.code, 2);
+  EXPECT_NE(mx_gather.err.find("tensorwise or delayed with --fsdp-float8-all-gather"), std::string::npos) << mx_gather.err;
   // torchtitan-only settings with another profile.
   EXPECT_EQ(run_cli({"analyze", "--model", "llama-3.1-8b", "--compile"}).code, 2);
   // HSDP: 2 replicas of 4 shards hold twice the shard of 8.
