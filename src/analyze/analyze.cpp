@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <span>
 #include <stdexcept>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -17,6 +18,17 @@ using detail::idx;
 namespace {
 
 constexpr std::string_view kMegatronProfileName = "megatron";
+
+// The megatron profile's line on optimizer sharding for a ZeRO stage other than 1 (its listed line
+// describes the distributed optimizer, = --zero 1): what zero_states.cpp shards at that stage.
+std::string zero_assumption(int zero) {
+  switch (zero) {
+    case 0: return "no distributed optimizer (--zero 0): master weights, moments and main gradients whole on every data-parallel rank";
+    case 2: return "ZeRO-2 (--zero 2): master weights, moments and main gradients over dp*cp, routed experts' over edp";
+    default: return "ZeRO-3 (--zero 3): working weights too, besides master weights, moments and main gradients, over dp*cp, "
+                    "routed experts' over edp";
+  }
+}
 
 // The stage's chunks and what they hold; every other field zeroed.
 void init_stage(const detail::EvalContext& c, std::size_t s, StageReport& st) {
@@ -48,6 +60,11 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
   r.total_params = c.cm.total_params;
   r.trainable_params = c.cm.trainable_params;
   r.assumptions.assign(c.profile.assumptions.begin(), c.profile.assumptions.end());
+  if (c.profile.name == kMegatronProfileName && c.t.zero != 1) {
+    for (auto& a : r.assumptions) {
+      if (a.starts_with("distributed optimizer (--distributed-optimizer, = --zero 1)")) a = zero_assumption(c.t.zero);
+    }
+  }
   if (c.t.recipe) {
     for (auto& a : recipe_assumptions(*c.t.recipe, c.t)) r.assumptions.push_back(std::move(a));
     const Schedule sched = c.layout.config.schedule;

@@ -531,6 +531,7 @@ const Profile kMegatron{
             "dense and shared-expert MLPs split by TP; routed experts over ep x etp; router and norms replicated",
             "embedding and output head vocab-parallel, vocabulary padded to a multiple of 128 x tp "
             "(--make-vocab-size-divisible-by)",
+            // Replaced by the ZeRO stage's own line when it is not 1 (analyze.cpp zero_assumption).
             "distributed optimizer (--distributed-optimizer, = --zero 1): master weights and moments over dp*cp, "
             "routed experts over edp; main gradients whole in their own dtype",
             "activations per module with sequence parallelism as set, fused attention by default (--attention eager "

@@ -130,4 +130,31 @@ TEST(ExplainCli, AnalyzeExplainIsTheSameAsExplainStage) {
   EXPECT_EQ(a, b);
 }
 
+// The megatron profile's line on optimizer sharding names the ZeRO stage analysed, and what that
+// stage shards matches the bytes (Llama-3.1-8B, dp 4: ZeRO 0 keeps 12 bytes of master weights and
+// moments per parameter whole, ZeRO 1 a quarter of them).
+TEST(ExplainCli, OptimizerAssumptionFollowsTheZeroStage) {
+  const std::vector<std::pair<std::string, std::string>> lines = {
+      {"0", "no distributed optimizer (--zero 0)"},
+      {"1", "distributed optimizer (--distributed-optimizer, = --zero 1)"},
+      {"2", "ZeRO-2 (--zero 2): master weights, moments and main gradients over dp*cp"},
+      {"3", "ZeRO-3 (--zero 3): working weights too"}};
+  std::uint64_t optimizer_zero0 = 0;
+  for (const auto& [zero, line] : lines) {
+    const json j = run_json({"analyze", "--model", "llama-3.1-8b", "--dp", "4", "--zero", zero});
+    const std::string all = j.at("assumptions").dump();
+    EXPECT_NE(all.find(line), std::string::npos) << zero << ": " << all;
+    for (const auto& [other, other_line] : lines) {
+      if (other != zero) {
+        EXPECT_EQ(all.find(other_line), std::string::npos) << zero << " also says " << other_line;
+      }
+    }
+    const auto optimizer = j.at("stages")[0].at("bytes").at("optimizer").get<std::uint64_t>();
+    if (zero == "0") optimizer_zero0 = optimizer;
+    if (zero == "1") {
+      EXPECT_EQ(optimizer * 4, optimizer_zero0);
+    }
+  }
+}
+
 }  // namespace
