@@ -90,7 +90,7 @@ const std::set<std::string, std::less<>> kSwitches = {
     "--disable-bias-linear", "--multi-latent-attention", "--group-query-attention",
     "--untie-embeddings-and-output-weights", "--moe-router-enable-expert-bias", "--qk-layernorm", "--add-qkv-bias",
     "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap", "--recompute-activations",
-    "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--tp-comm-overlap",
+    "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--tp-comm-overlap", "--no-rope-fusion",
     "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--enable-shared-expert", "--no-position-embedding",
     "--use-rotary-position-embeddings", "--optimizer-cpu-offload", "--enable-cuda-graph", "--external-cuda-graph",
 };
@@ -408,6 +408,7 @@ const std::pair<const char*, Setting<bool> M::*> kSwitchSettings[] = {
     {"--overlap-moe-expert-parallel-comm", &M::ep_overlap},
     {"--delay-wgrad-compute", &M::delay_wgrad},
     {"--tp-comm-overlap", &M::tp_comm_overlap},
+    {"--no-rope-fusion", &M::no_rope_fusion},
 };
 
 // FP8: --fp8-format (e4m3 or hybrid) turns it on, --fp8-recipe picks the scaling (Megatron's

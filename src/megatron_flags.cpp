@@ -52,7 +52,7 @@ constexpr std::array<std::string_view, 44> kIgnoredPrefixes = {
     "--logging-level", "--timing-log-", "--profile", "--rotary-", "--mscale", "--norm-epsilon", "--distributed-",
     "--manual-gc", "--mtp-loss-scaling-factor", "--moe-aux-loss-coeff"};
 
-constexpr std::array<std::string_view, 37> kIgnoredNames = {
+constexpr std::array<std::string_view, 36> kIgnoredNames = {
     // torchrun's and srun's own flags (the launcher, not the model)
     "--node_rank", "--node-rank", "--master_addr", "--master-addr", "--master_port", "--master-port", "--mpi",
     "--rdzv-endpoint",
@@ -61,7 +61,7 @@ constexpr std::array<std::string_view, 37> kIgnoredNames = {
     "--moe-router-pre-softmax", "--moe-permute-fusion", "--moe-router-fusion", "--use-pytorch-profiler",
     "--use-mcore-models", "--no-check-for-nan-in-loss-and-grad", "--enable-experimental", "--overlap-grad-reduce",
     "--overlap-param-gather", "--no-mmap-bin-files", "--dataloader-type", "--no-masked-softmax-fusion",
-    "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--no-rope-fusion", "--use-rope-scaling",
+    "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--use-rope-scaling",
     "--te-rng-tracker", "--patch-tokenizer-type", "--dataset", "--train-mode", "--rerun-mode",
     // eager steps before capture (TransformerConfig.cuda_graph_warmup_steps): when, not what, is kept
     "--cuda-graph-warmup-steps"};

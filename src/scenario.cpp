@@ -108,6 +108,7 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   }
   t.hidden_dropout = r.hidden_dropout.value_or(profile.default_dropout);
   t.attention_dropout = r.attention_dropout.value_or(profile.default_dropout);
+  t.rope_fusion = !r.no_rope_fusion;
   t.megatron_version = r.megatron_version;
   t.torchtitan_version = r.torchtitan_version;
   t.moe_imbalance = r.moe_imbalance.value_or(1.0);

@@ -50,6 +50,7 @@ struct TrainingRequest {
   bool ep_overlap = false;  // --overlap-moe-expert-parallel-comm
   bool delay_wgrad = false;      // --delay-wgrad-compute
   bool tp_comm_overlap = false;  // --tp-comm-overlap
+  bool no_rope_fusion = false;   // --no-rope-fusion
   std::optional<double> fragmentation_pct;
   std::optional<Bytes> cuda_context, nccl_per_group;
   FsdpSettings fsdp;

@@ -152,6 +152,9 @@ struct Numerics {
   // Dropout probabilities (Megatron's --hidden-dropout, --attention-dropout): a mask is kept for
   // backward wherever one is drawn.
   double hidden_dropout = 0, attention_dropout = 0;
+  // Megatron's --no-rope-fusion (apply_rope_fusion False): RoPE runs unfused and keeps its cos and
+  // sin tensors for backward (megatron profile).
+  bool rope_fusion = true;
   MegatronVersion megatron_version = MegatronVersion::current;  // the megatron profile's release
   TorchtitanVersion torchtitan_version = TorchtitanVersion::current;  // the torchtitan profile's release
   std::optional<Recipe> recipe;          // the published recipe the settings come from

@@ -73,6 +73,7 @@ struct MoeOptions {
   bool shared_expert_overlap = false;
   bool ep_overlap = false;
   bool delay_wgrad = false, tp_comm_overlap = false;
+  bool no_rope_fusion = false;
 };
 struct OverheadOptions {
   std::string overhead = "low";

@@ -102,6 +102,17 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
   // freed against q + k + the up-projection norms' 0.736 GB; with v 0.963 GB). Freed by no module.
   t.add("attn.v", Module::attention, elems({d.tokens, kv_saved, v_dim}), t.a, c.training.mla_up_frees_v ? up : std::uint16_t{0},
         repeated ? "b*s/cp x heads/tp x v_dim (repeated to every query head)" : "b*s/cp x kv_heads/tp x v_dim");
+  if (!c.training.rope_fusion && m.learned_positions == 0 && m.naming != NamingStyle::llama4) {
+    // --no-rope-fusion: Megatron-Core's unfused _apply_rotary_pos_emb_bshd (models/common/embeddings/
+    // rope_utils.py) computes t * cos_ + rotate_half(t) * sin_ with cos_ and sin_ new [s/cp, 1, 1,
+    // rot_dim] tensors in the activation dtype; the products keep them (t needs a gradient, they do
+    // not), once for q and once for k: 4 x s/cp x rot_dim, whatever the micro-batch. rot_dim: the
+    // head dim (errs high under --rotary-percent < 1, which moemem does not read), MLA's
+    // qk_rope_head_dim. Llama-4 adds its own (model_llama4.cpp).
+    const std::int64_t rot = m.attention == AttentionKind::mla ? m.mla.qk_rope_head_dim : qk_dim;
+    t.add("attn.rope_cos_sin (unfused RoPE)", Module::attention, elems({4, c.training.seq_len / c.layout.config.cp, rot}), t.a,
+          up, "4 x s/cp x rot_dim (cos and sin for q and k)");
+  }
   if (eager) {
     // DotProductAttention.forward: scores = baddbmm(q, k^T) (its backward saves q and k, not the
     // scores); probs = FusedScaleMaskSoftmax (megatron/core/fusions/fused_softmax.py: the fused

@@ -172,6 +172,7 @@ inline std::optional<InputError> refuse_megatron_options(std::string_view profil
   if (t.delay_wgrad) return InputError("--delay-wgrad-compute", "set", only);
   if (t.tp_comm_overlap) return InputError("--tp-comm-overlap", "set", only);
   if (t.cpu_offload_layers > 0) return InputError("--cpu-offloading-num-layers", std::to_string(t.cpu_offload_layers), only);
+  if (!t.rope_fusion) return InputError("--no-rope-fusion", "set", only);
   return std::nullopt;
 }
 

@@ -4,6 +4,7 @@
 // Expected values are derived by hand from the rules (the issue, docs/formulas.md,
 // Megatron-Core) and from relations between runs, never copied from moemem's output.
 #include <cstdint>
+#include <fstream>
 #include <iterator>
 #include <map>
 #include <string>
@@ -155,6 +156,32 @@ TEST(ExplainCli, OptimizerAssumptionFollowsTheZeroStage) {
       EXPECT_EQ(optimizer * 4, optimizer_zero0);
     }
   }
+}
+
+// --no-rope-fusion (Megatron's unfused _apply_rotary_pos_emb_bshd): each attention layer keeps
+// cos and sin, [s/cp, 1, 1, head_dim] bf16, for q and for k. Mixtral 8x7B (head_dim 128, seq 4096)
+// at TP2 PP4 (8 layers a stage): 8 x 4 x 4096 x 128 x 2 B = 32 MiB a micro-batch, on the last stage
+// (one micro-batch in flight under 1F1B) and 4 x that on the first (four in flight); the same flag
+// read from a launch script; refused by the torchtitan profile.
+TEST(ExplainCli, UnfusedRopeKeepsCosAndSin) {
+  const Args base = {"analyze", "--model", "mixtral-8x7b", "--tp", "2", "--pp", "4", "--ep", "4", "--dp", "16", "--sp"};
+  const json fused = run_json(base);
+  const json unfused = run_json(concat(base, {"--no-rope-fusion"}));
+  const auto acts = [](const json& j, std::size_t s) { return j.at("stages")[s].at("bytes").at("activations").get<std::uint64_t>(); };
+  constexpr std::uint64_t kPerMicroBatch = 8ull * 4 * 4096 * 128 * 2;
+  EXPECT_EQ(acts(unfused, 3) - acts(fused, 3), kPerMicroBatch);
+  EXPECT_EQ(acts(unfused, 0) - acts(fused, 0), 4 * kPerMicroBatch);
+  const std::string script = ::testing::TempDir() + "/no_rope_fusion.args";
+  {
+    std::ofstream f(script);
+    f << "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --expert-model-parallel-size 4 "
+         "--sequence-parallel --no-rope-fusion\n";
+  }
+  const json from_script = run_json({"analyze", "--model", "mixtral-8x7b", "--dp", "16", "--megatron-args", script});
+  EXPECT_EQ(acts(from_script, 3), acts(unfused, 3));
+  const CliResult titan = run_cli({"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--dp", "8", "--no-rope-fusion"});
+  EXPECT_EQ(titan.code, 2);
+  EXPECT_NE(titan.err.find("--no-rope-fusion"), std::string::npos) << titan.err;
 }
 
 }  // namespace
