@@ -262,6 +262,20 @@ detail::EvalContext make_context(const CompiledModel& cm, const Layout& layout, 
   }
   const AttentionKernel attention = attention_kernel(profile, m, t);
   if (auto problem = detail::check_model_variants(m, profile, layout, t, attention)) throw *problem;
+  if (checks == Checks::run && m.is_moe() && m.moe.top_k > 0) {
+    // The hottest expert-parallel rank receives at most every rank's tokens, each once per local
+    // expert it picks: ep x min(top_k, experts per rank) copies per token against top_k on average.
+    // Search (Checks::passed) applies one factor to layouts of every ep and is not refused by it:
+    // where it exceeds this bound it errs high.
+    const std::int64_t ep = layout.config.ep, local = std::max<std::int64_t>(1, m.moe.num_routed_experts / ep);
+    const double most = static_cast<double>(ep * std::min(m.moe.top_k, local)) / static_cast<double>(m.moe.top_k);
+    if (t.moe_imbalance > most * (1 + 1e-12)) {
+      throw InputError("--moe-imbalance", fmt::format("{}", t.moe_imbalance),
+                       fmt::format("a factor from 1 to {:g}: at ep {} with top-{} routing over {} experts a rank receives at most "
+                                   "ep x min(top_k, experts per rank) / top_k times the average",
+                                   most, ep, m.moe.top_k, m.moe.num_routed_experts));
+    }
+  }
   const std::int64_t vocab = padded_vocab(m.vocab, t.vocab_multiple.value_or(profile.vocab_multiple), layout.config.tp);
   detail::EvalContext c{cm, m, profile, layout, t, attention, vocab, microbatches_per_step(t, layout), detail};
   c.allowance = detail::allowance(c);

@@ -74,6 +74,23 @@ TEST(RoutingCli, BadFactorsExitTwoNamingTheFlag) {
   expect_exit_2(concat({"analyze"}, dsv3({"--moe-token-dispatcher", "nccl"})), {"--moe-token-dispatcher", "nccl"});
 }
 
+// The hottest rank receives at most every expert-parallel rank's tokens, once per local expert a
+// token picks: ep x min(top_k, experts per rank) / top_k times the average. A larger factor is an
+// input no routing can produce, so it is refused, naming the bound.
+TEST(RoutingCli, ImbalanceIsBoundedByWhatTheLayoutCanReceive) {
+  // DeepSeek-V3 at ep 8: 256 / 8 = 32 experts per rank, top-8: 8 x min(8, 32) / 8 = 8.
+  EXPECT_FALSE(explain_json(dsv3({"--moe-imbalance", "8"}), 1).is_null());
+  expect_exit_2(concat({"analyze"}, dsv3({"--moe-imbalance", "8.5"})), {"--moe-imbalance", "8.5", "from 1 to 8", "ep 8"});
+  // Mixtral at ep 8: one expert per rank, top-2: 8 x min(2, 1) / 2 = 4.
+  const Args mixtral = {"--model", "mixtral-8x7b", "--dp", "8", "--ep", "8", "--micro-batch", "1", "--seq-len", "4096"};
+  EXPECT_FALSE(analyze_json(concat(mixtral, {"--moe-imbalance", "4"})).is_null());
+  expect_exit_2(concat({"analyze"}, concat(mixtral, {"--moe-imbalance", "4.01"})), {"--moe-imbalance", "4.01", "from 1 to 4"});
+  // ep 1: every expert is local, so routing cannot leave one rank hotter than the average.
+  expect_exit_2(concat({"analyze", "--model", "mixtral-8x7b", "--dp", "8", "--micro-batch", "1", "--seq-len", "4096"},
+                       {"--moe-imbalance", "1.5"}),
+                {"--moe-imbalance", "1.5", "from 1 to 1", "ep 1"});
+}
+
 // The MoE dispatch transient (docs/formulas.md; Megatron-LM moe_layer.py / token_dispatcher.py):
 // Mixtral 8x7B (h = 4096, top-2 of 8), one rank per pipeline, b = 1, s = 4096, no TP: tokens 4096,
 // S = 4096 x 2 = 8192 sent, R = 8192 received (balanced), bf16.

@@ -35,6 +35,9 @@ World world(const std::string& preset) {
   w.inventory = build_inventory(w.model);
   ParallelConfig p;
   p.dp = 8;
+  // ep 2 for the MoE model: a --moe-imbalance of 1.5 is only possible with ep > 1 (at ep 1 a rank
+  // holds every expert, so routing cannot be imbalanced across ranks).
+  if (w.model.is_moe()) p.ep = 2;
   w.layout = resolve_layout(w.model, p);
   return w;
 }
@@ -212,9 +215,12 @@ TEST(ProfileCheck, GoodSettingsPass) {
     t.attention = AttentionKernel::flash;
     EXPECT_FALSE(megatron_profile().check(moe.model, moe.layout, t).has_value());
     // DeepEP needs an expert group it has a config for (deep_ep Buffer.get_dispatch_config: 2 to
-    // 160 ranks); this layout's ep x etp is 1.
+    // 160 ranks); at ep 1 (and no imbalance, which ep 1 cannot have) ep x etp is 1.
     t.deepep = true;
-    const auto e = megatron_profile().check(moe.model, moe.layout, t);
+    t.moe_imbalance = 1.0;
+    ParallelConfig ep1;
+    ep1.dp = 8;
+    const auto e = megatron_profile().check(moe.model, resolve_layout(moe.model, ep1), t);
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->field(), "--ep/--etp");
   }
