@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -41,18 +43,49 @@ Side read_report(const std::string& path) {
     throw InputError(path, j.is_object() ? j.value("schema", nlohmann::json()).dump() : "not an object",
                      "an analyze --format json report (schema \"moemem.report/1\")");
   }
-  try {
-    Side s{path, j.at("model").at("name").get<std::string>(), j.at("profile").get<std::string>(), {}, 0, 0};
-    for (const auto& stage : j.at("stages")) {
-      auto& row = s.stages.emplace_back();
-      for (std::size_t k = 0; k < kKeys.size(); ++k) row[k] = stage.at("bytes").at(kKeys[k]).get<std::int64_t>();
+  const auto text_of = [&](const nlohmann::json& v, const std::string& field) {
+    if (!v.is_string()) throw InputError(path, fmt::format("{} = {}", field, v.dump()), "a string");
+    return v.get<std::string>();
+  };
+  // Byte counts and stage numbers are exact non-negative integers; a float, a negative number or
+  // one past 2^62 bytes (4 EiB, more than any report holds) is a corrupt report, never wrapped.
+  const auto count_of = [&](const nlohmann::json& v, const std::string& field) {
+    constexpr std::uint64_t kMost = std::uint64_t{1} << 62;
+    if (!v.is_number_unsigned() || v.get<std::uint64_t>() > kMost) {
+      throw InputError(path, fmt::format("{} = {}", field, v.dump()),
+                       "a non-negative integer up to 2^62 (a byte count or stage number from analyze --format json)");
     }
-    s.peak_stage = j.at("peak").at("stage").get<std::int64_t>();
-    s.peak_bytes = j.at("peak").at("total_bytes").get<std::int64_t>();
-    return s;
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(path, e.what(), "an analyze --format json report with its stages' bytes and peak");
+    return static_cast<std::int64_t>(v.get<std::uint64_t>());
+  };
+  const auto member = [&](const nlohmann::json& parent, const char* key, const std::string& field) -> const nlohmann::json& {
+    if (!parent.is_object() || !parent.contains(key)) {
+      throw InputError(path, fmt::format("{} missing", field), "an analyze --format json report with its stages' bytes and peak");
+    }
+    return parent.at(key);
+  };
+  Side s{path, text_of(member(member(j, "model", "model"), "name", "model.name"), "model.name"),
+         text_of(member(j, "profile", "profile"), "profile"), {}, 0, 0};
+  const nlohmann::json& stages = member(j, "stages", "stages");
+  if (!stages.is_array() || stages.empty()) {
+    throw InputError(path, fmt::format("stages = {}", stages.is_array() ? "[]" : stages.dump()), "a non-empty list of stages");
   }
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const std::string at = fmt::format("stages[{}].bytes", i);
+    const nlohmann::json& bytes = member(stages[i], "bytes", at);
+    auto& row = s.stages.emplace_back();
+    for (std::size_t k = 0; k < kKeys.size(); ++k) {
+      const std::string field = fmt::format("{}.{}", at, kKeys[k]);
+      row[k] = count_of(member(bytes, kKeys[k], field), field);
+    }
+  }
+  const nlohmann::json& peak = member(j, "peak", "peak");
+  s.peak_stage = count_of(member(peak, "stage", "peak.stage"), "peak.stage");
+  s.peak_bytes = count_of(member(peak, "total_bytes", "peak.total_bytes"), "peak.total_bytes");
+  if (static_cast<std::size_t>(s.peak_stage) >= s.stages.size()) {
+    throw InputError(path, fmt::format("peak.stage = {}", s.peak_stage),
+                     fmt::format("a stage of the report (0 to {})", s.stages.size() - 1));
+  }
+  return s;
 }
 
 nlohmann::json side_json(const Side& s) {

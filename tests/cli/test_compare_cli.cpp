@@ -1,9 +1,13 @@
 // `moemem compare A.json B.json` (issue 17): B - A of every category on every stage, from two
 // analyze reports written by the CLI; stages only one report has; bad files exit 2. The expected
 // differences are computed here from the two reports themselves.
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -104,6 +108,38 @@ TEST(Compare, BadFilesExit2NamingThem) {
     EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
   }
   EXPECT_EQ(run_cli({"compare", good}).code, 2);
+}
+
+// A report whose numbers are not exact non-negative byte counts is corrupt: refused naming the
+// field and the value, never wrapped into a difference (2^64 and 1e20 do not fit an int64).
+TEST(Compare, CorruptReportsExit2NamingTheField) {
+  Scratch s;
+  const std::string text = analyze_text(kBase);
+  const auto good = s.write("a.json", text);
+  const auto corrupt = [&](const std::string& name, const std::function<void(json&)>& edit) {
+    json j = json::parse(text);
+    edit(j);
+    return s.write(name, j.dump());
+  };
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {corrupt("neg.json", [](json& j) { j["stages"][1]["bytes"]["weights"] = -5; }), {"stages[1].bytes.weights = -5"}},
+      {corrupt("huge.json", [](json& j) { j["stages"][0]["bytes"]["total"] = 1e20; }), {"stages[0].bytes.total = 1e+20"}},
+      {corrupt("wrap.json", [](json& j) { j["stages"][0]["bytes"]["total"] = std::uint64_t{1} << 63; }),
+       {"stages[0].bytes.total = 9223372036854775808", "up to 2^62"}},
+      {corrupt("text.json", [](json& j) { j["stages"][2]["bytes"]["optimizer"] = "abc"; }), {"stages[2].bytes.optimizer = \"abc\""}},
+      {corrupt("empty.json", [](json& j) { j["stages"] = json::array(); }), {"stages = []", "non-empty"}},
+      {corrupt("nobytes.json", [](json& j) { j["stages"][0].erase("bytes"); }), {"stages[0].bytes missing"}},
+      {corrupt("peak.json", [](json& j) { j["peak"]["total_bytes"] = -1; }), {"peak.total_bytes = -1"}},
+      {corrupt("stage.json", [](json& j) { j["peak"]["stage"] = 9; }), {"peak.stage = 9", "0 to 3"}},
+      {corrupt("name.json", [](json& j) { j["model"]["name"] = 7; }), {"model.name = 7"}},
+  };
+  for (const auto& [bad, words] : cases) {
+    const auto r = run_cli({"compare", good, bad});
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    EXPECT_EQ(r.out, "");
+    EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
+    for (const auto& w : words) EXPECT_NE(r.err.find(w), std::string::npos) << "missing '" << w << "' in: " << r.err;
+  }
 }
 
 TEST(SearchQuiet, IsAcceptedAndPrintsNoProgress) {
