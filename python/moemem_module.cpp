@@ -19,22 +19,31 @@ namespace py = pybind11;
 
 namespace {
 
+// Text from the C++ side as a Python str. Every message moemem writes is UTF-8, but a value it
+// echoes could hold bytes that are not; those become U+FFFD instead of a UnicodeDecodeError.
+py::str text(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
 // The error of a run that ended with exit code 2: (field, value, accepted), or None where the
 // command line itself was malformed (CLI11's message is then on stderr).
-using ErrorFields = std::optional<std::tuple<std::string, std::string, std::string>>;
-using RunResult = std::tuple<int, std::string, std::string, ErrorFields>;
-
-ErrorFields fields_of(const moemem::InputError& e) { return std::make_tuple(e.field(), e.value(), e.accepted()); }
+py::object fields_of(const moemem::InputError& e) {
+  return py::make_tuple(text(e.field()), text(e.value()), text(e.accepted()));
+}
 
 // Runs `moemem args...`; `model_json` (config.json text, named `model_name`) replaces --model.
-RunResult run(const std::vector<std::string>& args, const std::optional<std::string>& model_json,
+// Returns (exit code, stdout, stderr, (field, value, accepted) or None).
+py::tuple run(const std::vector<std::string>& args, const std::optional<std::string>& model_json,
               const std::string& model_name) {
   moemem::cli::Embedding embedding;
   if (model_json) {
     try {
       embedding.model = moemem::parse_hf_config(*model_json, model_name);
     } catch (const moemem::InputError& e) {
-      return {moemem::kExitBadInput, "", std::string("moemem: error: ") + e.what() + "\n", fields_of(e)};
+      return py::make_tuple(moemem::kExitBadInput, text(""), text(std::string("moemem: error: ") + e.what() + "\n"),
+                            fields_of(e));
     }
   }
   std::vector<const char*> argv{"moemem"};
@@ -45,9 +54,8 @@ RunResult run(const std::vector<std::string>& args, const std::optional<std::str
     py::gil_scoped_release release;  // pure C++ from here; search runs threads of its own
     code = moemem::cli::run(static_cast<int>(argv.size()), argv.data(), out, err, embedding);
   }
-  ErrorFields error;
-  if (embedding.error) error = fields_of(*embedding.error);
-  return {code, out.str(), err.str(), error};
+  return py::make_tuple(code, text(out.str()), text(err.str()),
+                        embedding.error ? fields_of(*embedding.error) : py::object(py::none()));
 }
 
 }  // namespace

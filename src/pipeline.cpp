@@ -49,8 +49,12 @@ class LayoutParser {
   std::size_t pos_ = 0;
 
   [[noreturn]] void fail(const std::string& expected) const {
+    // The character at pos_, whole: a UTF-8 lead byte and its continuation bytes (a message cut
+    // inside one is not valid UTF-8, which Python's binding cannot decode).
+    std::size_t end = pos_ + 1;
+    while (end < text_.size() && (static_cast<unsigned char>(text_[end]) & 0xC0U) == 0x80U) ++end;
     const std::string shown = fmt::format("{} (at position {}: '{}')", text_, pos_,
-                                          pos_ < text_.size() ? std::string(1, text_[pos_]) : std::string("end"));
+                                          pos_ < text_.size() ? std::string(text_.substr(pos_, end - pos_)) : std::string("end"));
     throw InputError("--pipeline-model-parallel-layout", shown, expected);
   }
 

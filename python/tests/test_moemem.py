@@ -115,6 +115,15 @@ class Errors(unittest.TestCase):
         with self.assertRaises(TypeError):
             moemem.analyze(format="csv")
 
+    def test_non_ascii_input_is_named_whole(self):
+        # The message shows the offending character whole (a message cut inside a UTF-8
+        # sequence could not be decoded: a UnicodeDecodeError instead of moemem.InputError).
+        with self.assertRaises(moemem.InputError) as c:
+            moemem.analyze(model="deepseek-v3", pp=2, pipeline_model_parallel_layout="Etttt|\u00e9")
+        self.assertEqual(c.exception.field, "--pipeline-model-parallel-layout")
+        self.assertIn("'\u00e9'", c.exception.value)
+        self.assertIn("\u00e9", str(c.exception))
+
     def test_bad_dict_model(self):
         with open(os.path.join(PRESETS, "llama-3.1-8b.json"), encoding="utf-8") as f:
             config = json.load(f)
