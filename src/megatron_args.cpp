@@ -511,6 +511,15 @@ MegatronSettings parse_megatron_args(std::string_view text, const std::string& s
     if (n > 1) s.repeated[flag] = n;
   }
   s.ignored = f.ignored;
+  // Without a recompute granularity Megatron reads neither the method nor the group size.
+  if (!s.recompute && (s.recompute_method || s.recompute_num_layers)) {
+    s.notes.push_back(fmt::format("{}{}{} read by Megatron only with --recompute-granularity full, which the script does not "
+                                  "give: no recomputation (pass --recompute full to apply {})",
+                                  s.recompute_method ? s.recompute_method->from.describe() : "",
+                                  s.recompute_method && s.recompute_num_layers ? "; " : "",
+                                  s.recompute_num_layers ? s.recompute_num_layers->from.describe() : "",
+                                  s.recompute_method && s.recompute_num_layers ? "them" : "it"));
+  }
   return s;
 }
 

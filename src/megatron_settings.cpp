@@ -39,8 +39,14 @@ void apply_training(const MegatronSettings& s, TrainingRequest& t, const Given& 
   put(s.seq_len, "--seq-len", given, t.seq_len);
   put(s.recompute, "--recompute", given, t.recompute);
   put(s.recompute_modules, "--recompute-modules", given, t.recompute_modules);
-  put(s.recompute_method, "--recompute-method", given, t.recompute_method);
-  put(s.recompute_num_layers, "--recompute-num-layers", given, t.recompute_num_layers);
+  // Megatron reads the method and group size only with a granularity (and asserts against them
+  // with selective, which resolve_training refuses in the same way); without one it ignores them
+  // (parse_megatron_args notes it), and so does moemem. A granularity given inline other than full
+  // replaces the script's, and its method with it.
+  if (t.recompute && (*t.recompute == Recompute::full || !given.contains("--recompute"))) {
+    put(s.recompute_method, "--recompute-method", given, t.recompute_method);
+    put(s.recompute_num_layers, "--recompute-num-layers", given, t.recompute_num_layers);
+  }
   put(s.cpu_offload_layers, "--cpu-offloading-num-layers", given, t.cpu_offload_layers);
   put(s.params_dtype, "--params-dtype", given, t.params_dtype);
   put(s.main_grads_dtype, "--main-grads-dtype", given, t.main_grads_dtype);

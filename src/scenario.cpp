@@ -63,8 +63,25 @@ void resolve_recompute(const TrainingRequest& r, TrainingConfig& t) {
     }
     t.recompute_modules = *r.recompute_modules;
   }
-  t.recompute_method = r.recompute_method;
-  t.recompute_num_layers = r.recompute_num_layers;
+  // Megatron-Core reads --recompute-method and --recompute-num-layers for full recomputation only:
+  // with selective recomputation it asserts against them (arguments.py validate_args;
+  // TransformerConfig.__post_init__), without recomputation nothing reads them. moemem would
+  // silently drop them, so they are refused unless --recompute full.
+  if (t.recompute != Recompute::full) {
+    const char* granularity = t.recompute == Recompute::selective ? "selective" : "none";
+    if (r.recompute_method) {
+      throw InputError("--recompute-method", r.recompute_method == RecomputeMethod::uniform ? "uniform" : "block",
+                       fmt::format("to be used with --recompute full (the recomputation here is {}; Megatron refuses a "
+                                   "method with selective recomputation and reads none without recomputation)",
+                                   granularity));
+    }
+    if (r.recompute_num_layers) {
+      throw InputError("--recompute-num-layers", std::to_string(*r.recompute_num_layers),
+                       fmt::format("to be used with --recompute full (the recomputation here is {})", granularity));
+    }
+  }
+  t.recompute_method = r.recompute_method.value_or(RecomputeMethod::uniform);
+  t.recompute_num_layers = r.recompute_num_layers.value_or(1);
   if (r.cpu_offload_layers < 0) {
     throw InputError("--cpu-offloading-num-layers", std::to_string(r.cpu_offload_layers), "0 or more decoder layers");
   }

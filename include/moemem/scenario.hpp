@@ -32,8 +32,10 @@ struct TrainingRequest {
   bool distributed_optimizer = false;   // Megatron's distributed optimizer (= ZeRO 1)
   std::optional<Recompute> recompute;   // unset: none (or the recipe's)
   std::optional<std::uint16_t> recompute_modules;  // selective modules (given: selective recomputation)
-  RecomputeMethod recompute_method = RecomputeMethod::uniform;
-  std::int64_t recompute_num_layers = 1;
+  // Full recomputation's method and group size (unset: uniform, 1); given with another granularity
+  // they are refused (Megatron asserts against a method with selective recomputation).
+  std::optional<RecomputeMethod> recompute_method;
+  std::optional<std::int64_t> recompute_num_layers;
   std::int64_t cpu_offload_layers = 0;  // --cpu-offloading-num-layers
   OverheadPoint overhead = OverheadPoint::low;
   std::optional<DType> params_dtype, main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;

@@ -126,8 +126,10 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--recompute-modules", o.recompute.recompute_modules,
                  "Selective recomputation modules: core_attn,mla_up_proj,layernorm,moe_act,mlp,moe,shared_experts,gdn_norm_out "
                  "(default core_attn)");
-  app.add_option("--recompute-method", o.recompute.recompute_method, "Full recomputation: uniform|block")->capture_default_str();
-  add_int(app, "--recompute-num-layers", o.recompute.recompute_num_layers, "Layers per checkpointed group (uniform) or per chunk (block)");
+  app.add_option("--recompute-method", o.recompute.recompute_method,
+                 "Full recomputation: uniform|block (default uniform; only with --recompute full)");
+  add_optional_int(app, "--recompute-num-layers", o.recompute.recompute_num_layers,
+                   "Full recomputation: layers per checkpointed group (uniform) or per chunk (block) (default 1)");
   add_int(app, "--cpu-offloading-num-layers", o.recompute.cpu_offload_layers,
           "Megatron (pp 1, no recomputation): offload the saved activations of the first N decoder layers to the host");
   app.add_option("--overhead", o.overheads.overhead,
@@ -359,7 +361,8 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.recompute = given<Recompute>(o.recompute.recompute, [](const std::string& v) { return parse_recompute(v, "--recompute"); });
   r.recompute_modules = given<std::uint16_t>(
       o.recompute.recompute_modules, [](const std::string& v) { return parse_recompute_modules(v, "--recompute-modules"); });
-  r.recompute_method = parse_recompute_method(o.recompute.recompute_method, "--recompute-method");
+  r.recompute_method = given<RecomputeMethod>(
+      o.recompute.recompute_method, [](const std::string& v) { return parse_recompute_method(v, "--recompute-method"); });
   r.recompute_num_layers = o.recompute.recompute_num_layers;
   r.cpu_offload_layers = o.recompute.cpu_offload_layers;
   r.overhead = parse_overhead_point(o.overheads.overhead, "--overhead");

@@ -47,8 +47,8 @@ struct BatchOptions {
 };
 struct RecomputeOptions {
   std::string recompute;  // empty: none (or the recipe's)
-  std::string recompute_modules, recompute_method = "uniform";
-  std::int64_t recompute_num_layers = 1;
+  std::string recompute_modules, recompute_method;       // method unset: uniform (full recomputation only)
+  std::optional<std::int64_t> recompute_num_layers;       // unset: 1 (full recomputation only)
   std::int64_t cpu_offload_layers = 0;
 };
 struct StateOptions {

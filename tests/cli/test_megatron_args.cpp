@@ -96,6 +96,41 @@ TEST(MegatronArgs, UnmodelledMemoryFlagsAreErrors) {
   EXPECT_NE(r.err.find("--use-torch-fsdp2"), std::string::npos) << r.err;
 }
 
+// Megatron reads --recompute-method and --recompute-num-layers only with a recompute granularity:
+// a script that gives them without one runs without recomputation (noted), and one that gives them
+// with selective recomputation fails Megatron's assertion, so moemem refuses it too.
+TEST(MegatronArgs, RecomputeMethodFollowsTheScriptsGranularity) {
+  const std::string base = ::testing::TempDir() + "recompute_method";
+  const std::string arch =
+      "--tensor-model-parallel-size 1 --num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+      "--max-position-embeddings 512 --micro-batch-size 1 --vocab-size 32000 ";
+  const auto write = [&](const std::string& name, const std::string& extra) {
+    const std::string path = base + name + ".args";
+    std::ofstream(path) << arch << extra << "\n";
+    return path;
+  };
+  const std::string none = write("none", "--recompute-method block --recompute-num-layers 2");
+  const auto r = run_cli({"analyze", "--megatron-args", none, "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("training").at("recompute"), "none");
+  EXPECT_NE(r.err.find("read by Megatron only with --recompute-granularity full"), std::string::npos) << r.err;
+  // Given full inline, the script's method and group size apply.
+  const json full = analyze_json({"--megatron-args", none, "--recompute", "full"});
+  ASSERT_FALSE(full.is_null());
+  EXPECT_EQ(full.at("training").at("recompute_method"), "block");
+  EXPECT_EQ(full.at("training").at("recompute_num_layers"), 2);
+  // Selective with a method: Megatron's validate_args asserts; moemem exits 2 naming the flag.
+  const std::string selective = write("selective", "--recompute-granularity selective --recompute-method uniform");
+  const auto s = run_cli({"analyze", "--megatron-args", selective});
+  EXPECT_EQ(s.code, 2);
+  EXPECT_NE(s.err.find("--recompute-method"), std::string::npos) << s.err;
+  // Selective given inline replaces a full script's granularity and its method with it.
+  const std::string full_script = write("full", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1");
+  const json inline_selective = analyze_json({"--megatron-args", full_script, "--recompute", "selective"});
+  ASSERT_FALSE(inline_selective.is_null());
+  EXPECT_EQ(inline_selective.at("training").at("recompute"), "selective");
+}
+
 TEST(MegatronArgs, Fp8FlagsMapToTheRecipe) {
   const std::string path = ::testing::TempDir() + "fp8.args";
   {

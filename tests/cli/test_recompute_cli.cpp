@@ -123,4 +123,18 @@ TEST(RecomputeCli, UnknownModuleAndModulesWithFullExitTwo) {
   expect_exit_2(concat({"analyze"}, dsv3({"--recompute", "partial"})), {"--recompute", "partial"});
 }
 
+// --recompute-method and --recompute-num-layers belong to full recomputation: Megatron-Core asserts
+// against a method with selective recomputation (arguments.py) and reads neither without
+// recomputation, so moemem refuses them rather than dropping them.
+TEST(RecomputeCli, MethodAndGroupSizeOnlyWithFullRecomputation) {
+  expect_exit_2(concat({"analyze"}, dsv3({"--recompute-method", "block"})), {"--recompute-method", "block", "--recompute full", "none"});
+  expect_exit_2(concat({"analyze"}, dsv3({"--recompute-num-layers", "2"})), {"--recompute-num-layers", "2", "--recompute full"});
+  expect_exit_2(concat({"analyze"}, dsv3({"--recompute", "selective", "--recompute-method", "uniform"})),
+                {"--recompute-method", "uniform", "selective"});
+  expect_exit_2(concat({"analyze"}, dsv3({"--recompute-modules", "moe_act", "--recompute-num-layers", "1"})),
+                {"--recompute-num-layers", "selective"});
+  // With full recomputation both are read.
+  EXPECT_FALSE(explain_json(dsv3({"--recompute", "full", "--recompute-method", "block", "--recompute-num-layers", "2"}), 1).is_null());
+}
+
 }  // namespace

@@ -157,8 +157,6 @@ TEST(ProfileCheck, PaperRecomputeRefusalMatchesTheCli) {
       {{"--recompute", "full", "--recompute-num-layers", "2"}, Recompute::full, RecomputeMethod::uniform, 2},
       {{"--recompute", "full", "--recompute-method", "block", "--recompute-num-layers", "4"}, Recompute::full,
        RecomputeMethod::block, 4},
-      {{"--recompute", "none", "--recompute-method", "block"}, Recompute::none, RecomputeMethod::block, 1},
-      {{"--recompute", "none", "--recompute-num-layers", "3"}, Recompute::none, RecomputeMethod::uniform, 3},
       {{"--recompute", "selective", "--fp8", "tensorwise"}, Recompute::selective, RecomputeMethod::uniform, 1,
        Fp8Recipe::tensorwise},
   };
