@@ -204,6 +204,7 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
   }
   if (auto e = refuse_dropout("hf", t)) return e;
   if (auto e = refuse_megatron_options("hf", t)) return e;
+  if (auto e = refuse_logits_dtype("hf", t, "the loss upcasts the bf16 logits to fp32 itself, as modelled")) return e;
   if (auto e = refuse_fsdp2_options("hf", t, t.accelerate_fsdp())) return e;
   if (auto e = hf_fsdp_check(t)) return e;
   if (auto e = hf_ddp_check(t)) return e;

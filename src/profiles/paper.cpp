@@ -141,6 +141,7 @@ void paper_chunk_activations(const ActivationContext&, const Chunk&, std::vector
 std::optional<InputError> paper_check(const ModelSpec& m, const Layout&, const TrainingConfig& t) {
   if (auto e = refuse_dropout(kPaper.name, t)) return e;
   if (auto e = refuse_megatron_options(kPaper.name, t)) return e;
+  if (auto e = refuse_logits_dtype(kPaper.name, t, "the report counts no logits")) return e;
   if (auto e = refuse_finetune(kPaper.name, t, false, {OptimizerKind::adamw})) return e;
   if (t.optimizer_offload > 0) return InputError("--optimizer-cpu-offload", "set", "the megatron profile (Megatron-Core's offload)");
   if ((t.recompute == Recompute::selective && !kPaper.selective_recompute) || t.recompute_method != RecomputeMethod::uniform ||

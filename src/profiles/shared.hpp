@@ -173,6 +173,22 @@ inline std::optional<InputError> refuse_megatron_options(std::string_view profil
   if (t.tp_comm_overlap) return InputError("--tp-comm-overlap", "set", only);
   if (t.cpu_offload_layers > 0) return InputError("--cpu-offloading-num-layers", std::to_string(t.cpu_offload_layers), only);
   if (!t.rope_fusion) return InputError("--no-rope-fusion", "set", only);
+  if (t.shared_expert_overlap) return InputError("--moe-shared-expert-overlap", "set", only);
+  // Megatron pads the vocabulary to a multiple of this x tp; torchtitan's and Hugging Face's
+  // embeddings keep the config's vocab_size rows (the paper's analysis too).
+  if (t.vocab_multiple) {
+    return InputError("--make-vocab-size-divisible-by", std::to_string(*t.vocab_multiple),
+                      fmt::format("{} (the {} profile keeps the config's vocab_size rows, unpadded)", only, profile));
+  }
+  return std::nullopt;
+}
+
+// The logits' dtype is the framework's under profiles that do not model Megatron's choice (the
+// paper's analysis and Hugging Face's loss, which upcasts the bf16 logits itself).
+inline std::optional<InputError> refuse_logits_dtype(std::string_view profile, const TrainingConfig& t, std::string_view why) {
+  if (t.logits_dtype != DType::fp32) {
+    return InputError("--logits-dtype", std::string(name_of(t.logits_dtype)), fmt::format("fp32 with the {} profile ({})", profile, why));
+  }
   return std::nullopt;
 }
 

@@ -326,6 +326,31 @@ TEST(Help, SubcommandHelpListsFlags) {
   }
 }
 
+// Megatron-only settings under a profile that does not model them were accepted and changed
+// nothing (or, for the vocabulary multiple, padded an embedding that torchtitan and Hugging Face
+// never pad): each is refused naming the flag and the profile.
+TEST(BadProfileSettings, MegatronOnlySettingsAreRefusedElsewhere) {
+  expect_bad_input({"analyze", "--profile", "paper", "--logits-dtype", "bf16"}, {"--logits-dtype", "bf16", "paper"});
+  expect_bad_input({"analyze", "--profile", "paper", "--moe-shared-expert-overlap"}, {"--moe-shared-expert-overlap", "megatron"});
+  expect_bad_input({"analyze", "--profile", "hf", "--model", "llama-3.1-8b", "--logits-dtype", "bf16"},
+                   {"--logits-dtype", "bf16", "hf"});
+  expect_bad_input({"analyze", "--profile", "hf", "--model", "llama-3.1-8b", "--make-vocab-size-divisible-by", "1000"},
+                   {"--make-vocab-size-divisible-by", "1000", "unpadded"});
+  expect_bad_input({"analyze", "--profile", "torchtitan", "--model", "llama-3.1-8b", "--make-vocab-size-divisible-by", "256"},
+                   {"--make-vocab-size-divisible-by", "256", "torchtitan"});
+  expect_bad_input({"analyze", "--profile", "torchtitan", "--model", "llama-3.1-8b", "--moe-shared-expert-overlap"},
+                   {"--moe-shared-expert-overlap"});
+  // Under megatron each is a setting.
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--logits-dtype", "bf16"},
+                                                std::vector<std::string>{"--make-vocab-size-divisible-by", "256"},
+                                                std::vector<std::string>{"--moe-shared-expert-overlap"}}) {
+    std::vector<std::string> args{"analyze", "--model", "deepseek-v2-lite", "--ep", "8", "--dp", "8"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 0) << joined(args) << ": " << r.err;
+  }
+}
+
 // A control: the same options with good values succeed, so the failures above are about the
 // values and not about the options themselves.
 TEST(BadInputControl, GoodValuesOfTheSameOptionsSucceed) {
