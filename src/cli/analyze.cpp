@@ -4,6 +4,7 @@
 #include "cli/commands.hpp"
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "moemem/explain.hpp"
 #include "moemem/analyze.hpp"
@@ -344,6 +345,26 @@ void time_output(const Scenario& e, const std::optional<GpuChoice>& gpu, Format 
   render(table, f, out);
 }
 
+// Selective-recompute modules of a layer kind the model lacks recompute nothing (Megatron accepts
+// the name and skips it, and so does moemem): said once, so that the list never reads as a saving.
+void warn_inert_recompute_modules(const Evaluation& e, std::vector<std::string>& warnings, std::ostream& err) {
+  const ModelSpec& m = e.model;
+  const TrainingConfig& t = e.training;
+  if (t.recompute != Recompute::selective) return;
+  const bool gdn = std::ranges::find(m.layer_mixers, MixerKind::gated_delta_net) != m.layer_mixers.end();
+  for (const auto& [module, present, what] :
+       {std::tuple{kRecomputeMoeAct, m.is_moe(), "routed experts"}, std::tuple{kRecomputeMoe, m.is_moe(), "routed experts"},
+        std::tuple{kRecomputeSharedExperts, m.moe.shared_ffn > 0, "shared experts"},
+        std::tuple{kRecomputeMlaUpProj, m.attention == AttentionKind::mla, "multi-head latent attention"},
+        std::tuple{kRecomputeGdnNormOut, gdn, "Gated DeltaNet layers"}}) {
+    if ((t.recompute_modules & module) != 0 && !present) {
+      warnings.push_back(fmt::format("--recompute-modules {}: {} has no {}, so it recomputes nothing",
+                                     recompute_modules_text(module), m.name, what));
+      err << "note: " << warnings.back() << "\n";
+    }
+  }
+}
+
 }  // namespace
 
 void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
@@ -355,6 +376,7 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
   auto gpu = gpu_choice(training);
   auto warnings = model_warnings(e.model, model, err);
+  warn_inert_recompute_modules(e, warnings, err);
   if (is_explain && no_margin) {
     warnings.emplace_back("--no-margin: explain gives no fit verdict, so the flag changes nothing");
     err << "note: " << warnings.back() << "\n";

@@ -123,6 +123,21 @@ TEST(RecomputeCli, UnknownModuleAndModulesWithFullExitTwo) {
   expect_exit_2(concat({"analyze"}, dsv3({"--recompute", "partial"})), {"--recompute", "partial"});
 }
 
+// A module of a layer kind the model lacks recomputes nothing (Megatron skips it too): the bytes
+// are those of the list without it, and the report says so instead of implying a saving.
+TEST(RecomputeCli, ModulesTheModelLacksAreNamedAndChangeNothing) {
+  const Args llama = {"--model", "llama-3.1-8b", "--dp", "8", "--micro-batch", "1", "--seq-len", "4096"};
+  const json with = moemem::test::activations_cli::analyze_json(concat(llama, {"--recompute-modules", "core_attn,moe_act,mla_up_proj"}));
+  const json without = moemem::test::activations_cli::analyze_json(concat(llama, {"--recompute-modules", "core_attn"}));
+  ASSERT_FALSE(with.is_null());
+  ASSERT_FALSE(without.is_null());
+  EXPECT_EQ(with.at("peak"), without.at("peak"));
+  ASSERT_EQ(with.at("warnings").size(), 2u) << with.at("warnings").dump();
+  EXPECT_NE(with.at("warnings")[0].get<std::string>().find("moe_act: llama-3.1-8b has no routed experts"), std::string::npos);
+  EXPECT_NE(with.at("warnings")[1].get<std::string>().find("mla_up_proj"), std::string::npos);
+  EXPECT_TRUE(!without.contains("warnings") || without.at("warnings").empty());
+}
+
 // --recompute-method and --recompute-num-layers belong to full recomputation: Megatron-Core asserts
 // against a method with selective recomputation (arguments.py) and reads neither without
 // recomputation, so moemem refuses them rather than dropping them.
