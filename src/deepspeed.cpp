@@ -45,6 +45,16 @@ std::optional<std::int64_t> size_value(const json& v, const std::string& source,
                    auto_ok ? "a non-negative integer up to 9e15 or \"auto\"" : "a non-negative integer up to 9e15");
 }
 
+// A batch size or step count: a positive integer up to 2^31 (moemem's --micro-batch bound is far
+// below), or "auto" (nullopt).
+std::optional<std::int64_t> batch_value(const json& v, const std::string& source, std::string_view key) {
+  if (v.is_string() && v.get<std::string>() == "auto") return std::nullopt;
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() >= 1 && v.get<std::uint64_t>() <= (std::uint64_t{1} << 31)) {
+    return static_cast<std::int64_t>(v.get<std::uint64_t>());
+  }
+  throw InputError(field(source, key), v.dump(), "a positive integer or \"auto\"");
+}
+
 bool bool_value(const json& v, const std::string& source, std::string_view key) {
   if (!v.is_boolean()) throw InputError(field(source, key), v.dump(), "true or false");
   return v.get<bool>();
@@ -74,7 +84,7 @@ const std::set<std::string, std::less<>> kZeroQuietKeys = {
 
 // Top-level keys that change no device memory; bf16, fp16, optimizer and zero_optimization are read.
 const std::set<std::string, std::less<>> kQuietKeys = {
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+    "gradient_clipping",
     "steps_per_print", "wall_clock_breakdown", "scheduler", "zero_allow_untested_optimizer", "prescale_gradients",
     "gradient_predivide_factor", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger",
     "zero_force_ds_cpu_optimizer", "dump_state", "memory_breakdown", "checkpoint"};
@@ -159,6 +169,9 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::st
     else if (key == "bf16") bf16 = enabled(v, source, key, true);
     else if (key == "fp16") fp16 = enabled(v, source, key, false);
     else if (key == "optimizer") ds.optimizer = read_optimizer(v, source);
+    else if (key == "train_micro_batch_size_per_gpu") ds.micro_batch = batch_value(v, source, key);
+    else if (key == "train_batch_size") ds.train_batch = batch_value(v, source, key);
+    else if (key == "gradient_accumulation_steps") ds.grad_accum = batch_value(v, source, key);
     else if (!kQuietKeys.contains(key)) {
       throw InputError(field(source, key), "present",
                        "a key moemem models or knows to change no device memory (activation_checkpointing, "
@@ -182,6 +195,13 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::st
     throw InputError(field(source, "bf16.enabled/fp16.enabled"), "neither", "bf16 or fp16 (fp32 training is not modelled)");
   }
   ds.dtype = bf16 ? DType::bf16 : DType::fp16;
+  if (ds.train_batch && ds.micro_batch && ds.grad_accum && *ds.train_batch % (*ds.micro_batch * *ds.grad_accum) != 0) {
+    // config.py _batch_assertion: train_batch_size == micro x gradient_accumulation_steps x world size.
+    throw InputError(field(source, "train_batch_size"), std::to_string(*ds.train_batch),
+                     fmt::format("a multiple of train_micro_batch_size_per_gpu x gradient_accumulation_steps = {} "
+                                 "(DeepSpeed asserts train_batch_size = micro x steps x world size)",
+                                 *ds.micro_batch * *ds.grad_accum));
+  }
   return ds;
 }
 
@@ -199,6 +219,21 @@ void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
                      fmt::format("no --zero, or the DeepSpeed config's zero_optimization.stage ({})", ds.stage));
   }
   r.zero = ds.stage;
+  // The batch the config fixes is the run's: --micro-batch (default 1) must agree with it, and
+  // train_batch_size is the global batch (check_training then asks a multiple of micro x dp).
+  if (ds.micro_batch && *ds.micro_batch != r.micro_batch) {
+    throw InputError("--micro-batch", std::to_string(r.micro_batch),
+                     fmt::format("{}, the DeepSpeed config's train_micro_batch_size_per_gpu (pass --micro-batch {}, or "
+                                 "make the key \"auto\")",
+                                 *ds.micro_batch, *ds.micro_batch));
+  }
+  if (ds.train_batch) {
+    if (r.global_batch && *r.global_batch != *ds.train_batch) {
+      throw InputError("--global-batch", std::to_string(*r.global_batch),
+                       fmt::format("{}, the DeepSpeed config's train_batch_size (or no --global-batch)", *ds.train_batch));
+    }
+    r.global_batch = ds.train_batch;
+  }
   // bf16/fp16: the module's weights (and so its gradients, stage_1_and_2.py ipg buffers and
   // grads_in_partition of self.dtype); fp32 master partitions (single_partition_of_fp32_groups,
   // stage3.py fp32_partitioned_groups_flat) and optimizer states on them.

@@ -33,6 +33,12 @@ struct DeepSpeedConfig {
   bool offload_param = false;      // offload_param.device "cpu" (stage 3 only)
   DType dtype = DType::bf16;       // bf16.enabled (or "auto"), else fp16.enabled
   std::optional<OptimizerKind> optimizer;  // optimizer.type, when given
+  // Batch keys, positive integers or "auto" (nullopt: the Trainer fills them from its arguments).
+  // DeepSpeed requires train_batch_size = micro x accumulation steps x data-parallel world
+  // (config.py _batch_assertion); apply_deepspeed makes them agree with --micro-batch/--global-batch.
+  std::optional<std::int64_t> micro_batch;   // train_micro_batch_size_per_gpu
+  std::optional<std::int64_t> train_batch;   // train_batch_size
+  std::optional<std::int64_t> grad_accum;    // gradient_accumulation_steps
 
   [[nodiscard]] bool overlap() const { return overlap_comm.value_or(stage == 3); }
 };

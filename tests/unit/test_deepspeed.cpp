@@ -3,8 +3,11 @@
 // Hugging Face Trainer's documented ZeRO-2 offload and ZeRO-3 examples ("auto" values included).
 #include <cstdint>
 #include <cstdio>
+#include <utility>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -144,6 +147,54 @@ TEST(DeepSpeed, CliErrorsExit2) {
   const auto missing = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--deepspeed", kDir + "missing.json"});
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("--deepspeed"), std::string::npos) << missing.err;
+}
+
+// The batch keys: read as positive integers or "auto" (they were ignored, even when invalid); the
+// config's micro-batch must be the run's, and train_batch_size is its global batch.
+TEST(DeepSpeed, BatchKeysAreTheRunsBatch) {
+  const std::string head = R"({"bf16":{"enabled":true},"zero_optimization":{"stage":2},)";
+  const auto cfg = moemem::parse_deepspeed_config(
+      head + R"("train_micro_batch_size_per_gpu":2,"gradient_accumulation_steps":4,"train_batch_size":64})", "x");
+  EXPECT_EQ(cfg.micro_batch, 2);
+  EXPECT_EQ(cfg.grad_accum, 4);
+  EXPECT_EQ(cfg.train_batch, 64);
+  for (const auto& [body, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"("train_micro_batch_size_per_gpu":0})", "train_micro_batch_size_per_gpu"},
+           {R"("train_batch_size":"lots"})", "train_batch_size"},
+           {R"("gradient_accumulation_steps":-3})", "gradient_accumulation_steps"},
+           {R"("gradient_accumulation_steps":1.5})", "gradient_accumulation_steps"},
+           // DeepSpeed's own assertion: 30 is not 4 x 2 x a world size.
+           {R"("train_micro_batch_size_per_gpu":4,"gradient_accumulation_steps":2,"train_batch_size":30})", "train_batch_size"}}) {
+    try {
+      (void)moemem::parse_deepspeed_config(head + body, "x");
+      ADD_FAILURE() << "accepted: " << body;
+    } catch (const moemem::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  // Through the CLI: the config's micro-batch 2 against --micro-batch (default 1), then agreeing.
+  char path[] = "/tmp/moemem-ds-batch-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string text = head + R"("train_micro_batch_size_per_gpu":2,"train_batch_size":16})";
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  const std::vector<std::string> base = {"analyze", "--model", kLlama, "--profile", "hf", "--deepspeed", path, "--seq-len", "16", "--dp", "8"};
+  auto args = base;
+  const auto differ = run_cli(args);
+  EXPECT_EQ(differ.code, 2);
+  EXPECT_NE(differ.err.find("--micro-batch: '1'"), std::string::npos) << differ.err;
+  EXPECT_NE(differ.err.find("train_micro_batch_size_per_gpu"), std::string::npos) << differ.err;
+  args.insert(args.end(), {"--micro-batch", "2", "--format", "json"});
+  const auto agree = run_cli(args);
+  ASSERT_EQ(agree.code, 0) << agree.err;
+  EXPECT_EQ(nlohmann::json::parse(agree.out).at("training").at("global_batch"), 16);
+  args = base;
+  args.insert(args.end(), {"--micro-batch", "2", "--global-batch", "32"});
+  const auto global = run_cli(args);
+  EXPECT_EQ(global.code, 2);
+  EXPECT_NE(global.err.find("train_batch_size"), std::string::npos) << global.err;
+  std::remove(path);
 }
 
 }  // namespace
