@@ -293,9 +293,18 @@ void cost_stages(const detail::EvalContext& c, EvalCache* cache, std::span<Stage
   }
   thread_local detail::ChunkActivations chunks;
   detail::chunk_activations(c, cache, chunks, stages.size() == 1 ? &stages[0] : nullptr);
-  const detail::Runtime runtime = detail::runtime_bytes(c);
-  const Bytes cp_block = detail::cp_kv_block(c);
-  for (auto& st : stages) cost_stage(c, chunks, cp_block, runtime, st);
+  try {
+    const detail::Runtime runtime = detail::runtime_bytes(c);
+    const Bytes cp_block = detail::cp_kv_block(c);
+    for (auto& st : stages) cost_stage(c, chunks, cp_block, runtime, st);
+  } catch (const OverflowError& e) {
+    // Each layer's tensors fit (chunk_activations checks them), but a stage's sum of them over
+    // its layers and micro-batches in flight does not: the input that scales it is named, not the
+    // ledger line where the sum overflowed.
+    throw InputError("--micro-batch/--seq-len", fmt::format("{} x {}", c.t.micro_batch, c.t.seq_len),
+                     fmt::format("a batch and sequence whose per-GPU byte totals fit in 64 bits (a stage's {} overflows)",
+                                 e.field()));
+  }
 }
 
 }  // namespace

@@ -153,6 +153,15 @@ TEST(JsonOutput, FileNamesThatAreNotUtf8StillGiveJson) {
 }
 
 // "128K" is a string, not 128.
+// A batch and sequence whose layers each fit in 64 bits but whose stage sum does not: the error
+// names the inputs that scale it, not the ledger line where the sum overflowed.
+TEST(Overflow, AStageSumThatOverflowsNamesTheBatchAndSequence) {
+  expect_error({"analyze", "--model", "llama-3.1-405b", "--micro-batch", "4096", "--seq-len", "1048576"},
+               {"--micro-batch/--seq-len: '4096 x 1048576'", "fit in 64 bits"});
+  expect_error({"explain", "--model", "llama-3.1-405b", "--micro-batch", "4096", "--seq-len", "1048576", "--stage", "0"},
+               {"--micro-batch/--seq-len"});
+}
+
 TEST(ConfigValues, SizesWithSuffixesAreRefused) {
   nlohmann::json c = nlohmann::json::parse(read(std::string(MOEMEM_TEST_DATA_DIR) + "/configs/llama-3.1-8b.config.json"));
   c["vocab_size"] = "128K";
