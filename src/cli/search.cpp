@@ -423,6 +423,27 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   space.cp_max = cp_max;
   space.vpp_max = vpp_max;
   space.micro_batch_max = micro_batch_max;
+  // Fixed degrees that no layout of --gpus can have are an inconsistent request (exit 2), not a
+  // search that found nothing to fit.
+  {
+    std::int64_t product = 1;
+    std::vector<std::string> flags, values;
+    for (const auto& [flag, v] : {std::pair{"--tp", tp}, std::pair{"--pp", pp}, std::pair{"--cp", cp}}) {
+      if (!v) continue;
+      if (*v < 1) throw InputError(flag, std::to_string(*v), "a positive degree");
+      flags.emplace_back(flag);
+      values.push_back(std::to_string(*v));
+      if (__builtin_mul_overflow(product, *v, &product) || gpus % product != 0) {
+        throw InputError(fmt::format("{}", fmt::join(flags, "/")), fmt::format("{}", fmt::join(values, " x ")),
+                         fmt::format("degrees whose product divides --gpus {} (tp x pp x cp x dp is the GPU count)", gpus));
+      }
+    }
+    for (const auto& [flag, v] : {std::pair{"--ep", ep}, std::pair{"--etp", etp}}) {
+      if (v && (*v < 1 || gpus % *v != 0)) {
+        throw InputError(flag, std::to_string(*v), fmt::format("a divisor of --gpus {}", gpus));
+      }
+    }
+  }
   space.tp = tp;
   space.pp = pp;
   space.cp = cp;
@@ -482,6 +503,21 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   // Progress is for a person watching: on the process's stderr when it is a terminal, unless --quiet.
   const bool show = app->count("--quiet") == 0 && &err == &std::cerr && isatty(STDERR_FILENO) == 1;
   const SearchResult r = search_with_progress(cm, space, n_threads, top, show, err);
+  if (r.enumerated == 0) {
+    // Each fixed degree divides the GPU count, yet their combination (with the model: ep must
+    // divide the experts and dp x cp, vpp the layers per stage) admits no layout at all.
+    std::vector<std::string> fixed;
+    for (const auto& [flag, v] : {std::pair{"--tp", tp}, std::pair{"--pp", pp}, std::pair{"--cp", cp}, std::pair{"--ep", ep},
+                                  std::pair{"--etp", etp}, std::pair{"--vpp", vpp}, std::pair{"--micro-batch", micro_batch}}) {
+      if (v) fixed.push_back(fmt::format("{} {}", flag, *v));
+    }
+    throw InputError(fixed.empty() ? std::string("--gpus") : fmt::format("{}", fmt::join(fixed, ", ")),
+                     fixed.empty() ? std::to_string(gpus) : std::string("fixed"),
+                     fmt::format("choices that admit at least one layout of {} GPUs for {} (with these, no candidate "
+                                 "exists: ep divides the routed experts and dp x cp, etp x ep divides the GPUs, vpp the "
+                                 "layers per stage, micro-batch x dp the global batch)",
+                                 gpus, m.name));
+  }
   const RunInfo run{m, *gpu, profile, space, n_threads, warnings, base_flags(*this)};
   if (format == "html") {
     // The page is drawn from the JSON document itself, so it shows exactly its numbers.

@@ -168,6 +168,14 @@ TEST(Search, InvalidConstraintsAreNamed) {
   expect_named({"--gpus", "8", "--global-batch", "8"}, "--gpu", true);
   expect_named({"--gpus", "8", "--gpu", "h100-80g"}, "--global-batch", true);
   expect_named({"--gpus", "8", "--gpu", "v100"}, "--gpu", true);
+  // Fixed degrees no layout of 64 GPUs can have: an inconsistent request, not "no layout fits".
+  expect_named({"--tp", "3"}, "--tp: '3'");
+  expect_named({"--tp", "128"}, "divides --gpus 64");
+  expect_named({"--tp", "8", "--pp", "16"}, "--tp/--pp: '8 x 16'");
+  expect_named({"--ep", "5"}, "--ep: '5'");
+  expect_named({"--tp", "0"}, "--tp: '0'");
+  // Each divides 64, yet no candidate has them (vpp 7 divides no stage's 61 layers split over pp 1).
+  expect_named({"--vpp", "7", "--pp", "1"}, "no candidate exists");
 }
 
 TEST(Search, ConstraintsNarrowTheSpace) {
