@@ -59,13 +59,24 @@ void add_layout_options(CLI::App& app, LayoutOptions& o) {
                            "--expert-tensor-parallel-size; 1 otherwise)");
   add_int(app, "--vpp", o.vpp, "Virtual pipeline stages (model chunks) per rank: interleaved 1F1B");
   app.add_flag("--sp,--sequence-parallel", o.sp, "Sequence parallelism (split non-attention activations over tp)");
-  app.add_option("--layers-per-stage", o.layers_per_stage,
-                 "Decoder layers of each pipeline chunk in model order, e.g. 4,4,...,1 (default: ceil(L/chunks), "
-                 "the last the rest)");
+  // An empty value would read as the option not given (the even split): refused instead.
+  const auto nonempty = [&app](const char* flag, std::string& target, const char* expected, const char* help) {
+    app.add_option_function<std::string>(
+           flag,
+           [&target, flag, expected](const std::string& v) {
+             if (v.empty()) throw InputError(flag, "", expected);
+             target = v;
+           },
+           help)
+        ->type_name("TEXT");
+  };
+  nonempty("--layers-per-stage", o.layers_per_stage, "a comma-separated list of layer counts, e.g. 4,4,4,1",
+           "Decoder layers of each pipeline chunk in model order, e.g. 4,4,...,1 (default: ceil(L/chunks), "
+           "the last the rest)");
   app.add_option("--schedule", o.schedule, "Pipeline schedule: 1f1b|interleaved|dualpipe|dualpipev|gpipe|zb-h1")
       ->capture_default_str();
-  app.add_option("--pipeline-model-parallel-layout", o.pipeline_layout,
-                 "Megatron layout string, e.g. 'Et|(tt|)*30mL' (E embedding, t layer, m MTP, L loss, | stage)");
+  nonempty("--pipeline-model-parallel-layout", o.pipeline_layout, "a non-empty layout such as Et|(tt|)*30mL",
+           "Megatron layout string, e.g. 'Et|(tt|)*30mL' (E embedding, t layer, m MTP, L loss, | stage)");
   add_optional_int(app, "--decoder-first-pipeline-num-layers", o.first_stage_layers, "Decoder layers on the first stage");
   add_optional_int(app, "--decoder-last-pipeline-num-layers", o.last_stage_layers, "Decoder layers on the last stage");
   app.add_flag("--account-for-embedding-in-pipeline-split", o.account_for_embedding,

@@ -61,4 +61,10 @@ TEST(LayoutInputs, AnEmptyGroupRepeatedIsEmptyAndFast) {
                 {"--pipeline-model-parallel-layout", "4 stages"});
 }
 
+// An empty value read as the option not given (the even split), silently.
+TEST(LayoutInputs, EmptyLayoutAndSplitAreRefused) {
+  expect_exit_2({"analyze", "--pp", "2", "--pipeline-model-parallel-layout", ""}, {"--pipeline-model-parallel-layout", "non-empty"});
+  expect_exit_2({"analyze", "--pp", "2", "--layers-per-stage", ""}, {"--layers-per-stage", "comma-separated"});
+}
+
 }  // namespace
