@@ -193,6 +193,7 @@ Scenario make_scenario(const Request& r) {
                            parallel.first_stage_layers || parallel.last_stage_layers || parallel.account_for_embedding ||
                            parallel.account_for_loss;
   if (r.training.recipe && !split_given) parallel.balance_units = true;
+  if (s.profile->sp_with_tp && parallel.tp > 1) parallel.sp = true;
   s.layout = resolve_layout_with_default_etp(s.model, parallel, *s.profile);
   s.training = resolve_training(r.training, *s.profile);
   validate_training(s.training, s.layout);

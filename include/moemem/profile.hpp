@@ -78,6 +78,9 @@ struct Profile {
   // TP-sharded, apply_moe_ep_tp's TensorParallel at d54d05a5 and models/common/MOE_SHARDING.md
   // since; with it they are sharded over ep alone, etp 1).
   bool etp_follows_tp_without_ep = false;
+  // Tensor parallelism always shards the norms' activations by sequence (torchtitan's TP plans use
+  // SequenceParallel for every norm: parallelize.py apply_tp), so sp is on whenever tp > 1.
+  bool sp_with_tp = false;
   // --- what the profile models
   bool supports_flash;          // the flash kernel may be chosen (paper: scores always materialised)
   bool selective_recompute;  // models selective recomputation (the report analyses none and full only)

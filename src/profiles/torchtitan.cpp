@@ -287,6 +287,7 @@ const Profile kTorchtitan{
     .vocab_multiple = 0,
     .default_attention = AttentionKernel::flash,
     .etp_follows_tp_without_ep = true,
+    .sp_with_tp = true,
     .supports_flash = true,
     .selective_recompute = true,
     .models_fp8_and_routing = true,

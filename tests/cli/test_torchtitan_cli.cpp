@@ -178,6 +178,17 @@ TEST(TorchtitanCli, LocalBatchOneToTwoOnQwen3_32B) {
   std::filesystem::remove(model);
 }
 
+// torchtitan's TP plan shards every norm by sequence (SequenceParallel), so sp is on with tp > 1
+// whether or not --sp is given: the report says so and the bytes are the same.
+TEST(TorchtitanCli, TensorParallelAlwaysShardsBySequence) {
+  const json plain = titan({"--tp", "2"}, "4"), with_sp = titan({"--tp", "2", "--sp"}, "4");
+  ASSERT_FALSE(plain.is_null());
+  ASSERT_FALSE(with_sp.is_null());
+  EXPECT_EQ(plain.at("parallel").at("sp"), true);
+  EXPECT_EQ(plain.at("stages"), with_sp.at("stages"));
+  EXPECT_EQ(titan({}, "8").at("parallel").at("sp"), false);  // tp 1: nothing to shard over
+}
+
 TEST(TorchtitanCli, ExplainAddsUp) {
   struct Case {
     const char* dp;
