@@ -351,7 +351,7 @@ void warn_inert_recompute_modules(const Evaluation& e, std::vector<std::string>&
   const ModelSpec& m = e.model;
   const TrainingConfig& t = e.training;
   if (t.recompute != Recompute::selective) return;
-  const bool gdn = std::ranges::find(m.layer_mixers, MixerKind::gated_delta_net) != m.layer_mixers.end();
+  const bool gdn = std::find(m.layer_mixers.begin(), m.layer_mixers.end(), MixerKind::gated_delta_net) != m.layer_mixers.end();
   for (const auto& [module, present, what] :
        {std::tuple{kRecomputeMoeAct, m.is_moe(), "routed experts"}, std::tuple{kRecomputeMoe, m.is_moe(), "routed experts"},
         std::tuple{kRecomputeSharedExperts, m.moe.shared_ffn > 0, "shared experts"},
