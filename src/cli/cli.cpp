@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -194,6 +195,26 @@ bool misspelt_command(int argc, const char* const* argv, std::ostream& err) {
   return true;
 }
 
+// CLI11's message in moemem's form where it names a value or a count: a flag given a value it
+// cannot read ("Could not convert: --sp = banana") and an option given twice ("--tp: At Most 1
+// required but received 2"). Anything else is CLI11's own text.
+std::string parse_error_text(const CLI::ParseError& e) {
+  const std::string what = e.what();
+  constexpr std::string_view kConvert = "Could not convert: ";
+  if (what.starts_with(kConvert)) {
+    const auto eq = what.find(" = ", kConvert.size());
+    if (eq != std::string::npos) {
+      return fmt::format("{}: '{}' is not accepted; expected the flag alone, or =true/=false",
+                         what.substr(kConvert.size(), eq - kConvert.size()), what.substr(eq + 3));
+    }
+  }
+  constexpr std::string_view kAtMost = ": At Most 1 required but received ";
+  if (const auto at = what.find(kAtMost); at != std::string::npos) {
+    return fmt::format("{}: given {} times; expected it once", what.substr(0, at), what.substr(at + kAtMost.size()));
+  }
+  return what;
+}
+
 // Parses the command line and reads a Megatron script; returns the exit code when the run
 // ends here (help, or bad input).
 std::optional<int> parse(CLI::App& app, Commands& c, int argc, const char* const* argv, std::ostream& out,
@@ -215,7 +236,7 @@ std::optional<int> parse(CLI::App& app, Commands& c, int argc, const char* const
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e, out, err);
   } catch (const CLI::ParseError& e) {
-    err << "moemem: error: " << e.what() << "\n";
+    err << "moemem: error: " << parse_error_text(e) << "\n";
     embedding.parse_error = e.what();
     err << "Run 'moemem --help' for the commands and flags.\n";
     return kExitBadInput;

@@ -326,6 +326,14 @@ TEST(Help, SubcommandHelpListsFlags) {
   }
 }
 
+// CLI11's messages for a flag given a value it cannot read and an option given twice, in
+// moemem's form: the flag, the value or count, and what is accepted.
+TEST(BadSyntax, FlagValuesAndRepeatsSayWhatIsAccepted) {
+  expect_bad_input({"analyze", "--sp=banana"}, {"--sp: 'banana' is not accepted", "the flag alone, or =true/=false"});
+  expect_bad_input({"analyze", "--tp", "2", "--tp", "4"}, {"--tp: given 2 times; expected it once"});
+  EXPECT_EQ(run({"analyze", "--sp=false", "--format", "json"}).code, 0);
+}
+
 // Megatron-only settings under a profile that does not model them were accepted and changed
 // nothing (or, for the vocabulary multiple, padded an embedding that torchtitan and Hugging Face
 // never pad): each is refused naming the flag and the profile.

@@ -272,7 +272,7 @@ TEST(MegatronArgs, RepeatedScriptFlagIsRefusedUnlessGivenInline) {
   }
   const auto r = run_cli({"analyze", "--megatron-args", path, "--model", "deepseek-v3"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "moemem: error: --tp: At Most 1 required but received 2\nRun 'moemem --help' for the commands and flags.\n");
+  EXPECT_EQ(r.err, "moemem: error: --tp: given 2 times; expected it once\nRun 'moemem --help' for the commands and flags.\n");
   const json j = analyze_json({"--megatron-args", path, "--model", "deepseek-v3", "--tp", "2"});
   ASSERT_FALSE(j.is_null());
   EXPECT_EQ(j.at("parallel").at("tp"), 2);
