@@ -70,7 +70,7 @@ void resolve_recompute(const TrainingRequest& r, TrainingConfig& t) {
   if (t.recompute != Recompute::full) {
     const char* granularity = t.recompute == Recompute::selective ? "selective" : "none";
     if (r.recompute_method) {
-      throw InputError("--recompute-method", r.recompute_method == RecomputeMethod::uniform ? "uniform" : "block",
+      throw InputError("--recompute-method", std::string(name_of(*r.recompute_method)),
                        fmt::format("to be used with --recompute full (the recomputation here is {}; Megatron refuses a "
                                    "method with selective recomputation and reads none without recomputation)",
                                    granularity));

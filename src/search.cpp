@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "moemem/errors.hpp"
 
@@ -73,6 +74,25 @@ void check_search_space(const SearchSpace& space, int threads) {
                                std::pair{space.ep_max, "--ep-max"}, std::pair{space.cp_max, "--cp-max"},
                                std::pair{space.vpp_max, "--vpp-max"}, std::pair{space.micro_batch_max, "--micro-batch-max"}}) {
     if (v < 0 || v > kMaxDegree) throw InputError(flag, std::to_string(v), fmt::format("an integer from 0 (no bound) to {}", kMaxDegree));
+  }
+  // Fixed degrees that no layout of --gpus can have are an inconsistent request, not a search
+  // that finds nothing to fit.
+  std::int64_t product = 1;
+  std::vector<std::string> flags, values;
+  for (const auto& [flag, v] : {std::pair{"--tp", space.tp}, std::pair{"--pp", space.pp}, std::pair{"--cp", space.cp}}) {
+    if (!v) continue;
+    if (*v < 1) throw InputError(flag, std::to_string(*v), "a positive degree");
+    flags.emplace_back(flag);
+    values.push_back(std::to_string(*v));
+    if (__builtin_mul_overflow(product, *v, &product) || space.gpus % product != 0) {
+      throw InputError(fmt::format("{}", fmt::join(flags, "/")), fmt::format("{}", fmt::join(values, " x ")),
+                       fmt::format("degrees whose product divides --gpus {} (tp x pp x cp x dp is the GPU count)", space.gpus));
+    }
+  }
+  for (const auto& [flag, v] : {std::pair{"--ep", space.ep}, std::pair{"--etp", space.etp}}) {
+    if (v && (*v < 1 || space.gpus % *v != 0)) {
+      throw InputError(flag, std::to_string(*v), fmt::format("a divisor of --gpus {}", space.gpus));
+    }
   }
   if (threads < 1 || threads > 256) throw InputError("--threads", std::to_string(threads), "an integer from 1 to 256");
   if (space.gpus_per_node < 1 || space.gpus_per_node > 1024) {

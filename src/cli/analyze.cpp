@@ -107,7 +107,7 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
                     {"recompute_modules", r.training.recompute == Recompute::selective
                                               ? nlohmann::json(recompute_modules_text(r.training.recompute_modules))
                                               : nlohmann::json()},
-                    {"recompute_method", r.training.recompute_method == RecomputeMethod::uniform ? "uniform" : "block"},
+                    {"recompute_method", std::string(name_of(r.training.recompute_method))},
                     {"recompute_num_layers", r.training.recompute_num_layers},
                     {"zero", r.training.zero},
                     {"sharding", r.training.accelerate_fsdp2   ? "fsdp2"
@@ -432,7 +432,7 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
           ? fmt::format("selective ({})", recompute_modules_text(r.training.recompute_modules))
       : r.training.recompute == Recompute::full && (r.training.recompute_method != RecomputeMethod::uniform ||
                                                     r.training.recompute_num_layers != 1)
-          ? fmt::format("full ({} {})", r.training.recompute_method == RecomputeMethod::uniform ? "uniform" : "block",
+          ? fmt::format("full ({} {})", name_of(r.training.recompute_method),
                         r.training.recompute_num_layers)
           : std::string(name_of(r.training.recompute));
   if (r.training.hf_ddp) {

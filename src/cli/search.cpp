@@ -423,27 +423,6 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   space.cp_max = cp_max;
   space.vpp_max = vpp_max;
   space.micro_batch_max = micro_batch_max;
-  // Fixed degrees that no layout of --gpus can have are an inconsistent request (exit 2), not a
-  // search that found nothing to fit.
-  {
-    std::int64_t product = 1;
-    std::vector<std::string> flags, values;
-    for (const auto& [flag, v] : {std::pair{"--tp", tp}, std::pair{"--pp", pp}, std::pair{"--cp", cp}}) {
-      if (!v) continue;
-      if (*v < 1) throw InputError(flag, std::to_string(*v), "a positive degree");
-      flags.emplace_back(flag);
-      values.push_back(std::to_string(*v));
-      if (__builtin_mul_overflow(product, *v, &product) || gpus % product != 0) {
-        throw InputError(fmt::format("{}", fmt::join(flags, "/")), fmt::format("{}", fmt::join(values, " x ")),
-                         fmt::format("degrees whose product divides --gpus {} (tp x pp x cp x dp is the GPU count)", gpus));
-      }
-    }
-    for (const auto& [flag, v] : {std::pair{"--ep", ep}, std::pair{"--etp", etp}}) {
-      if (v && (*v < 1 || gpus % *v != 0)) {
-        throw InputError(flag, std::to_string(*v), fmt::format("a divisor of --gpus {}", gpus));
-      }
-    }
-  }
   space.tp = tp;
   space.pp = pp;
   space.cp = cp;

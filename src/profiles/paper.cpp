@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "moemem/activation.hpp"
+#include "moemem/enums.hpp"
 #include "moemem/errors.hpp"
 #include "moemem/profile.hpp"
 #include "shared.hpp"
@@ -146,7 +147,7 @@ std::optional<InputError> paper_check(const ModelSpec& m, const Layout&, const T
   if (t.optimizer_offload > 0) return InputError("--optimizer-cpu-offload", "set", "the megatron profile (Megatron-Core's offload)");
   if ((t.recompute == Recompute::selective && !kPaper.selective_recompute) || t.recompute_method != RecomputeMethod::uniform ||
       t.recompute_num_layers != 1) {
-    const std::string_view method = t.recompute_method == RecomputeMethod::uniform ? "uniform" : "block";
+    const std::string_view method = name_of(t.recompute_method);
     return InputError("--recompute", fmt::format("{} {}", name_of(t.recompute), method),
                      "none or full (uniform, one layer) in the paper profile, as the report analyses");
   }
