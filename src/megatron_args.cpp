@@ -91,6 +91,7 @@ const std::set<std::string, std::less<>> kSwitches = {
     "--untie-embeddings-and-output-weights", "--moe-router-enable-expert-bias", "--qk-layernorm", "--add-qkv-bias",
     "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap", "--recompute-activations",
     "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--tp-comm-overlap", "--no-rope-fusion",
+    "--no-gradient-accumulation-fusion",
     "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--enable-shared-expert", "--no-position-embedding",
     "--use-rotary-position-embeddings", "--optimizer-cpu-offload", "--enable-cuda-graph", "--external-cuda-graph",
 };
@@ -409,6 +410,7 @@ const std::pair<const char*, Setting<bool> M::*> kSwitchSettings[] = {
     {"--delay-wgrad-compute", &M::delay_wgrad},
     {"--tp-comm-overlap", &M::tp_comm_overlap},
     {"--no-rope-fusion", &M::no_rope_fusion},
+    {"--no-gradient-accumulation-fusion", &M::no_grad_accum_fusion},
 };
 
 // FP8: --fp8-format (e4m3 or hybrid) turns it on, --fp8-recipe picks the scaling (Megatron's

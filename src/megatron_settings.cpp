@@ -61,6 +61,7 @@ void apply_training(const MegatronSettings& s, TrainingRequest& t, const Given& 
   put(s.delay_wgrad, "--delay-wgrad-compute", given, t.delay_wgrad);
   put(s.tp_comm_overlap, "--tp-comm-overlap", given, t.tp_comm_overlap);
   put(s.no_rope_fusion, "--no-rope-fusion", given, t.no_rope_fusion);
+  put(s.no_grad_accum_fusion, "--no-gradient-accumulation-fusion", given, t.no_grad_accum_fusion);
   put(s.cuda_graph_impl, "--cuda-graph-impl", given, t.cuda_graphs.impl);
   put(s.cuda_graph_scope, "--cuda-graph-scope", given, t.cuda_graphs.scope);
   put(s.vocab_multiple, "--make-vocab-size-divisible-by", given, t.vocab_multiple);

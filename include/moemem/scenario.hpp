@@ -53,6 +53,7 @@ struct TrainingRequest {
   bool delay_wgrad = false;      // --delay-wgrad-compute
   bool tp_comm_overlap = false;  // --tp-comm-overlap
   bool no_rope_fusion = false;   // --no-rope-fusion
+  bool no_grad_accum_fusion = false;  // --no-gradient-accumulation-fusion
   std::optional<double> fragmentation_pct;
   std::optional<Bytes> cuda_context, nccl_per_group;
   FsdpSettings fsdp;

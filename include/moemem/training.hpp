@@ -186,6 +186,9 @@ struct Overheads {
   std::optional<Bytes> cuda_context;           // overrides the profile's CUDA context size
   std::optional<Bytes> nccl_per_group;         // overrides the profile's per-process-group NCCL size
   bool tp_comm_overlap = false;  // Megatron's --tp-comm-overlap: Transformer Engine's userbuffers (src/analyze/userbuffers.cpp)
+  // Megatron's gradient-accumulation fusion (on unless --no-gradient-accumulation-fusion): weight
+  // gradients added into main_grad by the GEMM, with Transformer Engine's cached placeholders.
+  bool gradient_accumulation_fusion = true;
   auto operator<=>(const Overheads&) const = default;
 };
 

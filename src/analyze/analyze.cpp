@@ -311,7 +311,8 @@ void cost_stages(const detail::EvalContext& c, EvalCache* cache, std::span<Stage
 
 void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, MemoryReport& r,
                   EvalCache* cache, Detail detail, Checks checks) {
-  const detail::EvalContext c = make_context(cm, layout, t, detail, checks);
+  detail::EvalContext c = make_context(cm, layout, t, detail, checks);
+  c.cache = cache;
   init_report(c, r);
   cost_stages(c, cache, r.stages);
   for (const auto& st : r.stages) {
@@ -321,7 +322,8 @@ void analyze_into(const CompiledModel& cm, const Layout& layout, const TrainingC
 
 Bytes analyze_stage_total(const CompiledModel& cm, const Layout& layout, const TrainingConfig& t, std::int64_t stage,
                           StageReport& st, EvalCache* cache, Checks checks) {
-  const detail::EvalContext c = make_context(cm, layout, t, Detail::totals, checks);
+  detail::EvalContext c = make_context(cm, layout, t, Detail::totals, checks);
+  c.cache = cache;
   if (stage < 0 || stage >= static_cast<std::int64_t>(layout.rank_chunks.size())) {
     throw std::logic_error("analyze_stage_total: no such stage");
   }

@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -121,6 +122,7 @@ struct EvalContext {
   std::optional<std::int64_t> microbatches;  // per step and pipeline, if the global batch is known
   Detail detail;
   std::pair<Bytes, std::uint64_t> allowance{};  // buffers, and fragmentation in thousandths of a percent
+  EvalCache* cache = nullptr;                    // the search thread's memo, if any
   [[nodiscard]] ActivationContext activation_context() const { return {model, layout, t, attention, vocab}; }
 };
 
@@ -209,6 +211,10 @@ class EvalCache {
  public:
   std::map<detail::SharesKey, detail::Shares> shares;
   std::unordered_map<detail::ActKey, detail::Acts, detail::ActKeyHash> acts;
+  // Transformer Engine's dummy weight gradients by what decides them (overheads.cpp): tp, etp,
+  // ep, the padded vocabulary, the layer classes held (a bit each), MTP and head held, the weights'
+  // and activations' dtypes; the bytes, elements and number of shapes.
+  std::map<std::array<std::int64_t, 8>, std::tuple<Bytes, Count, std::size_t>> dummy_wgrads;
 };
 
 }  // namespace moemem

@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "analyze/deepep.hpp"
 #include "analyze/internal.hpp"
+#include "moemem/sharding.hpp"
 
 namespace moemem::detail {
 
@@ -158,6 +161,159 @@ void record_gemm_workspaces(const EvalContext& c, Ledger& ledger) {
   add("PyTorch cuBLAS and cuBLASLt workspaces", kTorchWorkspaces, "32 MiB (:4096:8 on Hopper) + 1 MiB");
 }
 
+// Megatron-Core's linear module for a weight's role: the weights of one layer with the same id are
+// one module's weight, stacked along its output rows (linear_qkv holds q, k and v; linear_fc1 the
+// gate and up projections; MLA's linear_kv_down_proj the latent and the shared RoPE key). 0: not
+// a linear layer's weight (embeddings and the output layer, norms, the router, convolutions,
+// biases, sinks, the shared-expert gate, vision towers).
+int linear_module(Role r) {
+  switch (r) {
+    case Role::q_proj:
+    case Role::k_proj:
+    case Role::v_proj:
+    case Role::q_gate: return 1;  // linear_qkv
+    case Role::o_proj: return 2;  // linear_proj
+    case Role::q_down: return 3;  // linear_q_down_proj
+    case Role::kv_down:
+    case Role::k_rope: return 4;  // linear_kv_down_proj
+    case Role::q_up:
+    case Role::q_rope: return 5;  // linear_q_up_proj (linear_q_proj without q_lora_rank)
+    case Role::k_up:
+    case Role::v_up: return 6;  // linear_kv_up_proj
+    case Role::mlp_gate:
+    case Role::mlp_up: return 7;  // linear_fc1
+    case Role::mlp_down: return 8;  // linear_fc2
+    case Role::shared_gate:
+    case Role::shared_up: return 9;
+    case Role::shared_down: return 10;
+    case Role::expert_gate:
+    case Role::expert_up: return 11;  // each expert's fc1 weight
+    case Role::expert_down: return 12;
+    case Role::mtp_eh_proj: return 13;
+    case Role::gdn_in_qkvz:
+    case Role::gdn_in_ba: return 14;  // Gated DeltaNet's in_proj
+    case Role::gdn_out: return 15;
+    case Role::indexer_wq_b: return 16;
+    case Role::indexer_wk: return 17;
+    case Role::indexer_weights_proj: return 18;
+    case Role::mamba_in_proj: return 19;
+    case Role::mamba_out: return 20;
+    default: return 0;
+  }
+}
+
+struct WeightShape {
+  std::int64_t rows = 0, cols = 0;
+  DType dtype{};
+  bool operator==(const WeightShape&) const = default;
+};
+
+// The local weight shapes of one layer's (or MTP depth's) trained linear modules.
+void add_linear_shapes(const EvalContext& c, const std::vector<Tensor>& tensors, DType dtype, std::vector<WeightShape>& out) {
+  std::array<WeightShape, 21> modules{};
+  for (const Tensor& t : tensors) {
+    const int m = linear_module(t.role);
+    if (m == 0 || !t.trainable || t.adapter != Adapter::none || t.is_vector()) continue;
+    const ShardShape s = device_shape(t, c.profile, c.layout.config);
+    if (s.copies == 0) continue;  // no expert of this tensor on the rank
+    auto& w = modules[static_cast<std::size_t>(m)];
+    w.rows += s.rows;
+    w.cols = s.cols;
+    w.dtype = dtype;
+  }
+  for (const WeightShape& w : modules) {
+    if (w.rows > 0 && std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
+  }
+}
+
+// Transformer Engine's dummy weight gradients. With gradient-accumulation fusion (Megatron's
+// default; --no-gradient-accumulation-fusion turns it off) a linear layer's backward adds its
+// weight gradient into main_grad itself and hands autograd a placeholder of the weight's shape,
+// which TE's get_dummy_wgrad (transformer_engine/pytorch/module/base.py) allocates once per
+// distinct (shape, dtype) and keeps for the life of the process: Linear and LayerNormLinear from
+// TE 2.3 (ba5dc5dde, 2025-04-08), GroupedLinear, per expert weight, from TE 2.10 (d2945c6a5,
+// 2025-10-27), and Megatron-Core's own ColumnParallelLinear, the output layer, from core 0.14
+// (e7c55de99e, 2025-08-01; in the activations' dtype, input.dtype). So a rank holds one tensor per
+// distinct local weight shape among the linear layers it trains: a few layer shapes, not one per
+// layer. Counted for --megatron-version current; the 0.12 and 0.6 releases allocated the
+// placeholder per backward (freed by Megatron's gradient hook, a transient left out). Not under
+// DeepSeek's recipes, which describe DeepSeek's own framework, not Transformer Engine's modules.
+void record_dummy_wgrads(const EvalContext& c, const StageReport& st, Ledger& ledger) {
+  if (c.t.megatron_version != MegatronVersion::current || !c.t.gradient_accumulation_fusion || c.t.recipe) return;
+  // The layer classes the stage holds, and whether it runs an output layer (the head's, or an MTP
+  // depth's with the same weight).
+  std::int64_t classes = 0;
+  bool mtp = false, head = st.has_head || st.mtp_depths > 0;
+  for (const std::int64_t i : st.chunks) {
+    const Chunk& chunk = c.layout.chunks[idx(i)];
+    for (const std::size_t k : c.cm.classes) {
+      if (c.cm.layers_in(k, chunk.first_layer, chunk.num_layers) > 0) classes |= std::int64_t{1} << k;
+    }
+    mtp = mtp || chunk.mtp_depths > 0;
+  }
+  const auto& p = c.layout.config;
+  const std::array<std::int64_t, 8> key{p.tp,
+                                        p.etp_degree(),
+                                        p.ep,
+                                        c.vocab,
+                                        classes,
+                                        (mtp ? 1 : 0) + (head ? 2 : 0),
+                                        static_cast<std::int64_t>(c.t.precision.weights),
+                                        static_cast<std::int64_t>(c.t.activation_dtype)};
+  const auto cost = [&] {
+    std::vector<WeightShape> shapes;
+    for (const std::size_t k : c.cm.classes) {
+      if ((classes >> k) & 1) add_linear_shapes(c, c.cm.layer[k], c.t.precision.weights, shapes);
+    }
+    if (mtp) add_linear_shapes(c, c.cm.mtp_depth, c.t.precision.weights, shapes);
+    // The output layer: its own weight, or the embedding's where they are tied; trained unless
+    // frozen under LoRA.
+    if (head) {
+      const auto find = [](const std::vector<Tensor>& ts, Role r) -> const Tensor* {
+        for (const Tensor& t : ts) {
+          if (t.role == r) return &t;
+        }
+        return nullptr;
+      };
+      const Tensor* weight = find(c.cm.head, Role::output_head);
+      if (weight == nullptr) weight = find(c.cm.embedding, Role::embedding);
+      const WeightShape w{(c.vocab + p.tp - 1) / p.tp, c.model.hidden, c.t.activation_dtype};
+      if (weight != nullptr && weight->trainable && std::find(shapes.begin(), shapes.end(), w) == shapes.end()) {
+        shapes.push_back(w);
+      }
+    }
+    Count elements;
+    Bytes bytes;
+    for (const WeightShape& w : shapes) {
+      const Count n(checked_mul(static_cast<std::uint64_t>(w.rows), static_cast<std::uint64_t>(w.cols), "dummy wgrad"));
+      elements += n;
+      bytes += bytes_of(n, w.dtype);
+    }
+    return std::tuple<Bytes, Count, std::size_t>{bytes, elements, shapes.size()};
+  };
+  std::tuple<Bytes, Count, std::size_t> local;
+  const auto* found = &local;
+  if (c.cache != nullptr) {
+    auto it = c.cache->dummy_wgrads.find(key);
+    if (it == c.cache->dummy_wgrads.end()) it = c.cache->dummy_wgrads.emplace(key, cost()).first;
+    found = &it->second;
+  } else {
+    local = cost();
+  }
+  // Named copies, not structured bindings: clang before 16 (the web build's) cannot capture those.
+  const Bytes bytes = std::get<0>(*found);
+  const Count elements = std::get<1>(*found);
+  const std::size_t count = std::get<2>(*found);
+  if (count == 0) return;
+  ledger.add(Category::buffers, bytes, [&] {
+    return ledger_item("gemm", "Transformer Engine's cached dummy weight gradients",
+                       fmt::format("one per distinct local weight shape of the trained linear layers ({} shapes; "
+                                   "gradient-accumulation fusion)",
+                                   count),
+                       elements);
+  });
+}
+
 Bytes allocated(const Ledger& l) {
   return l.total(Category::weights) + l.total(Category::gradients) + l.total(Category::optimizer) +
          l.total(Category::activations) + l.total(Category::buffers);
@@ -167,7 +323,10 @@ Bytes allocated(const Ledger& l) {
 
 void record_overheads(const EvalContext& c, const StageReport& st, const Runtime& runtime, Ledger& ledger) {
   const auto [buffers, milli_pct] = c.allowance;
-  if (c.profile.overhead.gemm_workspaces && !st.chunks.empty()) record_gemm_workspaces(c, ledger);
+  if (c.profile.overhead.gemm_workspaces && !st.chunks.empty()) {
+    record_gemm_workspaces(c, ledger);
+    record_dummy_wgrads(c, st, ledger);
+  }
   if (buffers.value() > 0) {
     ledger.add(Category::buffers, buffers, [&] {
       return ledger_item("communication", "buffers", "profile allowance");

@@ -190,6 +190,9 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                "Transformer Engine's userbuffers for TP communication overlap (needs tp > 1 and --sp; megatron)");
   app.add_flag("--no-rope-fusion", o.moe.no_rope_fusion,
                "Megatron's unfused RoPE: each attention layer keeps its cos and sin for q and k (megatron)");
+  app.add_flag("--no-gradient-accumulation-fusion", o.moe.no_grad_accum_fusion,
+               "Weight gradients returned to autograd, not added into main_grad by the GEMM: no cached "
+               "placeholders (megatron)");
   app.add_option("--moe-capacity-factor", o.moe.moe_capacity_factor, "Expert capacity, times the average tokens (excess dropped)");
   app.add_option("--moe-token-dispatcher", o.moe.dispatcher, "alltoall|deepep (DeepEP keeps a communication buffer)")
       ->capture_default_str();
@@ -348,6 +351,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.delay_wgrad = o.moe.delay_wgrad;
   r.tp_comm_overlap = o.moe.tp_comm_overlap;
   r.no_rope_fusion = o.moe.no_rope_fusion;
+  r.no_grad_accum_fusion = o.moe.no_grad_accum_fusion;
   r.cuda_graphs.impl = parse_cuda_graph_impl(o.numerics.cuda_graph_impl, "--cuda-graph-impl");
   if (!o.numerics.cuda_graph_scope.empty()) {
     if (r.cuda_graphs.impl == CudaGraphImpl::none) {

@@ -74,6 +74,7 @@ struct MoeOptions {
   bool ep_overlap = false;
   bool delay_wgrad = false, tp_comm_overlap = false;
   bool no_rope_fusion = false;
+  bool no_grad_accum_fusion = false;
 };
 struct OverheadOptions {
   std::string overhead = "low";

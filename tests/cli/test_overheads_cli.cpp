@@ -42,6 +42,23 @@ std::uint64_t gib(double x) { return static_cast<std::uint64_t>(std::ceil(x * 10
 // group leaves the 8-GPU node (NCCL's buffer sizes; docs/formulas.md).
 constexpr std::uint64_t kMiB = 1ull << 20, kRing = 24 * 12 * kMiB, kNet = 128 * kMiB;
 
+// Transformer Engine's cached dummy weight gradients (get_dummy_wgrad: one bf16 tensor per distinct
+// local weight shape) on DeepSeek-V3 at tp 2, etp 1 (docs/formulas.md), elements:
+// MLA q_down 1536 x 7168, kv_down (512 + 64) x 7168, q_up (128 x 192 / 2) x 1536, kv_up
+// (128 x 256 / 2) x 512, o_proj 7168 x (128 x 128 / 2); the shared expert's fc1 (2 x 2048 / 2) x
+// 7168 and fc2 7168 x 1024; each routed expert's fc1 4096 x 7168 and fc2 7168 x 2048 (stage 0 adds
+// the dense layers' fc1 (2 x 18432 / 2) x 7168 and fc2 7168 x 9216; the last stage MTP's eh_proj
+// (7168 / 2) x 14336 and the output layer (129280 / 2) x 7168, the MTP depth's layer sharing the
+// MoE layer's shapes).
+std::uint64_t dsv3_dummy_wgrads(std::size_t stage) {
+  const std::uint64_t mla = 1536 * 7168 + 576 * 7168 + 12288 * 1536 + 16384 * 512 + 7168 * 8192;
+  const std::uint64_t moe = 2048 * 7168 + 7168 * 1024 + 4096 * 7168 + 7168 * 2048;
+  std::uint64_t n = mla + moe;
+  if (stage == 0) n += 18432 * 7168 + 7168 * 9216;
+  if (stage == 15) n += 3584 * 14336 + 64640 * 7168;
+  return 2 * n;
+}
+
 TEST(OverheadCli, RuntimeIsCudaContextAndTheCommunicatorsTheLayoutUses) {
   const json r = analyze_json(dsv3());
   ASSERT_FALSE(r.is_null());
@@ -62,8 +79,9 @@ TEST(OverheadCli, RuntimeIsCudaContextAndTheCommunicatorsTheLayoutUses) {
                                     u64(b.at("activations")) + u64(b.at("buffers"));
     EXPECT_EQ(u64(b.at("allocated")), allocated);
     // No allowance; the GEMM workspaces (docs/formulas.md): TE's 32 MiB + 1 KiB, 4 more for its
-    // grouped GEMM's streams on this MoE model, PyTorch's cuBLAS 32 MiB + cuBLASLt 1 MiB.
-    EXPECT_EQ(u64(b.at("buffers")), 5 * (32 * kMiB + 1024) + 33 * kMiB);
+    // grouped GEMM's streams on this MoE model, PyTorch's cuBLAS 32 MiB + cuBLASLt 1 MiB; and the
+    // cached dummy weight gradients (kDummyWgrad below).
+    EXPECT_EQ(u64(b.at("buffers")), 5 * (32 * kMiB + 1024) + 33 * kMiB + dsv3_dummy_wgrads(p));
     EXPECT_EQ(u64(b.at("fragmentation")), ceil_div(allocated * 5, 100));
     EXPECT_EQ(u64(b.at("reserved")), allocated + u64(b.at("fragmentation")));
     EXPECT_EQ(u64(b.at("total")), u64(b.at("reserved")) + runtime);
@@ -196,11 +214,14 @@ TEST(OverheadCli, PaperProfileHasNoRuntimeTerm) {
 }
 
 // A dense model has no grouped GEMM: TE's one workspace (32 MiB + 1 KiB) and PyTorch's cuBLAS and
-// cuBLASLt ones (32 + 1 MiB), itemised under "gemm".
+// cuBLASLt ones (32 + 1 MiB), itemised under "gemm"; beside them the cached dummy weight gradients
+// of Llama-3.1-8B at tp 2, bf16: linear_qkv ((32 + 2 x 8) x 128 / 2) x 4096, linear_proj 4096 x
+// 2048, fc1 (2 x 14336 / 2) x 4096, fc2 4096 x 7168 and the output layer (128256 / 2) x 4096.
 TEST(OverheadCli, DenseModelsKeepTwoGemmWorkspaces) {
   const json r = analyze_json({"--model", "llama-3.1-8b", "--tp", "2", "--micro-batch", "1", "--seq-len", "1024"});
   ASSERT_FALSE(r.is_null());
-  for (const auto& s : r.at("stages")) EXPECT_EQ(u64(s.at("bytes").at("buffers")), 32 * kMiB + 1024 + 33 * kMiB);
+  const std::uint64_t dummies = 2ull * (3072 * 4096 + 4096 * 2048 + 14336 * 4096 + 4096 * 7168 + 64128ull * 4096);
+  for (const auto& s : r.at("stages")) EXPECT_EQ(u64(s.at("bytes").at("buffers")), 32 * kMiB + 1024 + 33 * kMiB + dummies);
   const auto items = items_of(explain_json({"--model", "llama-3.1-8b", "--tp", "2", "--micro-batch", "1", "--seq-len", "1024"}, 0),
                               "buffers");
   EXPECT_EQ(items.at("Transformer Engine cuBLAS workspace"), 32 * kMiB + 1024);
