@@ -173,9 +173,11 @@ std::optional<InputError> hf_ddp_check(const TrainingConfig& t) {
   if (t.finetune == Finetune::qlora) {
     return InputError("--finetune", "qlora", "full or lora with --ddp (bitsandbytes' NF4 weights without DeepSpeed are not modelled)");
   }
-  if (t.optimizer != OptimizerKind::adamw) {
+  // The Trainer's adamw_torch_fused, adamw_bnb_8bit and adafactor (hf_ddp.cpp).
+  if (t.optimizer != OptimizerKind::adamw && t.optimizer != OptimizerKind::adam8bit && t.optimizer != OptimizerKind::adafactor) {
     return InputError("--optimizer", std::string(name_of(t.optimizer)),
-                      "adamw with --ddp (torch's AdamW keeps its moments in each parameter's dtype)");
+                      "adamw, adam8bit or adafactor with --ddp (the Trainer's adamw_torch_fused, adamw_bnb_8bit and "
+                      "adafactor)");
   }
   // Parameters loaded in fp32 under the Trainer's bf16 autocast make the residual stream, the
   // norms and the embedding fp32 and add autocast's cached bf16 weight copies: not modelled.
@@ -208,7 +210,20 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
   if (auto e = refuse_fsdp2_options("hf", t, t.accelerate_fsdp())) return e;
   if (auto e = hf_fsdp_check(t)) return e;
   if (auto e = hf_ddp_check(t)) return e;
-  if (auto e = refuse_finetune("hf", t, true, {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion}, true)) return e;
+  // 8-bit Adam and Adafactor size their states per tensor (block scales, factored moments); under
+  // DeepSpeed ZeRO and FSDP the optimizer steps flat or sharded partitions instead: --ddp only.
+  if (!t.hf_ddp && (t.optimizer == OptimizerKind::adam8bit || t.optimizer == OptimizerKind::adafactor)) {
+    return InputError("--optimizer", std::string(name_of(t.optimizer)),
+                      "adamw, sgd or lion under DeepSpeed or FSDP with the hf profile, or --ddp for adam8bit and adafactor "
+                      "(under ZeRO and FSDP the optimizer steps flat or sharded partitions, whose 8-bit blocks and "
+                      "Adafactor moments are not modelled)");
+  }
+  if (auto e = refuse_finetune("hf", t, true,
+                               {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion, OptimizerKind::adam8bit,
+                                OptimizerKind::adafactor},
+                               true)) {
+    return e;
+  }
   // ZeRO-3 with 4-bit weights needs bnb_4bit_quant_storage set to the float dtype so that DeepSpeed
   // can flatten and partition them: a different storage, not modelled.
   if (t.finetune == Finetune::qlora && t.zero >= 3) {

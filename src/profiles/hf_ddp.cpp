@@ -12,6 +12,16 @@
 //   the Trainer and accelerate's DistributedDataParallelKwargs keep it) allocates flat bucket
 //   tensors for every gradient at construction (reducer.cpp initialize_buckets) and copies the
 //   gradients into them for the all-reduce: a second copy of every trainable gradient when dp > 1.
+// - The Trainer's optim="adamw_bnb_8bit" (bitsandbytes AdamW8bit) keeps two uint8 states with an
+//   fp32 absmax per 256-element block, fp32 states for tensors under 4096 elements
+//   (optim/optimizer.py Optimizer2State.init_state), stepped in place per tensor by a fused kernel;
+//   optim="adafactor" (transformers optimization.py Adafactor, beta1 None) keeps fp32 row and
+//   column second moments of each 2-D tensor (a full one of a 1-D tensor), and steps one tensor at
+//   a time through fp32 temporaries: the gradient and the parameter upcast from bf16, the squared
+//   gradient and the update built from it, alive together: 16 bytes per element of the largest
+//   bf16 tensor (8 for an fp32 one, which needs no upcast copies).
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "analyze/internal.hpp"
@@ -36,7 +46,34 @@ DdpCounts counts_of(const EvalContext& c, const StageReport& st) {
 Bytes weight_bytes(const EvalContext& c, const DdpCounts& n) {
   return bytes_of(Count(n.all.value() - n.trains.value()), c.t.precision.weights) + bytes_of(n.trains, n.trained);
 }
-Bytes moment_bytes(const DdpCounts& n) { return times(bytes_of(n.trains, n.trained), 2, "ddp"); }
+// torch AdamW: two moments in the parameter's dtype; the other optimizers' states as
+// optimizer_states lists them, without the master copy DDP does not keep.
+Bytes moment_bytes(const EvalContext& c, const StageReport& st, const DdpCounts& n) {
+  if (c.t.optimizer == OptimizerKind::adamw) return times(bytes_of(n.trains, n.trained), 2, "ddp");
+  OptimizerCounts counts = st.trainable.non_expert;
+  counts += st.trainable.expert;
+  Bytes b;
+  for (const OptimizerState& s : optimizer_states(c.t, c.t.precision, counts)) {
+    if (s.name != "master weights") b += bytes_of(s.elements, s.dtype);
+  }
+  return b;
+}
+
+// Adafactor's step temporaries: 16 bytes per element of the largest bf16 trainable tensor (one
+// expert of a routed entry, as HF's modeling code holds them), 8 of an fp32 one (module comment).
+Bytes adafactor_step_bytes(const EvalContext& c, const DdpCounts& n) {
+  if (c.t.optimizer != OptimizerKind::adafactor) return Bytes{};
+  std::uint64_t largest = 0;
+  const auto scan = [&](const std::vector<Tensor>& ts) {
+    for (const Tensor& t : ts) {
+      if (t.trainable) largest = std::max(largest, static_cast<std::uint64_t>(t.rows) * static_cast<std::uint64_t>(t.cols));
+    }
+  };
+  for (const std::size_t k : c.cm.classes) scan(c.cm.layer[k]);
+  scan(c.cm.embedding);
+  scan(c.cm.head);
+  return Bytes(checked_mul(largest, n.trained == DType::fp32 ? 8 : 16, "adafactor step"));
+}
 Bytes bucket_bytes(const EvalContext& c, const DdpCounts& n) {
   return c.layout.config.dp > 1 ? bytes_of(n.trains, n.trained) : Bytes{};
 }
@@ -48,10 +85,10 @@ void ddp_prepare(const EvalContext&, const Shares&, StageReport& st) { st.fsdp =
 // the gradients) or at the optimizer step (weights, moments, buckets, gradients), the higher.
 bool ddp_cost(const EvalContext& c, StageReport& st, Bytes activations) {
   const DdpCounts n = counts_of(c, st);
-  const Bytes fixed = weight_bytes(c, n) + moment_bytes(n) + bucket_bytes(c, n);
+  const Bytes fixed = weight_bytes(c, n) + moment_bytes(c, st, n) + bucket_bytes(c, n);
   const Bytes grads = bytes_of(n.trains, n.trained);
   const Bytes backward = fixed + activations + (accumulates(c) ? grads : Bytes{});
-  st.fsdp->optimizer_step_peak = fixed + grads > backward;
+  st.fsdp->optimizer_step_peak = fixed + grads + adafactor_step_bytes(c, n) > backward;
   return st.fsdp->optimizer_step_peak;
 }
 
@@ -68,12 +105,34 @@ void ddp_record(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   ledger.add(Category::weights, bytes_of(n.trains, n.trained), [&] {
     return ledger_item("ddp", what, fmt::format("{} x {}", n.trains.value(), name_of(n.trained)), n.trains, n.trained);
   });
-  for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
-    ledger.add(Category::optimizer, bytes_of(n.trains, n.trained), [&] {
-      return ledger_item("ddp", moment, fmt::format("{} x {} (torch AdamW: the parameter's dtype)", n.trains.value(),
-                                                    name_of(n.trained)),
-                         n.trains, n.trained);
-    });
+  if (c.t.optimizer == OptimizerKind::adamw) {
+    for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+      ledger.add(Category::optimizer, bytes_of(n.trains, n.trained), [&] {
+        return ledger_item("ddp", moment, fmt::format("{} x {} (torch AdamW: the parameter's dtype)", n.trains.value(),
+                                                      name_of(n.trained)),
+                           n.trains, n.trained);
+      });
+    }
+  } else {
+    OptimizerCounts counts = st.trainable.non_expert;
+    counts += st.trainable.expert;
+    for (const OptimizerState& s : optimizer_states(c.t, c.t.precision, counts)) {
+      if (s.name == "master weights" || s.elements.value() == 0) continue;
+      ledger.add(Category::optimizer, bytes_of(s.elements, s.dtype), [&] {
+        return ledger_item("ddp", std::string(s.name), fmt::format("{} x {} ({})", s.elements.value(), name_of(s.dtype), s.source),
+                           s.elements, s.dtype);
+      });
+    }
+  }
+  if (st.fsdp->optimizer_step_peak) {
+    if (const Bytes step = adafactor_step_bytes(c, n); step.value() > 0) {
+      ledger.add(Category::optimizer, step, [&] {
+        return ledger_item("ddp", "Adafactor step temporaries",
+                           fmt::format("the largest trainable tensor's fp32 gradient, parameter, squared gradient and "
+                                       "update ({} bytes per element)",
+                                       n.trained == DType::fp32 ? 8 : 16));
+      });
+    }
   }
   if (c.layout.config.dp > 1) {
     ledger.add(Category::gradients, bytes_of(n.trains, n.trained), [&] {

@@ -78,7 +78,7 @@ TEST(HfDdp, SettingsDdpCannotHonourAreRefused) {
   refused(ddp({"--fsdp2"}), "--ddp: 'set' is not accepted; expected one of --ddp, --fsdp1 and --fsdp2");
   refused(ddp({"--zero", "1"}), "--zero: '1' is not accepted; expected 0 with --ddp");
   refused(ddp({"--finetune", "qlora", "--lora-rank", "16"}), "--finetune: 'qlora' is not accepted");
-  refused(ddp({"--optimizer", "sgd"}), "--optimizer: 'sgd' is not accepted; expected adamw with --ddp");
+  refused(ddp({"--optimizer", "sgd"}), "--optimizer: 'sgd' is not accepted; expected adamw, adam8bit or adafactor with --ddp");
   refused(ddp({"--params-dtype", "fp32"}), "--params-dtype: 'fp32' is not accepted; expected bf16 with --ddp");
 }
 

@@ -1,0 +1,64 @@
+// The Hugging Face Trainer's 8-bit AdamW and Adafactor under the hf profile with --ddp (issue 15):
+// states from the optimizers' sources (bitsandbytes optim/optimizer.py Optimizer2State, transformers
+// optimization.py Adafactor), counted by hand from Qwen3-8B's config.json (hidden 4096, FFN 12288,
+// 36 layers, 32 query and 8 key/value heads of 128, vocabulary 151936, untied head:
+// 8,190,735,360 parameters).
+#include <cstdint>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/activations_cli_helpers.hpp"
+
+namespace {
+
+using moemem::test::Args;
+using moemem::test::concat;
+using moemem::test::activations_cli::expect_exit_2;
+using moemem::test::activations_cli::explain_json;
+using moemem::test::activations_cli::items_of;
+
+constexpr std::uint64_t kParams = 8190735360;
+// The per-head q_norm and k_norm weights (128 each, 2 per layer) are the only tensors under
+// bitsandbytes' min_8bit_size of 4096 elements.
+constexpr std::uint64_t kSmall = 36 * 2 * 128;
+
+Args qwen3_8b(const char* optimizer) {
+  return {"--model", "qwen3-8b", "--profile", "hf", "--ddp", "--optimizer", optimizer, "--micro-batch", "1", "--seq-len", "1024"};
+}
+
+TEST(HfDdpOptimizers, EightBitAdamKeepsByteStatesAndBlockScales) {
+  const auto items = items_of(explain_json(qwen3_8b("adam8bit"), 0), "optimizer");
+  ASSERT_EQ(items.size(), 4u);
+  // Two uint8 states for every element of the larger tensors; an fp32 absmax per 256-element block
+  // of each (every such tensor here is a multiple of 256); fp32 states for the small ones. The
+  // Trainer's 32-bit override for embeddings applies to a class named Adam8bit only, and
+  // adamw_bnb_8bit builds bitsandbytes' AdamW with optim_bits 8: the embedding's states are 8-bit.
+  EXPECT_EQ(items.at("state1 (8-bit exp_avg)"), kParams - kSmall);
+  EXPECT_EQ(items.at("state2 (8-bit exp_avg_sq)"), kParams - kSmall);
+  EXPECT_EQ(items.at("absmax1 + absmax2 (per 256-element block)"), 2 * 4 * ((kParams - kSmall) / 256));
+  EXPECT_EQ(items.at("state1 + state2 (fp32, tensors < 4096 elements)"), 2 * 4 * kSmall);
+}
+
+TEST(HfDdpOptimizers, AdafactorKeepsFactoredMomentsAndStepsThroughFp32Temporaries) {
+  const auto items = items_of(explain_json(qwen3_8b("adafactor"), 0), "optimizer");
+  // Rows + columns of each matrix (q, k, v, o and the three MLP projections per layer, the
+  // embedding and the head), every element of a vector (two 4096-wide norms and the two 128-wide
+  // q/k norms per layer, the final norm), in fp32.
+  const std::uint64_t per_layer = (4096 + 4096) + 2 * (1024 + 4096) + (4096 + 4096) + 3 * (12288 + 4096) + 2 * 4096 + 2 * 128;
+  const std::uint64_t factors = 36 * per_layer + 2 * (151936 + 4096) + 4096;
+  EXPECT_EQ(items.at("exp_avg_sq_row + exp_avg_sq_col (factored)"), 4 * factors);
+  // The step's peak: the largest tensor (the embedding, 151936 x 4096, bf16) as fp32 gradient,
+  // fp32 parameter, squared gradient and the update built from it: 16 bytes per element.
+  EXPECT_EQ(items.at("Adafactor step temporaries"), 16ull * 151936 * 4096);
+}
+
+TEST(HfDdpOptimizers, PartitionedBackendsAndOtherOptimizersAreRefused) {
+  // Under DeepSpeed ZeRO and FSDP the optimizer steps flat or sharded partitions.
+  for (const char* o : {"adam8bit", "adafactor"}) {
+    expect_exit_2({"analyze", "--model", "qwen3-8b", "--profile", "hf", "--optimizer", o}, {"--optimizer", o, "--ddp"});
+  }
+  expect_exit_2(concat({"analyze"}, qwen3_8b("sgd")), {"--optimizer", "sgd", "adafactor"});
+}
+
+}  // namespace
