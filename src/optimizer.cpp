@@ -55,7 +55,8 @@ void each_optimizer_state(const FinetuneSettings& s, const PrecisionRecipe& r, c
     case OptimizerKind::adafactor:
       // transformers optimization.py Adafactor (as fairseq's): beta1 None by default, so no first
       // moment; exp_avg_sq_row + exp_avg_sq_col for a 2-D tensor, exp_avg_sq for a 1-D one.
-      out(OptimizerState{"exp_avg_sq_row + exp_avg_sq_col (factored)", n.factors, DType::fp32, "Adafactor second moment"});
+      out(OptimizerState{"exp_avg_sq (row + column of a matrix, whole for a vector)", n.factors, DType::fp32,
+                         "Adafactor second moment"});
       break;
   }
 }

@@ -210,13 +210,15 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
   if (auto e = refuse_fsdp2_options("hf", t, t.accelerate_fsdp())) return e;
   if (auto e = hf_fsdp_check(t)) return e;
   if (auto e = hf_ddp_check(t)) return e;
-  // 8-bit Adam and Adafactor size their states per tensor (block scales, factored moments); under
-  // DeepSpeed ZeRO and FSDP the optimizer steps flat or sharded partitions instead: --ddp only.
-  if (!t.hf_ddp && (t.optimizer == OptimizerKind::adam8bit || t.optimizer == OptimizerKind::adafactor)) {
+  // 8-bit Adam and Adafactor size their states by the tensors they step: the model's under --ddp,
+  // DeepSpeed's flat partitions under ZeRO 1-3 (hf_deepspeed.cpp). FSDP's sharded parameters
+  // (FSDP1's flat ones, FSDP2's DTensors) are not modelled, nor DeepSpeed without ZeRO.
+  if (!t.hf_ddp && (t.optimizer == OptimizerKind::adam8bit || t.optimizer == OptimizerKind::adafactor) &&
+      (t.accelerate_fsdp() || t.zero < 1)) {
     return InputError("--optimizer", std::string(name_of(t.optimizer)),
-                      "adamw, sgd or lion under DeepSpeed or FSDP with the hf profile, or --ddp for adam8bit and adafactor "
-                      "(under ZeRO and FSDP the optimizer steps flat or sharded partitions, whose 8-bit blocks and "
-                      "Adafactor moments are not modelled)");
+                      fmt::format("adamw, sgd or lion {}, or {} with --ddp or DeepSpeed ZeRO 1-3 (the tensors FSDP "
+                                  "steps, and DeepSpeed's without ZeRO, are not modelled for it)",
+                                  t.accelerate_fsdp() ? "under FSDP" : "under DeepSpeed without ZeRO", name_of(t.optimizer)));
   }
   if (auto e = refuse_finetune("hf", t, true,
                                {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion, OptimizerKind::adam8bit,

@@ -18,6 +18,15 @@
 //   sys.maxsize, never binds). The coordinator (partitioned_param_coordinator.py
 //   fetch_sub_module) gathers the current module's parameters and prefetches the next ones up to
 //   min(stage3_max_live_parameters - available, stage3_prefetch_bucket_size) elements.
+// - The client optimizer steps DeepSpeed's flat fp32 partitions, not the model's tensors: ZeRO-1/2
+//   put each param group's partition, one 1-D tensor, in its place (stage_1_and_2.py
+//   single_partition_of_fp32_groups), ZeRO-3 each sub-group's (stage3.py
+//   fp32_partitioned_groups_flat, sub_group_size 1e9 elements by default). So bitsandbytes' 8-bit
+//   AdamW keeps byte states and one absmax per 256 elements of the partition (no tensor is under
+//   its 4096-element floor but a tiny group's), and Adafactor's second moment of a 1-D tensor is
+//   unfactored: 4 bytes per element. Adafactor's step builds grad**2 + eps and then the update
+//   from the moment while the first is referenced, from fp32 gradients and parameters (no upcast
+//   copies): 8 bytes per element of the partition it steps.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -149,8 +158,40 @@ void record_stage3(const EvalContext& c, const DeepSpeedBuffers& b, const DeepSp
                          s.largest, z.prefetch_bucket, b.max_live_parameters, s.largest, name_of(d)));
 }
 
+// What the optimizer sees under DeepSpeed: each group a flat 1-D partition (module comment).
+void flatten_counts(OptimizerCounts& n) {
+  n.matrices = Count{};
+  n.factors = n.params;
+  n.blocks = Count(ceil_div(n.params.value(), 256));
+  n.small = Count{};
+}
+
+void deepspeed_prepare(const EvalContext& c, const Shares&, StageReport& st) {
+  if (c.t.optimizer != OptimizerKind::adam8bit && c.t.optimizer != OptimizerKind::adafactor) return;
+  flatten_counts(st.trainable.non_expert);
+  flatten_counts(st.trainable.expert);
+}
+
+// Adafactor's step temporaries: 8 bytes per element of the flat partition it steps (ZeRO-3: at
+// most one sub-group of 1e9 elements).
+constexpr std::uint64_t kSubGroupSize = 1000000000;
+Bytes adafactor_step(const EvalContext& c, const StageReport& st) {
+  if (c.t.optimizer != OptimizerKind::adafactor) return Bytes{};
+  const auto group = static_cast<std::uint64_t>(c.layout.config.dp * c.layout.config.cp);
+  std::uint64_t partition = ceil_div(st.trainable.non_expert.params.value(), group);
+  if (c.t.zero == 3) partition = std::min(partition, kSubGroupSize);
+  return Bytes(checked_mul(partition, 8, "adafactor step"));
+}
+
 void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   kZeroStates.record(c, st, ledger);
+  // deepspeed_cost dropped the activations when the step is the peak.
+  if (const Bytes step = adafactor_step(c, st); step.value() > 0 && step > ledger.total(Category::activations)) {
+    ledger.add(Category::optimizer, step, [&] {
+      return ledger_item("deepspeed", "Adafactor step temporaries",
+                         "the flat fp32 partition's squared gradient and update (8 bytes per element)");
+    });
+  }
   if (c.t.finetune == Finetune::qlora) {
     // bitsandbytes MatMul4Bit (autograd/_functions.py) dequantises the whole weight to the compute
     // dtype for the forward GEMM and again for the input gradient; the copy lives for that GEMM.
@@ -166,7 +207,11 @@ void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledge
   else record_stage12(c, b, z, ledger);
 }
 
-bool deepspeed_cost(const EvalContext& c, StageReport& st, Bytes activations) { return kZeroStates.cost(c, st, activations); }
+// The optimizer step is the peak when Adafactor's temporaries outweigh the activations.
+bool deepspeed_cost(const EvalContext& c, StageReport& st, Bytes activations) {
+  kZeroStates.cost(c, st, activations);
+  return adafactor_step(c, st) > activations;
+}
 
 void deepspeed_cache(const EvalContext& c, const StageReport& st, Bytes pct, Ledger& ledger) {
   kZeroStates.record_cache(c, st, pct, ledger);
@@ -175,7 +220,7 @@ void deepspeed_cache(const EvalContext& c, const StageReport& st, Bytes pct, Led
 }  // namespace
 
 const StateModel kDeepSpeedStates{
-    .prepare = nullptr,
+    .prepare = deepspeed_prepare,
     .cost = deepspeed_cost,
     .record = record_deepspeed,
     .record_cache = deepspeed_cache,

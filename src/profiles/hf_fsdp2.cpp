@@ -230,6 +230,7 @@ void hf_fsdp2_cache(const EvalContext& c, const StageReport& st, Bytes pct, Ledg
 void hf_prepare(const EvalContext& c, const Shares& sh, StageReport& st) {
   if (c.t.accelerate_fsdp()) hf_fsdp2_prepare(c, sh, st);
   else if (c.t.hf_ddp) kHfDdpStates.prepare(c, sh, st);
+  else kDeepSpeedStates.prepare(c, sh, st);
 }
 bool hf_cost(const EvalContext& c, StageReport& st, Bytes activations) {
   if (c.t.hf_ddp) return kHfDdpStates.cost(c, st, activations);

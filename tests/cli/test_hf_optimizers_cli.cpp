@@ -1,4 +1,4 @@
-// The Hugging Face Trainer's 8-bit AdamW and Adafactor under the hf profile with --ddp (issue 15):
+// The Hugging Face Trainer's 8-bit AdamW and Adafactor under the hf profile, --ddp and DeepSpeed (issue 15):
 // states from the optimizers' sources (bitsandbytes optim/optimizer.py Optimizer2State, transformers
 // optimization.py Adafactor), counted by hand from Qwen3-8B's config.json (hidden 4096, FFN 12288,
 // 36 layers, 32 query and 8 key/value heads of 128, vocabulary 151936, untied head:
@@ -47,16 +47,43 @@ TEST(HfDdpOptimizers, AdafactorKeepsFactoredMomentsAndStepsThroughFp32Temporarie
   // q/k norms per layer, the final norm), in fp32.
   const std::uint64_t per_layer = (4096 + 4096) + 2 * (1024 + 4096) + (4096 + 4096) + 3 * (12288 + 4096) + 2 * 4096 + 2 * 128;
   const std::uint64_t factors = 36 * per_layer + 2 * (151936 + 4096) + 4096;
-  EXPECT_EQ(items.at("exp_avg_sq_row + exp_avg_sq_col (factored)"), 4 * factors);
+  EXPECT_EQ(items.at("exp_avg_sq (row + column of a matrix, whole for a vector)"), 4 * factors);
   // The step's peak: the largest tensor (the embedding, 151936 x 4096, bf16) as fp32 gradient,
   // fp32 parameter, squared gradient and the update built from it: 16 bytes per element.
   EXPECT_EQ(items.at("Adafactor step temporaries"), 16ull * 151936 * 4096);
 }
 
+// Under DeepSpeed ZeRO the optimizer steps one flat fp32 partition per group (stage_1_and_2.py
+// single_partition_of_fp32_groups): 8-bit states and a 256-element block scale over the partition,
+// and Adafactor's moment of a 1-D tensor, unfactored. ZeRO-2 over 8 ranks: P / 8 elements, in
+// ceil(P / 8 / 256) blocks.
+Args zero2(const char* optimizer, const char* seq = "4096") {
+  return {"--model", "qwen3-8b", "--profile", "hf", "--zero", "2", "--dp", "8", "--optimizer", optimizer,
+          "--micro-batch", "1", "--seq-len", seq, "--recompute", "full"};
+}
+
+TEST(HfDeepSpeedOptimizers, FlatPartitionsAreWhatTheOptimizerSteps) {
+  constexpr std::uint64_t kShard = kParams / 8;
+  const auto eight = items_of(explain_json(zero2("adam8bit"), 0), "optimizer");
+  EXPECT_EQ(eight.at("master weights"), 4 * kShard);
+  EXPECT_EQ(eight.at("state1 (8-bit exp_avg)"), kShard);
+  EXPECT_EQ(eight.at("state2 (8-bit exp_avg_sq)"), kShard);
+  EXPECT_EQ(eight.at("absmax1 + absmax2 (per 256-element block)"), 4 * 2 * ((kShard + 255) / 256));
+  const auto factor = items_of(explain_json(zero2("adafactor"), 0), "optimizer");
+  EXPECT_EQ(factor.at("exp_avg_sq (row + column of a matrix, whole for a vector)"), 4 * kShard);
+  // With 256 tokens and full checkpointing the activations are smaller than Adafactor's step
+  // temporaries (8 bytes per partition element), so the step is the peak and they are counted.
+  EXPECT_EQ(factor.count("Adafactor step temporaries"), 0u);
+  const auto step = items_of(explain_json(zero2("adafactor", "256"), 0), "optimizer");
+  EXPECT_EQ(step.at("Adafactor step temporaries"), 8 * kShard);
+}
+
 TEST(HfDdpOptimizers, PartitionedBackendsAndOtherOptimizersAreRefused) {
-  // Under DeepSpeed ZeRO and FSDP the optimizer steps flat or sharded partitions.
+  // FSDP's sharded parameters, and DeepSpeed without ZeRO, are not modelled for them.
   for (const char* o : {"adam8bit", "adafactor"}) {
-    expect_exit_2({"analyze", "--model", "qwen3-8b", "--profile", "hf", "--optimizer", o}, {"--optimizer", o, "--ddp"});
+    expect_exit_2({"analyze", "--model", "qwen3-8b", "--profile", "hf", "--optimizer", o}, {"--optimizer", o, "ZeRO"});
+    expect_exit_2({"analyze", "--model", "qwen3-8b", "--profile", "hf", "--fsdp2", "--dp", "8", "--optimizer", o},
+                  {"--optimizer", o, "FSDP"});
   }
   expect_exit_2(concat({"analyze"}, qwen3_8b("sgd")), {"--optimizer", "sgd", "adafactor"});
 }
