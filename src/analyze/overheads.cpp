@@ -314,6 +314,44 @@ void record_dummy_wgrads(const EvalContext& c, const StageReport& st, Ledger& le
   });
 }
 
+// Megatron-Core's GlobalMemoryBuffer (megatron/core/utils.py get_tensor): one tensor per (name,
+// dtype), grown to the largest request and never freed. Under the name "mpu" in the activations'
+// dtype it serves the unfused attention's preallocated score matrix (transformer/
+// dot_product_attention.py, b x heads/tp x s/cp x s, requested every layer) and the sequence-
+// parallel all-gather of the input of Megatron's own linear layers (tensor_parallel/layers.py
+// LinearWithGradAccumulationAndAsyncCommunication: the output layer's, s/cp x b x h, where tp > 1
+// with --sp). One buffer, the larger of the two, on the ranks that request them.
+std::uint64_t global_buffer_elements(const EvalContext& c, const StageReport& st) {
+  const auto& p = c.layout.config;
+  const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+  const std::uint64_t tokens = u(c.t.micro_batch) * u(c.t.seq_len / p.cp);
+  std::uint64_t n = 0;
+  bool layers = false;
+  for (const std::int64_t i : st.chunks) {
+    const Chunk& chunk = c.layout.chunks[idx(i)];
+    layers = layers || chunk.num_layers > 0 || chunk.mtp_depths > 0;
+  }
+  if (c.attention == AttentionKernel::eager && layers) {
+    n = checked_mul(checked_mul(tokens, u(c.model.num_heads / p.tp), "global buffer"), u(c.t.seq_len), "global buffer");
+  }
+  if ((st.has_head || st.mtp_depths > 0) && p.tp > 1 && p.sp) n = std::max(n, checked_mul(tokens, u(c.model.hidden), "global buffer"));
+  return n;
+}
+
+void record_global_memory_buffer(const EvalContext& c, const StageReport& st, Ledger& ledger) {
+  if (c.t.recipe) return;  // DeepSeek's framework, not Megatron-Core's layers
+  const Count n(global_buffer_elements(c, st));
+  if (n.value() == 0) return;
+  ledger.add(Category::buffers, bytes_of(n, c.t.activation_dtype), [&] {
+    return ledger_item("megatron", "global memory buffer ('mpu')",
+                       c.attention == AttentionKernel::eager
+                           ? "the larger of the unfused attention's preallocated b x heads/tp x s/cp x s and the output "
+                             "layer's sequence-parallel all-gather s/cp x b x h, kept"
+                           : "the output layer's sequence-parallel all-gather, s/cp x b x h, kept",
+                       n, c.t.activation_dtype);
+  });
+}
+
 Bytes allocated(const Ledger& l) {
   return l.total(Category::weights) + l.total(Category::gradients) + l.total(Category::optimizer) +
          l.total(Category::activations) + l.total(Category::buffers);
@@ -326,6 +364,7 @@ void record_overheads(const EvalContext& c, const StageReport& st, const Runtime
   if (c.profile.overhead.gemm_workspaces && !st.chunks.empty()) {
     record_gemm_workspaces(c, ledger);
     record_dummy_wgrads(c, st, ledger);
+    record_global_memory_buffer(c, st, ledger);
   }
   if (buffers.value() > 0) {
     ledger.add(Category::buffers, buffers, [&] {

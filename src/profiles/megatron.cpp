@@ -124,6 +124,10 @@ void megatron_attention(const ActivationContext& c, Terms& t) {
     // a bool mask, and bmm saves the dropped-out probabilities instead (a second matrix).
     const Count scores = elems({d.b, d.heads, d.s_local, c.training.seq_len});
     t.add("attn.softmax", Module::attention, scores, t.a, kRecomputeCoreAttn, "b x heads/tp x s/cp x s (softmax output)");
+    // baddbmm is out of place (beta 0: the preallocated global-memory buffer it is handed is
+    // ignored): the raw scores are a new matrix, alive until the softmax has read them.
+    t.transient("attn.scores (baddbmm output, transient)", Module::attention, scores, kRecomputeCoreAttn,
+                "b x heads/tp x s/cp x s");
     if (c.training.attention_dropout > 0) {
       t.add("attn.dropout_mask", Module::attention, scores, DType::int8, kRecomputeCoreAttn,
             "b x heads/tp x s/cp x s (a bool each)");

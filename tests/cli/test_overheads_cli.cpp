@@ -81,7 +81,10 @@ TEST(OverheadCli, RuntimeIsCudaContextAndTheCommunicatorsTheLayoutUses) {
     // No allowance; the GEMM workspaces (docs/formulas.md): TE's 32 MiB + 1 KiB, 4 more for its
     // grouped GEMM's streams on this MoE model, PyTorch's cuBLAS 32 MiB + cuBLASLt 1 MiB; and the
     // cached dummy weight gradients (kDummyWgrad below).
-    EXPECT_EQ(u64(b.at("buffers")), 5 * (32 * kMiB + 1024) + 33 * kMiB + dsv3_dummy_wgrads(p));
+    // The last stage's output layer all-gathers its sequence-parallel input into Megatron's global
+    // memory buffer, kept: s x b x h bf16.
+    const std::uint64_t global_buffer = p == 15 ? 2ull * 4096 * 7168 : 0;
+    EXPECT_EQ(u64(b.at("buffers")), 5 * (32 * kMiB + 1024) + 33 * kMiB + dsv3_dummy_wgrads(p) + global_buffer);
     EXPECT_EQ(u64(b.at("fragmentation")), ceil_div(allocated * 5, 100));
     EXPECT_EQ(u64(b.at("reserved")), allocated + u64(b.at("fragmentation")));
     EXPECT_EQ(u64(b.at("total")), u64(b.at("reserved")) + runtime);
@@ -227,6 +230,35 @@ TEST(OverheadCli, DenseModelsKeepTwoGemmWorkspaces) {
   EXPECT_EQ(items.at("Transformer Engine cuBLAS workspace"), 32 * kMiB + 1024);
   EXPECT_EQ(items.at("PyTorch cuBLAS and cuBLASLt workspaces"), 33 * kMiB);
   EXPECT_EQ(items.count("Transformer Engine grouped-GEMM workspaces"), 0u);
+}
+
+}  // namespace
+
+namespace {
+
+using moemem::test::activations_cli::analyze_json;
+using moemem::test::activations_cli::explain_json;
+using moemem::test::activations_cli::items_of;
+
+// Megatron-Core's GlobalMemoryBuffer ("mpu", the activations' dtype; megatron/core/utils.py) is
+// grown to its largest request and kept: the unfused attention's preallocated score matrix
+// (dot_product_attention.py) and the output layer's sequence-parallel all-gather
+// (tensor_parallel/layers.py), one buffer for both. Llama-3.1-8B, tp 2 with sp, 4096 tokens.
+std::uint64_t global_buffer(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"--model", "llama-3.1-8b", "--tp", "2", "--micro-batch", "1", "--seq-len", "4096"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto items = items_of(explain_json(args, 0), "buffers");
+  const auto it = items.find("global memory buffer ('mpu')");
+  return it == items.end() ? 0 : it->second;
+}
+
+TEST(OverheadCli, MegatronsGlobalMemoryBufferKeepsItsLargestRequest) {
+  // Flash attention: the output layer's gathered input, 4096 x 4096 bf16.
+  EXPECT_EQ(global_buffer({"--sp"}), 2ull * 4096 * 4096);
+  // Without sequence parallelism nothing is gathered into it.
+  EXPECT_EQ(global_buffer({}), 0u);
+  // Unfused attention: b x 32/2 heads x 4096 x 4096, the larger request.
+  EXPECT_EQ(global_buffer({"--sp", "--attention", "eager", "--attention-dropout", "0"}), 2ull * 16 * 4096 * 4096);
 }
 
 }  // namespace
