@@ -108,6 +108,9 @@ void megatron_mamba_mixer(const ActivationContext& c, Terms& t);
 // torchtitan's DeepSeek-V3 blocks (MLA, dense or MoE FFN) as d54d05a5 trains them
 // (src/profiles/torchtitan_moe.cpp).
 void titan_mla_moe_layer(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out);
+// torchtitan's Qwen3 MoE block's FFN half (models/moe.py as bd3850be8 runs it): the same
+// token-choice MoE, with the router's route_norm division.
+void titan_qwen3_moe_ffn(const ActivationContext& c, std::vector<ActivationTerm>& out);
 
 // ---- validity checks shared by more than one profile ----------------------------------------
 

@@ -23,14 +23,19 @@ struct TitanDims {
 
 // torchtitan's deepseek_v3 model: MLA attention with routed experts (no DSA indexer).
 bool titan_deepseek(const ModelSpec& m) { return m.attention == AttentionKind::mla && m.is_moe() && !m.has_indexer(); }
+// torchtitan's Qwen3 MoE (experiments/qwen3 from bd3850be8; models/qwen3 now): Qwen3's attention
+// with the token-choice MoE of models/moe.py.
+bool titan_qwen3_moe(const ModelSpec& m) { return m.model_type == "qwen3_moe" && m.attention == AttentionKind::gqa; }
+bool titan_moe(const ModelSpec& m) { return titan_deepseek(m) || titan_qwen3_moe(m); }
 
 TitanDims titan_dims(const ActivationContext& c) {
   const auto& m = c.model;
   const auto& p = c.layout.config;
-  if (!titan_deepseek(m) && (m.attention != AttentionKind::gqa || m.is_moe())) {
+  if (!titan_moe(m) && (m.attention != AttentionKind::gqa || m.is_moe())) {
     throw InputError("--profile", "torchtitan",
-                     fmt::format("dense decoders with multi-/grouped-query attention (Llama-style), or DeepSeek-V3-style "
-                                 "MLA + MoE models (torchtitan's deepseek_v3); {} is neither (not modelled)",
+                     fmt::format("dense decoders with multi-/grouped-query attention (Llama-style), DeepSeek-V3-style "
+                                 "MLA + MoE models (torchtitan's deepseek_v3) or qwen3_moe (torchtitan's Qwen3 MoE); {} is "
+                                 "none of them (not modelled)",
                                  m.model_type));
   }
   const std::int64_t tokens = c.training.micro_batch * (c.training.seq_len / p.cp);
@@ -73,6 +78,10 @@ void titan_layer_activations(const ActivationContext& c, LayerKind kind, std::ve
   add("sdpa.logsumexp", Module::attention, elems({d.tokens, d.heads}), DType::fp32, 0, "b*s/cp x heads/tp, fp32");
   add("wo.input", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (contiguous)");
   add("ffn_norm.input", Module::norms, elems({d.tokens_sp, m.hidden}), a, rec, "b*s/cp/tp x h");
+  if (kind == LayerKind::moe) {  // Qwen3 MoE, under full activation checkpointing only (titan_check)
+    titan_qwen3_moe_ffn(c, out);  // torchtitan_moe.cpp
+    return;
+  }
   add("ffn_norm.output", Module::norms, elems({d.tokens, m.hidden}), a, rec, "b*s/cp x h (gathered for w1/w3)");
   add("w1.output", Module::dense_mlp, elems({d.tokens, d.ffn}), a, 0, "b*s/cp x ffn/tp");
   add("w3.output", Module::dense_mlp, elems({d.tokens, d.ffn}), a, rec, "b*s/cp x ffn/tp");
@@ -136,36 +145,46 @@ LossPeak titan_loss_peak(const ActivationContext& c) {
 // torchtitan's DeepSeek-V3 as added in d54d05a5 (PR 1373: FSDP, HSDP, full or no activation
 // checkpointing, TP and EP; "To be added": CP, PP, torch.compile, quantisation). moemem models its
 // FSDP, its EP and its TP plan with ep 1 (torchtitan_moe.cpp); TP and EP together are refused.
-std::optional<InputError> titan_mla_moe_check(const Layout& layout, const TrainingConfig& t) {
+// Qwen3 MoE (bd3850be8) is costed with the same MoE block, so with the same limits: what later
+// torchtitan added for it (pipeline and context parallelism, compile, float8 experts) is refused,
+// not modelled.
+std::optional<InputError> titan_mla_moe_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   const auto& p = layout.config;
-  const std::string why = "1 for torchtitan's DeepSeek-V3 model";
+  const std::string model = titan_deepseek(m) ? "torchtitan's DeepSeek-V3 model" : "torchtitan's Qwen3 MoE model";
+  const std::string why = "1 for " + model;
+  const std::string later =
+      titan_deepseek(m) ? "came after d54d05a5; not modelled" : "not modelled for its MoE block, costed as d54d05a5's";
   if (p.tp > 1 && p.ep > 1) {
     return InputError("--tp/--ep", fmt::format("tp {} with ep {}", p.tp, p.ep),
-                      "one of them 1 for torchtitan's DeepSeek-V3 model (ExpertTensorParallel, the two together, is not modelled)");
+                      fmt::format("one of them 1 for {} (ExpertTensorParallel, the two together, is not modelled)", model));
   }
   if (p.tp > 1 && p.etp_degree() != p.tp) {
     return InputError("--etp", std::to_string(p.etp_degree()),
-                      fmt::format("{} (= tp) for torchtitan's DeepSeek-V3 model: apply_moe_ep_tp shards every routed expert "
-                                  "over the tensor-parallel group (TensorParallel) when ep is 1",
-                                  p.tp));
+                      fmt::format("{} (= tp) for {}: apply_moe_ep_tp shards every routed expert over the tensor-parallel "
+                                  "group (TensorParallel) when ep is 1",
+                                  p.tp, model));
   }
-  if (p.pp != 1) return InputError("--pp", std::to_string(p.pp), why + " (pipeline parallelism came after d54d05a5; not modelled)");
-  if (p.cp != 1) return InputError("--cp", std::to_string(p.cp), why + " (context parallelism came after d54d05a5; not modelled)");
+  if (p.pp != 1) return InputError("--pp", std::to_string(p.pp), fmt::format("{} (pipeline parallelism {})", why, later));
+  if (p.cp != 1) return InputError("--cp", std::to_string(p.cp), fmt::format("{} (context parallelism {})", why, later));
   if (p.ep > 1 && (p.dp / t.dp_replicate) % p.ep != 0) {
     return InputError("--ep", std::to_string(p.ep), "a divisor of the FSDP shard degree (dp / dp_replicate): torchtitan takes "
                                                     "expert parallelism from dp_shard (dp_shard_in_ep)");
   }
   if (t.recompute == Recompute::selective) {
-    return InputError("--recompute", "selective", "none or full for torchtitan's DeepSeek-V3 model (its per-op list not modelled)");
+    return InputError("--recompute", "selective", fmt::format("none or full for {} (its per-op list not modelled)", model));
   }
-  if (t.compile) return InputError("--compile", "set", "off for torchtitan's DeepSeek-V3 model (it raised NotImplementedError)");
-  if (t.fp8 != Fp8Recipe::none) return InputError("--fp8", std::string(name_of(t.fp8)), "none for torchtitan's DeepSeek-V3 model");
+  if (t.compile) {
+    return InputError("--compile", "set",
+                      titan_deepseek(m) ? "off for torchtitan's DeepSeek-V3 model (it raised NotImplementedError)"
+                                        : "off for torchtitan's Qwen3 MoE model (compiled MoE blocks not modelled)");
+  }
+  if (t.fp8 != Fp8Recipe::none) return InputError("--fp8", std::string(name_of(t.fp8)), "none for " + model);
   if (t.moe_capacity_factor || t.deepep) {
     return InputError("--moe-capacity-factor/--moe-token-dispatcher", "set", "neither with torchtitan (dropless all-to-all)");
   }
   if (t.attention && *t.attention != AttentionKernel::flash) {
     return InputError("--attention", std::string(name_of(*t.attention)),
-                      "flash for torchtitan's DeepSeek-V3 model (SDPA's fused kernels; saved tensors as flash's)");
+                      fmt::format("flash for {} (SDPA's fused kernels; saved tensors as flash's)", model));
   }
   return std::nullopt;
 }
@@ -224,10 +243,11 @@ std::optional<InputError> titan_numerics_check(const TrainingConfig& t) {
 }
 
 std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
-  if (titan_deepseek(m)) {
-    if (auto e = titan_mla_moe_check(layout, t)) return e;
-  } else if (auto e = titan_dense_model_check(m, t)) {
-    return e;
+  if (titan_moe(m)) {
+    if (auto e = titan_mla_moe_check(m, layout, t)) return e;
+  }
+  if (!titan_deepseek(m)) {
+    if (auto e = titan_dense_model_check(m, t)) return e;
   }
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_dropout("torchtitan", t)) return e;

@@ -114,6 +114,18 @@ void token_choice_moe(const ActivationContext& c, std::int64_t tokens, Terms& t)
 
 }  // namespace
 
+// Qwen3 MoE (torchtitan experiments/qwen3 from bd3850be8, 2025-09-11, on models/moe.py): the MoE
+// block above with the router's route_norm (top_scores / denominator: the division saves both,
+// b*s x top_k and b*s fp32) and no shared expert; cp and pp 1 (titan_check).
+void titan_qwen3_moe_ffn(const ActivationContext& c, std::vector<ActivationTerm>& out) {
+  Terms t{c, out};
+  const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;
+  token_choice_moe(c, tokens, t);
+  t.add("router.top_scores (route_norm numerator, fp32)", Module::router, elems({tokens, c.model.moe.top_k}), DType::fp32, 0,
+        "b*s x top_k, fp32");
+  t.add("router.denominator (route_norm, fp32)", Module::router, elems({tokens}), DType::fp32, 0, "b*s, fp32");
+}
+
 void titan_mla_moe_layer(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
   Terms t{c, out};
   const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;  // cp and pp 1 (titan_check)
