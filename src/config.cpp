@@ -564,9 +564,24 @@ ModelSpec load_model(const std::string& name_or_path) {
   }
   const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
                                name_or_path.find(".json") != std::string::npos;
+  // A variant of a preset's model (an instruct or dated release) is not taken for the preset: its
+  // config may differ. The error names the preset it begins with.
+  std::string hint;
+  if (!std::filesystem::exists(name_or_path, ec)) {
+    if (const auto near = nearest_preset(name_or_path)) {
+      hint = fmt::format(" ('{}' is no preset; it begins like preset {}: pass --model {} if the checkpoint has that "
+                         "architecture, or its config.json)",
+                         name_or_path, *near, *near);
+    }
+  }
   if (!looks_like_path) {
     throw InputError("--model", name_or_path,
-                     fmt::format("a preset name ({}) or a path to a config.json", fmt::join(preset_names(), ", ")));
+                     fmt::format("a preset name ({}) or a path to a config.json{}", fmt::join(preset_names(), ", "), hint));
+  }
+  if (!hint.empty()) {
+    throw InputError("--model", name_or_path,
+                     fmt::format("a preset name ({}) or the path of a readable config.json file{}",
+                                 fmt::join(preset_names(), ", "), hint));
   }
   return parse_hf_config(read_file(name_or_path), name_or_path);
 }

@@ -15,6 +15,11 @@ bool same_ignoring_case(std::string_view a, std::string_view b) {
          });
 }
 
+// `prefix` begins `name` (ignoring case) and is followed there by '-'.
+bool begins_before_dash(std::string_view name, std::string_view prefix) {
+  return name.size() > prefix.size() && name[prefix.size()] == '-' && same_ignoring_case(name.substr(0, prefix.size()), prefix);
+}
+
 }  // namespace
 
 const std::vector<PresetSource>& preset_sources() {
@@ -83,6 +88,23 @@ std::optional<std::string> match_preset(std::string_view name) {
     if (same_ignoring_case(name, s.repo)) return std::string(s.preset);
   }
   return std::nullopt;
+}
+
+std::optional<std::string> nearest_preset(std::string_view name) {
+  const std::string_view last = name.substr(name.find_last_of('/') == std::string_view::npos ? 0 : name.find_last_of('/') + 1);
+  std::optional<std::string> best;
+  std::size_t best_len = 0;
+  const auto consider = [&](std::string_view candidate, std::string_view within, std::string_view preset) {
+    if (candidate.size() > best_len && begins_before_dash(within, candidate)) {
+      best = std::string(preset);
+      best_len = candidate.size();
+    }
+  };
+  for (const auto& s : preset_sources()) {
+    consider(s.repo, name, s.preset);
+    consider(s.preset, last, s.preset);
+  }
+  return best;
 }
 
 }  // namespace moemem

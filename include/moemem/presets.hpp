@@ -20,4 +20,9 @@ struct PresetSource {
 // any case ("deepseek-ai/DeepSeek-V3"); nothing otherwise.
 [[nodiscard]] std::optional<std::string> match_preset(std::string_view name);
 
+// For a name no preset matches: the preset whose repository id (or name) begins it, up to a '-'
+// ("Qwen/Qwen3-235B-A22B-Instruct-2507" -> qwen3-235b-a22b), the longest such; nothing otherwise.
+// Only a hint for an error message: a variant's config can differ (vocabulary, context length).
+[[nodiscard]] std::optional<std::string> nearest_preset(std::string_view name);
+
 }  // namespace moemem

@@ -50,6 +50,24 @@ TEST(ModelsCli, PresetsAnswerToAnyCaseAndToTheirRepositoryId) {
   EXPECT_NE(bad.err.find("deepseek-ai/DeepSeek-V9"), std::string::npos);
 }
 
+// A variant of a preset's model (an instruct or dated release) is refused, not read as the
+// preset (its config may differ: Mistral-7B-Instruct-v0.3 has 32768 tokens to v0.1's 32000); the
+// error names the preset its name begins with. A name that begins no preset gets no hint.
+TEST(ModelsCli, AVariantOfAPresetIsRefusedNamingThePreset) {
+  for (const auto& [name, preset] : {std::pair{"Qwen/Qwen3-235B-A22B-Instruct-2507", "qwen3-235b-a22b"},
+                                     std::pair{"meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"},
+                                     std::pair{"llama-3.1-8b-instruct", "llama-3.1-8b"}}) {
+    const auto r = run_cli({"count", "--model", name});
+    EXPECT_EQ(r.code, 2) << name;
+    EXPECT_EQ(r.out, "");
+    EXPECT_NE(r.err.find(std::string("pass --model ") + preset), std::string::npos) << r.err;
+  }
+  // "llama-3.1-8" is no preset and begins none ("llama-3.1-8b" needs the full name).
+  const auto none = run_cli({"count", "--model", "meta-llama/Llama-3.1-8"});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_EQ(none.err.find("pass --model"), std::string::npos) << none.err;
+}
+
 TEST(ModelsCli, ACheckpointDirectoryIsReadThroughItsConfigJson) {
   const auto dir = std::filesystem::temp_directory_path() / "moemem-models-cli-checkpoint";
   std::filesystem::create_directories(dir);
