@@ -73,14 +73,14 @@ bool enabled(const json& section, const std::string& source, std::string_view ke
 // Keys of zero_optimization that change no device memory (communication choices, checkpoint
 // loading and saving, checks). stage3_max_reuse_distance does change it: a parameter used again
 // within that many elements stays gathered (partitioned_param_coordinator.py __params_to_release),
-// which moemem does not model (the hf profile's assumptions say so); sub_group_size sizes the
-// optimizer's step temporaries, also not modelled.
+// which moemem does not model (the hf profile's assumptions say so). sub_group_size is read: it
+// bounds the partition ZeRO-3's optimizer steps at once (Adafactor's step temporaries).
 const std::set<std::string, std::less<>> kZeroQuietKeys = {
     "allgather_partitions",   "reduce_scatter",     "round_robin_gradients",
     "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters",
     "stage3_gather_16bit_weights_on_model_save",    "stage3_gather_fp16_weights_on_model_save",
     "stage3_max_reuse_distance", "use_multi_rank_bucket_allreduce", "memory_efficient_linear",
-    "sub_group_size",         "log_trace_cache_warnings", "enable_sanity_checks"};
+    "log_trace_cache_warnings", "enable_sanity_checks"};
 
 // Top-level keys that change no device memory; bf16, fp16, optimizer and zero_optimization are read.
 const std::set<std::string, std::less<>> kQuietKeys = {
@@ -122,6 +122,9 @@ void read_zero(const json& z, const std::string& source, DeepSpeedConfig& ds) {
       ds.max_live_parameters = size_value(v, source, name, false).value_or(0);
     } else if (key == "stage3_param_persistence_threshold" || key == "param_persistence_threshold") {
       ds.param_persistence_threshold = size_value(v, source, name, true);
+    } else if (key == "sub_group_size") {
+      ds.sub_group_size = size_value(v, source, name, false).value_or(0);
+      if (ds.sub_group_size < 1) throw InputError(field(source, name), v.dump(), "a positive number of elements");
     } else if (key == "overlap_comm") {
       ds.overlap_comm = bool_value(v, source, name);
     } else if (key == "contiguous_gradients") {
@@ -134,7 +137,8 @@ void read_zero(const json& z, const std::string& source, DeepSpeedConfig& ds) {
       throw InputError(field(source, name), v.dump(),
                        "a zero_optimization key moemem models (stage, reduce_bucket_size, allgather_bucket_size, "
                        "overlap_comm, contiguous_gradients, stage3_prefetch_bucket_size, stage3_max_live_parameters, "
-                       "stage3_param_persistence_threshold, offload_optimizer, offload_param; ZeRO++, MiCS and "
+                       "stage3_param_persistence_threshold, sub_group_size, offload_optimizer, offload_param; ZeRO++, MiCS "
+                       "and "
                        "quantized weights or gradients are not modelled)");
     }
   }
@@ -254,6 +258,7 @@ void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
                                  .prefetch_bucket_size = ds.prefetch_bucket_size,
                                  .max_live_parameters = ds.max_live_parameters,
                                  .param_persistence_threshold = ds.param_persistence_threshold,
+                                 .sub_group_size = ds.sub_group_size,
                                  .overlap_comm = ds.overlap(),
                                  .contiguous_gradients = ds.contiguous_gradients,
                                  .offload_optimizer = ds.offload_optimizer,

@@ -27,6 +27,7 @@ struct DeepSpeedConfig {
   std::optional<std::int64_t> prefetch_bucket_size = 50'000'000;      // stage3_prefetch_bucket_size
   std::int64_t max_live_parameters = 1'000'000'000;                   // stage3_max_live_parameters
   std::optional<std::int64_t> param_persistence_threshold = 100'000;  // stage3_param_persistence_threshold
+  std::int64_t sub_group_size = 1'000'000'000;                        // ZeRO-3's optimizer step, per sub-group
   std::optional<bool> overlap_comm;  // unset: true under stage 3 only (config.py overlap_comm_valid)
   bool contiguous_gradients = true;
   bool offload_optimizer = false;  // offload_optimizer.device "cpu"

@@ -17,6 +17,7 @@ struct DeepSpeedBuffers {
   std::optional<std::int64_t> prefetch_bucket_size = 50'000'000;      // stage3_prefetch_bucket_size 5e7; auto: 0.9 h*h
   std::int64_t max_live_parameters = 1'000'000'000;                   // stage3_max_live_parameters 1e9
   std::optional<std::int64_t> param_persistence_threshold = 100'000;  // stage3_param_persistence_threshold 1e5; auto: 10 h
+  std::int64_t sub_group_size = 1'000'000'000;                        // sub_group_size 1e9 (ZeRO-3's step per sub-group)
   bool overlap_comm = false;         // resolved: config.py overlap_comm_valid makes it true under stage 3 when unset
   bool contiguous_gradients = true;  // config.py default
   bool offload_optimizer = false;    // offload_optimizer.device "cpu"

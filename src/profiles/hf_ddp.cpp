@@ -59,14 +59,24 @@ Bytes moment_bytes(const EvalContext& c, const StageReport& st, const DdpCounts&
   return b;
 }
 
-// Adafactor's step temporaries: 16 bytes per element of the largest bf16 trainable tensor (one
-// expert of a routed entry, as HF's modeling code holds them), 8 of an fp32 one (module comment).
+// Adafactor's step temporaries: 16 bytes per element of the largest bf16 trainable parameter, 8
+// of an fp32 one (module comment). A parameter is a checkpoint tensor: the parts moemem splits a
+// fused one into (gate and up of gpt-oss's gate_up_proj) together, and a routed entry's experts
+// one parameter each where HF's modeling code names them so ("experts.*.w1.weight"), else one
+// parameter holding them all (gpt-oss's [experts, h, 2 x ffn]).
 Bytes adafactor_step_bytes(const EvalContext& c, const DdpCounts& n) {
   if (c.t.optimizer != OptimizerKind::adafactor) return Bytes{};
   std::uint64_t largest = 0;
   const auto scan = [&](const std::vector<Tensor>& ts) {
-    for (const Tensor& t : ts) {
-      if (t.trainable) largest = std::max(largest, static_cast<std::uint64_t>(t.rows) * static_cast<std::uint64_t>(t.cols));
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      const Tensor& t = ts[i];
+      if (!t.trainable || (i > 0 && !t.part.empty() && ts[i - 1].name == t.name)) continue;  // counted with its first part
+      std::uint64_t elements = 0;
+      for (std::size_t j = i; j < ts.size() && (j == i || (!ts[j].part.empty() && ts[j].name == t.name)); ++j) {
+        elements += checked_mul(static_cast<std::uint64_t>(ts[j].rows), static_cast<std::uint64_t>(ts[j].cols), "adafactor step");
+      }
+      if (t.name.find('*') == std::string::npos) elements = checked_mul(elements, static_cast<std::uint64_t>(t.copies), "adafactor step");
+      largest = std::max(largest, elements);
     }
   };
   for (const std::size_t k : c.cm.classes) scan(c.cm.layer[k]);

@@ -26,7 +26,8 @@
 //   its 4096-element floor but a tiny group's), and Adafactor's second moment of a 1-D tensor is
 //   unfactored: 4 bytes per element. Adafactor's step builds grad**2 + eps and then the update
 //   from the moment while the first is referenced, from fp32 gradients and parameters (no upcast
-//   copies): 8 bytes per element of the partition it steps.
+//   copies): 8 bytes per element of the partition it steps (ZeRO-3: of one sub-group, at most
+//   sub_group_size elements).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -173,13 +174,14 @@ void deepspeed_prepare(const EvalContext& c, const Shares&, StageReport& st) {
 }
 
 // Adafactor's step temporaries: 8 bytes per element of the flat partition it steps (ZeRO-3: at
-// most one sub-group of 1e9 elements).
-constexpr std::uint64_t kSubGroupSize = 1000000000;
+// most one sub-group, sub_group_size elements). DeepSpeed flattens routed experts into the same
+// group as everything else.
 Bytes adafactor_step(const EvalContext& c, const StageReport& st) {
   if (c.t.optimizer != OptimizerKind::adafactor) return Bytes{};
   const auto group = static_cast<std::uint64_t>(c.layout.config.dp * c.layout.config.cp);
-  std::uint64_t partition = ceil_div(st.trainable.non_expert.params.value(), group);
-  if (c.t.zero == 3) partition = std::min(partition, kSubGroupSize);
+  const std::uint64_t trained = st.trainable.non_expert.params.value() + st.trainable.expert.params.value();
+  std::uint64_t partition = ceil_div(trained, group);
+  if (c.t.zero == 3) partition = std::min(partition, static_cast<std::uint64_t>(settings(c.t).sub_group_size));
   return Bytes(checked_mul(partition, 8, "adafactor step"));
 }
 

@@ -243,11 +243,12 @@ std::optional<InputError> titan_numerics_check(const TrainingConfig& t) {
 }
 
 std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
-  if (titan_moe(m)) {
-    if (auto e = titan_mla_moe_check(m, layout, t)) return e;
-  }
+  // Qwen3 MoE: the dense path's checks first (its q/k norms need full checkpointing), then the MoE limits.
   if (!titan_deepseek(m)) {
     if (auto e = titan_dense_model_check(m, t)) return e;
+  }
+  if (titan_moe(m)) {
+    if (auto e = titan_mla_moe_check(m, layout, t)) return e;
   }
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_dropout("torchtitan", t)) return e;

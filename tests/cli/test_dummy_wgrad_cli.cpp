@@ -69,7 +69,8 @@ TEST(DummyWgrad, OnlyWhereTheFrameworkKeepsThem) {
          "--no-gradient-accumulation-fusion\n";
   }
   EXPECT_EQ(dummies({"--model", "mixtral-8x7b", "--megatron-args", path, "--dp", "8"}, 3), 0u);
-  // Frozen weights (LoRA's base model) take no gradient and no placeholder.
+  // Frozen weights (LoRA's base model) take no gradient and no placeholder. (The adapters' own
+  // small placeholders, r x in and out x r per adapted module, are left out: documented.)
   EXPECT_EQ(dummies(mixtral({"--finetune", "lora", "--lora-rank", "8"}), 1), 0u);
   // A Megatron setting elsewhere is refused by name.
   expect_exit_2({"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--no-gradient-accumulation-fusion"},

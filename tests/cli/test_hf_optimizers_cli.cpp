@@ -71,11 +71,29 @@ TEST(HfDeepSpeedOptimizers, FlatPartitionsAreWhatTheOptimizerSteps) {
   EXPECT_EQ(eight.at("absmax1 + absmax2 (per 256-element block)"), 4 * 2 * ((kShard + 255) / 256));
   const auto factor = items_of(explain_json(zero2("adafactor"), 0), "optimizer");
   EXPECT_EQ(factor.at("exp_avg_sq (row + column of a matrix, whole for a vector)"), 4 * kShard);
-  // With 256 tokens and full checkpointing the activations are smaller than Adafactor's step
-  // temporaries (8 bytes per partition element), so the step is the peak and they are counted.
+  // With 4096 tokens the activations (8.8 GB) outweigh Adafactor's step temporaries (8 bytes per
+  // partition element, 8.2 GB): backward is the peak and the temporaries are not in it. With 256
+  // tokens and full checkpointing the step is the peak, and they are counted.
   EXPECT_EQ(factor.count("Adafactor step temporaries"), 0u);
   const auto step = items_of(explain_json(zero2("adafactor", "256"), 0), "optimizer");
   EXPECT_EQ(step.at("Adafactor step temporaries"), 8 * kShard);
+}
+
+// Adafactor steps a parameter at a time: HF's gpt-oss holds each layer's experts as one
+// gate_up_proj parameter, [128 experts, 2880, 2 x 2880] for gpt-oss-120b, larger than its embedding
+// (201088 x 2880): 16 bytes per element of it (bf16). Under DeepSpeed the routed experts sit in
+// the same flat partition as the rest: Qwen3-30B-A3B (30,532,122,624 parameters) over 8 ranks.
+TEST(HfOptimizers, AdafactorStepsTheLargestParameterOrPartition) {
+  const auto ddp = items_of(explain_json({"--model", "gpt-oss-120b", "--profile", "hf", "--ddp", "--optimizer", "adafactor",
+                                          "--micro-batch", "1", "--seq-len", "256", "--recompute", "full"},
+                                         0),
+                            "optimizer");
+  EXPECT_EQ(ddp.at("Adafactor step temporaries"), 16ull * 128 * 2880 * 5760);
+  const auto ds = items_of(explain_json({"--model", "qwen3-30b-a3b", "--profile", "hf", "--zero", "2", "--dp", "8", "--optimizer",
+                                         "adafactor", "--micro-batch", "1", "--seq-len", "256", "--recompute", "full"},
+                                        0),
+                           "optimizer");
+  EXPECT_EQ(ds.at("Adafactor step temporaries"), 8ull * (30532122624ull / 8));
 }
 
 TEST(HfDdpOptimizers, PartitionedBackendsAndOtherOptimizersAreRefused) {

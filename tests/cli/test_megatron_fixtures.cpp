@@ -165,7 +165,7 @@ TEST(MegatronFixtures, ModelZooQwen3H100) {
 // attention's BF16 output rather than an FP8 copy (Megatron's set_save_original_input under
 // blockwise FP8), which saves 4096 x 128 x 128 bytes plus tile scales per layer and micro-batch in
 // flight (about 5 GiB on stage 0); moemem still keeps MLA's v under mla_up_proj (docs/formulas.md).
-// Since Transformer Engine's cached dummy weight gradients are counted (1.36 GiB on stage 0, whose
+// Since Transformer Engine's cached dummy weight gradients are counted (1.17 GiB on stage 0, whose
 // dense layers add fc1 and fc2 shapes), stage 0's device total sits within 0.2% of the card: what
 // it allocates, with the runtime outside the allocator, fits; the 5% fragmentation allowance, a
 // default rather than a measured term, takes it 0.09 GiB over. moemem errs high here.

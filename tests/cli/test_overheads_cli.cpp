@@ -220,7 +220,7 @@ TEST(OverheadCli, PaperProfileHasNoRuntimeTerm) {
 // cuBLASLt ones (32 + 1 MiB), itemised under "gemm"; beside them the cached dummy weight gradients
 // of Llama-3.1-8B at tp 2, bf16: linear_qkv ((32 + 2 x 8) x 128 / 2) x 4096, linear_proj 4096 x
 // 2048, fc1 (2 x 14336 / 2) x 4096, fc2 4096 x 7168 and the output layer (128256 / 2) x 4096.
-TEST(OverheadCli, DenseModelsKeepTwoGemmWorkspaces) {
+TEST(OverheadCli, DenseModelsKeepTwoGemmWorkspacesAndTheDummyWeightGradients) {
   const json r = analyze_json({"--model", "llama-3.1-8b", "--tp", "2", "--micro-batch", "1", "--seq-len", "1024"});
   ASSERT_FALSE(r.is_null());
   const std::uint64_t dummies = 2ull * (3072 * 4096 + 4096 * 2048 + 14336 * 4096 + 4096 * 7168 + 64128ull * 4096);
