@@ -447,6 +447,10 @@ std::optional<std::vector<Value>> Shell::lookup(const std::string& name, const s
   std::string index = index_text;
   if (index.find('$') != std::string::npos) index = expand_one(Token{Tk::word, index, line, {}}).text.s;
   if (index == "@" || index == "*") {
+    // Every slot is copied whatever the expansion keeps of it (unquoted empty elements split to
+    // nothing): each counts against the expansion limit, so that a sparse array expanded in a loop
+    // cannot run for long uncharged (a fuzzed arr[65535]=1 expanded 65,536 times took seconds).
+    charge(0, line, v.assoc.empty() ? v.items.size() : v.assoc.size());
     if (v.assoc.empty()) return v.items;
     std::vector<Value> out;
     for (const auto& [key, val] : v.assoc) out.push_back(val);

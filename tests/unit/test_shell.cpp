@@ -159,6 +159,9 @@ TEST(Shell, EmptyWordsAndGrowingWordsAreBounded) {
   expect_limit(sixteen + loops + "unset A; A[65535]=1; done; done; done; done\n");
   // 65,536 empty elements expanded on every command.
   expect_limit(sixteen + "A[65535]=1\n" + loops + "B=(\"${A[@]}\"); done; done; done; done\n");
+  // The same unquoted in a command's words, where the empty elements split to nothing: the slots
+  // copied are what count.
+  expect_limit(sixteen + "A[65535]=1\n" + loops + "run ${A[@]}; done; done; done; done\n");
   // A 1 MiB value of 2^19 words split into an array.
   const std::string doubled = "A=x\nfor i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19; do A=\"$A $A\"; done\n";
   expect_limit(doubled + "B=($A)\n");
