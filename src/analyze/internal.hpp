@@ -215,6 +215,9 @@ class EvalCache {
   // ep, the padded vocabulary, the layer classes held (a bit each), MTP and head held, the weights'
   // and activations' dtypes; the bytes, elements and number of shapes.
   std::map<std::array<std::int64_t, 8>, std::tuple<Bytes, Count, std::size_t>> dummy_wgrads;
+  // The last few of them looked up, scanned before the map (a layout's stages share most keys).
+  std::array<std::pair<std::array<std::int64_t, 8>, std::tuple<Bytes, Count, std::size_t>>, 8> recent_dummy_wgrads{};
+  std::size_t recent_dummy_next = 0, recent_dummy_size = 0;
 };
 
 }  // namespace moemem

@@ -294,9 +294,18 @@ void record_dummy_wgrads(const EvalContext& c, const StageReport& st, Ledger& le
   std::tuple<Bytes, Count, std::size_t> local;
   const auto* found = &local;
   if (c.cache != nullptr) {
-    auto it = c.cache->dummy_wgrads.find(key);
-    if (it == c.cache->dummy_wgrads.end()) it = c.cache->dummy_wgrads.emplace(key, cost()).first;
-    found = &it->second;
+    EvalCache& m = *c.cache;
+    for (std::size_t i = 0; i < m.recent_dummy_size && found == &local; ++i) {
+      if (m.recent_dummy_wgrads[i].first == key) found = &m.recent_dummy_wgrads[i].second;
+    }
+    if (found == &local) {
+      auto it = m.dummy_wgrads.find(key);
+      if (it == m.dummy_wgrads.end()) it = m.dummy_wgrads.emplace(key, cost()).first;
+      found = &it->second;
+      m.recent_dummy_wgrads[m.recent_dummy_next] = {key, it->second};
+      m.recent_dummy_next = (m.recent_dummy_next + 1) % m.recent_dummy_wgrads.size();
+      m.recent_dummy_size = std::min(m.recent_dummy_size + 1, m.recent_dummy_wgrads.size());
+    }
   } else {
     local = cost();
   }
