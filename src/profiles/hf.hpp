@@ -18,6 +18,27 @@ extern const StateModel kDeepSpeedStates;
 // The hf profile's states: DeepSpeed's, FSDP's under --fsdp1/--fsdp2 (hf_fsdp2.cpp), or plain
 // DDP's under --ddp (hf_ddp.cpp, kHfDdpStates).
 extern const StateModel kHfStates, kHfDdpStates;
+
+// The parameters Hugging Face's modeling code holds in a group of inventory tensors: the parts of
+// a fused checkpoint tensor (consecutive entries of one name, e.g. gpt-oss's gate_up_proj) are one
+// parameter. Calls f(first tensor, elements of one copy, whether any part trains, whether any part
+// is NF4) once per parameter; a routed entry's copies are the caller's to count.
+template <class F>
+void each_hf_parameter(const std::vector<Tensor>& tensors, F&& f) {
+  for (std::size_t i = 0; i < tensors.size();) {
+    std::size_t j = i;
+    std::int64_t numel = 0;
+    bool trains = false, nf4 = false;
+    for (; j < tensors.size() && tensors[j].name == tensors[i].name; ++j) {
+      numel += static_cast<std::int64_t>(checked_mul(static_cast<std::uint64_t>(tensors[j].rows),
+                                                     static_cast<std::uint64_t>(tensors[j].cols), "parameter size"));
+      trains = trains || tensors[j].trainable;
+      nf4 = nf4 || tensors[j].quantized();
+    }
+    f(tensors[i], numel, trains, nf4);
+    i = j;
+  }
+}
 }  // namespace moemem::detail
 
 namespace moemem::profiles {

@@ -33,14 +33,15 @@ namespace {
 
 struct DdpCounts {
   Count all, trains;
-  DType trained;  // the dtype of what trains: fp32 for PEFT's adapters, the weights' for full training
+  DType trained;            // the dtype of what trains: fp32 for PEFT's adapters, the weights' for full training
+  OptimizerCounts optimizer;  // what trains, as the optimizers count it (non-expert and expert together)
 };
 
 DdpCounts counts_of(const EvalContext& c, const StageReport& st) {
   OptimizerCounts n = st.trainable.non_expert;
   n += st.trainable.expert;
   return {st.params.non_expert + st.params.expert, n.params,
-          c.t.finetune == Finetune::full ? c.t.precision.weights : DType::fp32};
+          c.t.finetune == Finetune::full ? c.t.precision.weights : DType::fp32, n};
 }
 
 Bytes weight_bytes(const EvalContext& c, const DdpCounts& n) {
@@ -48,12 +49,10 @@ Bytes weight_bytes(const EvalContext& c, const DdpCounts& n) {
 }
 // torch AdamW: two moments in the parameter's dtype; the other optimizers' states as
 // optimizer_states lists them, without the master copy DDP does not keep.
-Bytes moment_bytes(const EvalContext& c, const StageReport& st, const DdpCounts& n) {
+Bytes moment_bytes(const EvalContext& c, const DdpCounts& n) {
   if (c.t.optimizer == OptimizerKind::adamw) return times(bytes_of(n.trains, n.trained), 2, "ddp");
-  OptimizerCounts counts = st.trainable.non_expert;
-  counts += st.trainable.expert;
   Bytes b;
-  for (const OptimizerState& s : optimizer_states(c.t, c.t.precision, counts)) {
+  for (const OptimizerState& s : optimizer_states(c.t, c.t.precision, n.optimizer)) {
     if (s.name != "master weights") b += bytes_of(s.elements, s.dtype);
   }
   return b;
@@ -68,16 +67,14 @@ Bytes adafactor_step_bytes(const EvalContext& c, const DdpCounts& n) {
   if (c.t.optimizer != OptimizerKind::adafactor) return Bytes{};
   std::uint64_t largest = 0;
   const auto scan = [&](const std::vector<Tensor>& ts) {
-    for (std::size_t i = 0; i < ts.size(); ++i) {
-      const Tensor& t = ts[i];
-      if (!t.trainable || (i > 0 && !t.part.empty() && ts[i - 1].name == t.name)) continue;  // counted with its first part
-      std::uint64_t elements = 0;
-      for (std::size_t j = i; j < ts.size() && (j == i || (!ts[j].part.empty() && ts[j].name == t.name)); ++j) {
-        elements += checked_mul(static_cast<std::uint64_t>(ts[j].rows), static_cast<std::uint64_t>(ts[j].cols), "adafactor step");
+    each_hf_parameter(ts, [&](const Tensor& first, std::int64_t numel, bool trains, bool) {
+      if (!trains) return;
+      auto elements = static_cast<std::uint64_t>(numel);
+      if (first.name.find('*') == std::string::npos) {
+        elements = checked_mul(elements, static_cast<std::uint64_t>(first.copies), "adafactor step");
       }
-      if (t.name.find('*') == std::string::npos) elements = checked_mul(elements, static_cast<std::uint64_t>(t.copies), "adafactor step");
       largest = std::max(largest, elements);
-    }
+    });
   };
   for (const std::size_t k : c.cm.classes) scan(c.cm.layer[k]);
   scan(c.cm.embedding);
@@ -95,7 +92,7 @@ void ddp_prepare(const EvalContext&, const Shares&, StageReport& st) { st.fsdp =
 // the gradients) or at the optimizer step (weights, moments, buckets, gradients), the higher.
 bool ddp_cost(const EvalContext& c, StageReport& st, Bytes activations) {
   const DdpCounts n = counts_of(c, st);
-  const Bytes fixed = weight_bytes(c, n) + moment_bytes(c, st, n) + bucket_bytes(c, n);
+  const Bytes fixed = weight_bytes(c, n) + moment_bytes(c, n) + bucket_bytes(c, n);
   const Bytes grads = bytes_of(n.trains, n.trained);
   const Bytes backward = fixed + activations + (accumulates(c) ? grads : Bytes{});
   st.fsdp->optimizer_step_peak = fixed + grads + adafactor_step_bytes(c, n) > backward;
@@ -124,9 +121,7 @@ void ddp_record(const EvalContext& c, const StageReport& st, Ledger& ledger) {
       });
     }
   } else {
-    OptimizerCounts counts = st.trainable.non_expert;
-    counts += st.trainable.expert;
-    for (const OptimizerState& s : optimizer_states(c.t, c.t.precision, counts)) {
+    for (const OptimizerState& s : optimizer_states(c.t, c.t.precision, n.optimizer)) {
       if (s.name == "master weights" || s.elements.value() == 0) continue;
       ledger.add(Category::optimizer, bytes_of(s.elements, s.dtype), [&] {
         return ledger_item("ddp", std::string(s.name), fmt::format("{} x {} ({})", s.elements.value(), name_of(s.dtype), s.source),

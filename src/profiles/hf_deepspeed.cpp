@@ -65,40 +65,29 @@ struct ParamStats {
   std::uint64_t persistent_count = 0;
 };
 
-void add_group(const std::vector<Tensor>& tensors, std::int64_t times, std::int64_t threshold, const Profile& p, ParamStats& s) {
+// The compiled model's groups hold only the tensors the profile accounts (compile_model).
+void add_group(const std::vector<Tensor>& tensors, std::int64_t times, std::int64_t threshold, ParamStats& s) {
   if (times <= 0) return;
-  for (std::size_t i = 0; i < tensors.size();) {
-    std::size_t j = i;
-    std::int64_t numel = 0;  // one copy (one expert) of the parameter named tensors[i].name
-    bool trains = false, counted = false, nf4 = false;
-    for (; j < tensors.size() && tensors[j].name == tensors[i].name; ++j) {
-      if (!p.accounts(tensors[j])) continue;
-      counted = true;
-      numel += tensors[j].rows * tensors[j].cols;
-      trains = trains || tensors[j].trainable;
-      nf4 = nf4 || tensors[j].quantized();
+  // numel: one copy (one expert) of the parameter.
+  each_hf_parameter(tensors, [&](const Tensor& first, std::int64_t numel, bool trains, bool nf4) {
+    const auto copies = static_cast<std::uint64_t>(first.copies);
+    s.largest = std::max(s.largest, numel);
+    if (nf4) s.largest_nf4 = std::max(s.largest_nf4, numel);
+    if (trains) s.largest_trainable = std::max(s.largest_trainable, numel);
+    if (numel <= threshold) {
+      const std::uint64_t n = checked_mul(copies, static_cast<std::uint64_t>(times), "persistent parameters");
+      s.persistent += checked_mul(static_cast<std::uint64_t>(numel), n, "persistent parameters");
+      s.persistent_count += n;
     }
-    if (counted) {
-      const auto copies = static_cast<std::uint64_t>(tensors[i].copies);
-      s.largest = std::max(s.largest, numel);
-      if (nf4) s.largest_nf4 = std::max(s.largest_nf4, numel);
-      if (trains) s.largest_trainable = std::max(s.largest_trainable, numel);
-      if (numel <= threshold) {
-        const std::uint64_t n = checked_mul(copies, static_cast<std::uint64_t>(times), "persistent parameters");
-        s.persistent += checked_mul(static_cast<std::uint64_t>(numel), n, "persistent parameters");
-        s.persistent_count += n;
-      }
-    }
-    i = j;
-  }
+  });
 }
 
 ParamStats param_stats(const EvalContext& c, std::int64_t threshold) {
   ParamStats s;
   const auto& cm = c.cm;
-  for (std::size_t k = 0; k < kLayerClasses; ++k) add_group(cm.layer[k], cm.layers_in(k, 0, c.model.num_layers), threshold, c.profile, s);
-  add_group(cm.embedding, 1, threshold, c.profile, s);
-  add_group(cm.head, 1, threshold, c.profile, s);
+  for (std::size_t k = 0; k < kLayerClasses; ++k) add_group(cm.layer[k], cm.layers_in(k, 0, c.model.num_layers), threshold, s);
+  add_group(cm.embedding, 1, threshold, s);
+  add_group(cm.head, 1, threshold, s);
   return s;
 }
 
