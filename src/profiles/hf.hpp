@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -21,8 +22,11 @@ extern const StateModel kHfStates, kHfDdpStates;
 
 // The parameters Hugging Face's modeling code holds in a group of inventory tensors: the parts of
 // a fused checkpoint tensor (consecutive entries of one name, e.g. gpt-oss's gate_up_proj) are one
-// parameter. Calls f(first tensor, elements of one copy, whether any part trains, whether any part
-// is NF4) once per parameter; a routed entry's copies are the caller's to count.
+// parameter, and a routed entry's copies are one parameter each where the name has a wildcard
+// (Mixtral's "experts.*.w1.weight": an nn.Linear per expert), else one parameter holding them all
+// (gpt-oss's, Llama-4's and Qwen3.5's 3-D "experts.gate_up_proj" [E, ...]). Calls f(first tensor,
+// elements of one parameter, parameters per layer, whether any part trains, whether any part is
+// NF4) once per distinct parameter.
 template <class F>
 void each_hf_parameter(const std::vector<Tensor>& tensors, F&& f) {
   for (std::size_t i = 0; i < tensors.size();) {
@@ -35,7 +39,13 @@ void each_hf_parameter(const std::vector<Tensor>& tensors, F&& f) {
       trains = trains || tensors[j].trainable;
       nf4 = nf4 || tensors[j].quantized();
     }
-    f(tensors[i], numel, trains, nf4);
+    const Tensor& first = tensors[i];
+    const bool per_copy = first.name.find('*') != std::string::npos;
+    if (!per_copy) {
+      numel = static_cast<std::int64_t>(
+          checked_mul(static_cast<std::uint64_t>(numel), static_cast<std::uint64_t>(first.copies), "parameter size"));
+    }
+    f(first, numel, per_copy ? first.copies : std::int64_t{1}, trains, nf4);
     i = j;
   }
 }

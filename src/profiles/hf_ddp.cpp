@@ -60,20 +60,14 @@ Bytes moment_bytes(const EvalContext& c, const DdpCounts& n) {
 
 // Adafactor's step temporaries: 16 bytes per element of the largest bf16 trainable parameter, 8
 // of an fp32 one (module comment). A parameter is a checkpoint tensor: the parts moemem splits a
-// fused one into (gate and up of gpt-oss's gate_up_proj) together, and a routed entry's experts
-// one parameter each where HF's modeling code names them so ("experts.*.w1.weight"), else one
-// parameter holding them all (gpt-oss's [experts, h, 2 x ffn]).
+// fused one into (gate and up of gpt-oss's gate_up_proj) together, a routed entry's experts one
+// parameter each or all together as HF's modeling code holds them (each_hf_parameter).
 Bytes adafactor_step_bytes(const EvalContext& c, const DdpCounts& n) {
   if (c.t.optimizer != OptimizerKind::adafactor) return Bytes{};
   std::uint64_t largest = 0;
   const auto scan = [&](const std::vector<Tensor>& ts) {
-    each_hf_parameter(ts, [&](const Tensor& first, std::int64_t numel, bool trains, bool) {
-      if (!trains) return;
-      auto elements = static_cast<std::uint64_t>(numel);
-      if (first.name.find('*') == std::string::npos) {
-        elements = checked_mul(elements, static_cast<std::uint64_t>(first.copies), "adafactor step");
-      }
-      largest = std::max(largest, elements);
+    each_hf_parameter(ts, [&](const Tensor&, std::int64_t numel, std::int64_t, bool trains, bool) {
+      if (trains) largest = std::max(largest, static_cast<std::uint64_t>(numel));
     });
   };
   for (const std::size_t k : c.cm.classes) scan(c.cm.layer[k]);

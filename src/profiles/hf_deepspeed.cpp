@@ -55,8 +55,9 @@ namespace moemem::detail {
 
 namespace {
 
-// DeepSpeed's parameters as the model holds them: one per module weight (the parts of a fused
-// checkpoint tensor together) and one per routed expert. `numel` each, `count` of them.
+// DeepSpeed's parameters as the model holds them (each_hf_parameter): one per module weight, the
+// parts of a fused checkpoint tensor together, and a routed entry's experts one each (Mixtral's
+// nn.Linear per expert) or all in one (gpt-oss's 3-D gate_up_proj, gathered whole under ZeRO-3).
 struct ParamStats {
   std::int64_t largest = 0;           // elements of the largest parameter
   std::int64_t largest_trainable = 0;
@@ -68,9 +69,8 @@ struct ParamStats {
 // The compiled model's groups hold only the tensors the profile accounts (compile_model).
 void add_group(const std::vector<Tensor>& tensors, std::int64_t times, std::int64_t threshold, ParamStats& s) {
   if (times <= 0) return;
-  // numel: one copy (one expert) of the parameter.
-  each_hf_parameter(tensors, [&](const Tensor& first, std::int64_t numel, bool trains, bool nf4) {
-    const auto copies = static_cast<std::uint64_t>(first.copies);
+  each_hf_parameter(tensors, [&](const Tensor&, std::int64_t numel, std::int64_t params, bool trains, bool nf4) {
+    const auto copies = static_cast<std::uint64_t>(params);
     s.largest = std::max(s.largest, numel);
     if (nf4) s.largest_nf4 = std::max(s.largest_nf4, numel);
     if (trains) s.largest_trainable = std::max(s.largest_trainable, numel);

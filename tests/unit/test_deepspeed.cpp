@@ -137,6 +137,41 @@ TEST(DeepSpeed, BucketBuffersByStage) {
   EXPECT_EQ(stage_bytes(off, "buffers"), 48'332u);
 }
 
+// A parameter is what Hugging Face's modeling code holds: gpt-oss keeps each layer's routed experts
+// in one 3-D parameter (GptOssExperts.gate_up_proj [128, 2880, 5760], down_proj and their biases),
+// which ZeRO-3 gathers whole; Mixtral's experts are an nn.Linear each. Bare --zero 3: DeepSpeed's
+// defaults (prefetch 5e7, max_live 1e9, persistence threshold 1e5 elements).
+TEST(DeepSpeed, ZeroThreeGathersGptOssExpertsAsOneParameter) {
+  const auto r = run_cli({"analyze", "--model", "gpt-oss-120b", "--profile", "hf", "--zero", "3", "--dp", "64", "--seq-len",
+                          "4096", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  // Buffers: the IPG bucket 5e8 x 2 bytes, plus the largest parameter, gate_up_proj 128 x 2880 x
+  // 5760 = 2,123,366,400 elements, with no room left under max_live for a prefetch: x 2 bytes.
+  EXPECT_EQ(stage_bytes(j, "buffers"), 1'000'000'000ULL + 4'246'732'800ULL);
+  // Persistent (<= 1e5 elements), per layer: two norms 2 x 2880, sinks 64, q/k/v/o biases 4096 +
+  // 512 + 512 + 2880, router bias 128 = 13,952; x 36 + the final norm 2880 = 505,152 x 2 bytes.
+  // The experts' biases ([128, 5760] and [128, 2880]) are over the threshold.
+  const auto e = run_cli({"explain", "--model", "gpt-oss-120b", "--profile", "hf", "--zero", "3", "--dp", "64", "--seq-len",
+                          "4096", "--stage", "0", "--format", "json"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  bool persistent = false;
+  const auto items = nlohmann::json::parse(e.out).at("items");
+  for (const auto& item : items) {
+    if (item.at("item") != "persistent parameters, gathered whole") continue;
+    persistent = true;
+    EXPECT_EQ(item.at("bytes").get<std::uint64_t>(), 1'010'304u);
+    EXPECT_EQ(item.at("detail").get<std::string>().rfind("289 parameters", 0), 0u) << item.dump();
+  }
+  EXPECT_TRUE(persistent);
+  // Mixtral-8x7B's experts are separate: the largest parameter is the embedding (32000 x 4096 =
+  // 131,072,000), and the prefetch min(5e7, 1e9 - 131,072,000): (131,072,000 + 5e7) x 2 bytes.
+  const auto m = run_cli({"analyze", "--model", "mixtral-8x7b", "--profile", "hf", "--zero", "3", "--dp", "64", "--seq-len",
+                          "4096", "--format", "json"});
+  ASSERT_EQ(m.code, 0) << m.err;
+  EXPECT_EQ(stage_bytes(nlohmann::json::parse(m.out), "buffers"), 1'000'000'000ULL + 362'144'000ULL);
+}
+
 TEST(DeepSpeed, CliErrorsExit2) {
   const auto other = run_cli({"analyze", "--model", kLlama, "--deepspeed", kDir + "zero3.json"});
   EXPECT_EQ(other.code, 2);
