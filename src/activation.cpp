@@ -120,19 +120,21 @@ MegatronVersion parse_megatron_version(std::string_view text) {
 std::string_view name_of(TorchtitanVersion v) {
   switch (v) {
     case TorchtitanVersion::v0_2_0: return "0.2.0";
+    case TorchtitanVersion::v0_2_1: return "0.2.1";
     case TorchtitanVersion::current: return "current";
   }
   return "?";
 }
 
-// Releases 0.1.0 and 0.2.0 (and the commits before them) keep the pipeline's outputs; 0.2.1 and
-// 0.2.2 are what `current` models.
+// Releases 0.1.0 and 0.2.0 (and the commits before them) keep the pipeline's outputs; 0.2.1 frees
+// them but still repeats K and V for SDPA; 0.2.2 is what `current` models.
 TorchtitanVersion parse_torchtitan_version(std::string_view text) {
   if (text == "0.1.0" || text == "0.2.0") return TorchtitanVersion::v0_2_0;
-  if (text == "0.2.1" || text == "0.2.2" || text == "current") return TorchtitanVersion::current;
+  if (text == "0.2.1") return TorchtitanVersion::v0_2_1;
+  if (text == "0.2.2" || text == "current") return TorchtitanVersion::current;
   throw InputError("--torchtitan-version", std::string(text),
                    "0.1.0 or 0.2.0 (and earlier commits: the pipeline's last stage keeps every micro-batch's output), "
-                   "0.2.1, 0.2.2 or current");
+                   "0.2.1, or 0.2.2 or current (K and V unrepeated)");
 }
 
 std::string_view name_of(LossImpl l) {

@@ -94,7 +94,7 @@ PipelineHeld pipeline_held(const EvalContext& c, const StageReport& st) {
   // torchtitan up to 0.2.0 calls the schedule's step() for its return value (TorchtitanVersion);
   // later ones pass return_outputs=False, and their torch (2.8 and later, pytorch PR 153383) keeps
   // output_chunks on the last stage only.
-  const bool old = c.t.torchtitan_version != TorchtitanVersion::current;
+  const bool old = c.t.torchtitan_version == TorchtitanVersion::v0_2_0;
   std::int64_t at_step = 0;
   for (std::size_t i = 0; i < st.chunks.size(); ++i) {
     const Chunk& ch = c.layout.chunks[static_cast<std::size_t>(st.chunks[i])];

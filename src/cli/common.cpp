@@ -93,7 +93,8 @@ void add_release_options(CLI::App& app, TrainingOptions& o) {
       ->capture_default_str();
   app.add_option("--torchtitan-version", o.numerics.torchtitan_version,
                  "torchtitan release (torchtitan profile): 0.1.0 or 0.2.0 (and earlier commits) keep every micro-batch's "
-                 "output on the last pipeline stage until the step ends; 0.2.1, 0.2.2 or current free it after its backward")
+                 "output on the last pipeline stage until the step ends; 0.2.1, 0.2.2 or current free it after its backward; "
+                 "from 0.2.2 (current) SDPA takes K and V unrepeated (enable_gqa)")
       ->capture_default_str();
   app.add_option("--hidden-dropout", o.numerics.hidden_dropout,
                  "Dropout after attention and MLP: keeps a one-byte mask each (profile default: megatron 0.1, others 0)");

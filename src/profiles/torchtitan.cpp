@@ -65,7 +65,9 @@ void titan_layer_activations(const ActivationContext& c, LayerKind kind, std::ve
   // apply_rotary_emb multiplies fp32 complex views of q and k by freqs_cis, a buffer: autograd's
   // mul saves only the operand the other's gradient needs (freqs_cis), so RoPE keeps no
   // activation (checked with saved_tensors_hooks on CPU PyTorch).
-  if (!compiled) {
+  // From 0.2.2 (ff0829c10, "GQA without kv repeats", 2026-01-27) SDPA takes K and V with their
+  // own heads and enable_gqa; before, repeat_kv's expand + reshape copied them to every head.
+  if (!compiled && c.training.torchtitan_version != TorchtitanVersion::current && m.num_kv_heads != m.num_heads) {
     add("sdpa.q", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim");
     add("sdpa.k_repeated", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (repeat_kv)");
     add("sdpa.v_repeated", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (repeat_kv)");

@@ -1,7 +1,7 @@
 // --torchtitan-version (issue 12): up to torchtitan 0.2.0 the pipeline schedule's step() returns
 // every micro-batch's output, so the stage holding the loss keeps each micro-batch's bf16 logits
 // until the step ends (torch.distributed.pipelining output_chunks); from e5ef99aab (0.2.1)
-// torchtitan passes return_outputs=False and nothing is kept. Sizes by hand from Llama-3.1-8B's
+// torchtitan passes return_outputs=False and nothing is kept; from 0.2.2 K and V are not repeated. Sizes by hand from Llama-3.1-8B's
 // vocabulary (128256, untied) and one micro-batch's tokens, not from running moemem.
 #include <cstdint>
 #include <sstream>
@@ -43,19 +43,41 @@ TEST(TorchtitanVersion, UpToZeroTwoTheLastStageKeepsEveryMicroBatchsLogits) {
   EXPECT_FALSE(now.contains(kItem));
   EXPECT_EQ(items_of(explain_json(piped({"--torchtitan-version", "0.1.0"}), 1), "activations").at(kItem), 3 * kLogits);
   const auto a_old = analyze_json(piped({"--torchtitan-version", "0.2.0"}));
-  const auto a_now = analyze_json(piped({"--torchtitan-version", "0.2.2"}));
+  const auto a_now = analyze_json(piped({"--torchtitan-version", "0.2.1"}));
   EXPECT_EQ(stage_bytes(a_old, 1, "activations") - stage_bytes(a_now, 1, "activations"), 3 * kLogits);
   // The first stage has no loss: the same activations either way.
   EXPECT_EQ(stage_bytes(a_old, 0, "activations"), stage_bytes(a_now, 0, "activations"));
+}
+
+// From 0.2.2 (ff0829c10, "GQA without kv repeats") SDPA takes K and V with Llama-3.1-8B's 8 KV
+// heads and enable_gqa; 0.2.1 repeat_kv'd them to 32 heads, and SDPA saved those copies. Stage 0
+// of two, no checkpointing: 16 layers x 2 micro-batches in flight, 4096 tokens x heads x 128 x 2
+// bytes each.
+TEST(TorchtitanVersion, FromZeroTwoTwoSdpaKeepsTheKvHeadsUnrepeated) {
+  const auto old = items_of(explain_json(piped({"--torchtitan-version", "0.2.1"}), 0), "activations");
+  const auto now = items_of(explain_json(piped({}), 0), "activations");
+  constexpr std::uint64_t kRepeated = 4096ull * 32 * 128 * 2 * 16 * 2;
+  static_assert(kRepeated == 1'073'741'824);
+  EXPECT_EQ(old.at("sdpa.k_repeated"), kRepeated);
+  EXPECT_EQ(old.at("sdpa.v_repeated"), kRepeated);
+  EXPECT_FALSE(now.contains("sdpa.k_repeated"));
+  EXPECT_EQ(now.at("sdpa.k"), kRepeated / 4);
+  EXPECT_EQ(now.at("sdpa.v"), kRepeated / 4);
+  EXPECT_EQ(items_of(explain_json(piped({"--torchtitan-version", "0.2.2"}), 0), "activations").at("sdpa.v"), kRepeated / 4);
+  EXPECT_EQ(stage_bytes(analyze_json(piped({"--torchtitan-version", "0.2.1"})), 0, "activations") -
+                stage_bytes(analyze_json(piped({})), 0, "activations"),
+            2 * (kRepeated - kRepeated / 4));
 }
 
 TEST(TorchtitanVersion, BadValuesAndOtherProfilesAreRefused) {
   const auto bad = run_cli(concat({"analyze"}, piped({"--torchtitan-version", "0.3"})));
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("--torchtitan-version: '0.3' is not accepted"), std::string::npos) << bad.err;
-  const auto megatron = run_cli({"analyze", "--model", "llama-3.1-8b", "--torchtitan-version", "0.2.0"});
-  EXPECT_EQ(megatron.code, 2);
-  EXPECT_NE(megatron.err.find("--torchtitan-version"), std::string::npos) << megatron.err;
+  for (const char* release : {"0.2.0", "0.2.1"}) {
+    const auto megatron = run_cli({"analyze", "--model", "llama-3.1-8b", "--torchtitan-version", release});
+    EXPECT_EQ(megatron.code, 2);
+    EXPECT_NE(megatron.err.find("--torchtitan-version"), std::string::npos) << megatron.err;
+  }
   EXPECT_EQ(run_cli({"analyze", "--model", "llama-3.1-8b", "--torchtitan-version", "current"}).code, 0);
 }
 
