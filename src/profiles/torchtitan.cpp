@@ -208,6 +208,16 @@ std::optional<InputError> titan_dense_model_check(const ModelSpec& m, const Trai
   if (m.learned_positions > 0) {
     return InputError("--profile", "torchtitan", why + "a learned absolute position table: use --profile megatron");
   }
+  if (m.model_type == "gpt_oss") {
+    return InputError("--profile", "torchtitan",
+                      why + "attention sinks, sliding-window layers and biased, clamped SwiGLU experts: torchtitan trains it "
+                            "(models/gpt_oss) but this profile does not model that block; use --profile megatron or hf");
+  }
+  if (m.model_type == "llama4_text") {
+    return InputError("--profile", "torchtitan",
+                      why + "chunked attention, NoPE layers and interleaved MoE: torchtitan dropped its llama4 model "
+                            "(d92336fee, 2026-06-08) and this profile does not model it; use --profile megatron");
+  }
   if (m.attention_sinks || m.attn_output_gate || m.qk_l2_norm || m.qk_norm_full_width || m.head_bias) {
     return InputError("--profile", "torchtitan", why + "attention or norm variants the torchtitan profile does not model");
   }
