@@ -231,8 +231,7 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
   Acts local;
   Acts* acts = nullptr;
   if (cache != nullptr) {
-    const auto it = cache->acts.find(key);
-    if (it != cache->acts.end()) acts = &it->second;
+    acts = cache->acts.find(key);
   }
   out.bytes.assign(c.layout.chunks.size(), Bytes{});
   out.transient.assign(c.layout.chunks.size(), LayerTransient{});
@@ -240,14 +239,14 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
   try {
     if (acts == nullptr) {
       local.kinds = kind_bytes(c);
-      acts = cache != nullptr ? &cache->acts.emplace(key, std::move(local)).first->second : &local;
+      acts = cache != nullptr ? &cache->acts.insert(key, std::move(local)) : &local;
     }
     // A chunk's costs depend on the key and its place in the model only: each place is costed once.
     const auto cost_chunk = [&](std::size_t i) {
       const auto& ch = c.layout.chunks[i];
       const ChunkShape shape{ch.first_layer, ch.num_layers, ch.first_mtp, ch.mtp_depths, ch.embedding, ch.loss};
-      auto found = acts->chunks.find(shape);
-      if (found == acts->chunks.end()) {
+      const ChunkCost* found = acts->chunks.find(shape);
+      if (found == nullptr) {
         ChunkLayerCounts counts = layer_counts(c, ch);
         apply_offload(c, ch, acts->kinds, counts);
         Bytes b;
@@ -258,11 +257,11 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
         }
         const ChunkCost cost{b + chunk_extras(c, ch, *acts), chunk_transient(c, ch, counts, acts->kinds),
                              combined_forward_layer(c, counts, acts->kinds)};
-        found = acts->chunks.emplace(shape, cost).first;
+        found = &acts->chunks.insert(shape, cost);
       }
-      out.bytes[i] = found->second.bytes;
-      out.transient[i] = found->second.transient;
-      out.combined_forward[i] = found->second.combined_forward;
+      out.bytes[i] = found->bytes;
+      out.transient[i] = found->transient;
+      out.combined_forward[i] = found->combined_forward;
     };
     if (only != nullptr) {
       for (const auto ci : only->chunks) cost_chunk(idx(ci));

@@ -4,12 +4,12 @@
 #include <array>
 #include <map>
 #include <optional>
-#include <unordered_map>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "moemem/analyze.hpp"
+#include "analyze/flat_table.hpp"
 
 namespace moemem::detail {
 
@@ -107,7 +107,7 @@ struct ChunkCost {
 struct Acts {
   std::array<KindBytes, kLayerClasses> kinds{};  // by layer class
   std::map<ChunkKey, Bytes> extras;
-  std::unordered_map<ChunkShape, ChunkCost, ChunkShapeHash> chunks;  // every chunk costed so far
+  FlatTable<ChunkShape, ChunkCost, ChunkShapeHash> chunks;  // every chunk costed so far
 };
 
 // What one evaluation shares across its stages.
@@ -210,7 +210,7 @@ namespace moemem {
 class EvalCache {
  public:
   std::map<detail::SharesKey, detail::Shares> shares;
-  std::unordered_map<detail::ActKey, detail::Acts, detail::ActKeyHash> acts;
+  detail::FlatTable<detail::ActKey, detail::Acts, detail::ActKeyHash> acts;
   // Transformer Engine's dummy weight gradients by what decides them (overheads.cpp): tp, etp,
   // ep, the padded vocabulary, the layer classes held (a bit each), MTP and head held, the weights'
   // and activations' dtypes; the bytes, elements and number of shapes.
