@@ -175,8 +175,10 @@ struct RuntimePart {
 struct Runtime {
   std::array<RuntimePart, 16> parts{};
   std::size_t count = 0;
+  Bytes every_stage, end_stages;  // the parts' sums: on every stage, and on the end stages only
   void add(const char* name, Bytes b, const char* rule, bool end_stages_only = false) {
     parts[count++] = {name, b, rule, end_stages_only};
+    (end_stages_only ? end_stages : every_stage) += b;
   }
 };
 Runtime runtime_bytes(const EvalContext& c);

@@ -384,10 +384,15 @@ void record_overheads(const EvalContext& c, const StageReport& st, const Runtime
   // side-stream buffers, a loss block too small to reuse; zero elsewhere).
   const Bytes pct(ceil_div(checked_mul(allocated(ledger).value(), milli_pct, "fragmentation"), 100000));
   c.profile.states->record_cache(c, st, pct, ledger);
+  const bool end_stage = st.has_embedding || st.has_head || st.mtp_depths > 0;
+  if (!ledger.detail()) {  // search: the sums, not the parts
+    ledger.add(Category::runtime, runtime.every_stage + (end_stage ? runtime.end_stages : Bytes{}), [] { return LedgerItem{}; });
+    return;
+  }
   for (std::size_t i = 0; i < runtime.count; ++i) {
     const RuntimePart& part = runtime.parts[i];
     if (part.bytes.value() == 0) continue;
-    if (part.end_stages_only && !st.has_embedding && !st.has_head && st.mtp_depths == 0) continue;
+    if (part.end_stages_only && !end_stage) continue;
     ledger.add(Category::runtime, part.bytes,
                [&] { return ledger_item("cuda/nccl", part.name, std::string(part.rule) + ", outside PyTorch's allocator"); });
   }
