@@ -161,23 +161,27 @@ LayoutEnumeration enumerate_layouts(const ModelSpec& m, const SearchSpace& space
   return out;
 }
 
-void layout_candidates(std::size_t layout, const LayoutChoice& choice, const SearchSpace& space,
-                       const std::vector<RecomputeChoice>& recomputes, std::vector<Candidate>& out) {
+std::size_t layout_candidates(std::size_t layout, const LayoutChoice& choice, const SearchSpace& space,
+                              const std::vector<RecomputeChoice>& recomputes, std::vector<Candidate>& out, std::size_t from) {
   const std::int64_t global = *space.base.global_batch;
   const auto& p = choice.layout.config;
-  if (global % p.dp != 0) return;
+  if (global % p.dp != 0) return from;
+  std::size_t n = from;
   for (const auto mb : choices(space.micro_batch, divisors(global / p.dp), space.micro_batch_max)) {
     for (const int zero : space.zero_stages) {
       for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
-        TrainingConfig t = space.base;
-        t.micro_batch = mb;
-        t.zero = zero;
-        t.recompute = recomputes[ri].mode;
-        t.recompute_modules = recomputes[ri].modules;
-        out.push_back({layout, t, ri});
+        if (n == out.size()) out.push_back({layout, space.base, ri});
+        Candidate& c = out[n++];
+        c.layout = layout;
+        c.recompute = ri;
+        c.training.micro_batch = mb;
+        c.training.zero = zero;
+        c.training.recompute = recomputes[ri].mode;
+        c.training.recompute_modules = recomputes[ri].modules;
       }
     }
   }
+  return n;
 }
 
 std::size_t layout_candidate_count(const LayoutChoice& choice, const SearchSpace& space, std::size_t recomputes) {
@@ -190,7 +194,9 @@ std::size_t layout_candidate_count(const LayoutChoice& choice, const SearchSpace
 std::vector<Candidate> enumerate_candidates(const std::vector<LayoutChoice>& layouts, const SearchSpace& space,
                                             const std::vector<RecomputeChoice>& recomputes) {
   std::vector<Candidate> candidates;
-  for (std::size_t li = 0; li < layouts.size(); ++li) layout_candidates(li, layouts[li], space, recomputes, candidates);
+  std::size_t n = 0;
+  for (std::size_t li = 0; li < layouts.size(); ++li) n = layout_candidates(li, layouts[li], space, recomputes, candidates, n);
+  candidates.resize(n);
   return candidates;
 }
 

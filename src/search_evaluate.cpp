@@ -286,9 +286,8 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
     std::vector<Candidate> candidates;
     SearchEntry entry;
     for (std::size_t li = next.fetch_add(1); li < layouts.size(); li = next.fetch_add(1)) {
-      candidates.clear();
-      layout_candidates(li, layouts[li], space, plan.recomputes, candidates);
-      for (std::size_t j = 0; j < candidates.size(); ++j) {
+      const std::size_t n = layout_candidates(li, layouts[li], space, plan.recomputes, candidates, 0);
+      for (std::size_t j = 0; j < n; ++j) {
         const Verdict v = evaluator.evaluate(candidates[j], first[li] + j, entry, kept.keeps_nothing_above(plan.usable));
         kept.record(v, entry, evaluator.pruned);
         if (progress != nullptr) progress->fetch_add(1, std::memory_order_relaxed);

@@ -141,9 +141,14 @@ struct Candidate {
   TrainingConfig training;
   std::size_t recompute = 0;  // index into the recomputation choices
 };
-// One layout's candidates (its index `layout`): micro-batch x ZeRO stage x recomputation choice.
-void layout_candidates(std::size_t layout, const LayoutChoice& choice, const SearchSpace& space,
-                       const std::vector<RecomputeChoice>& recomputes, std::vector<Candidate>& out);
+// One layout's candidates (its index `layout`): micro-batch x ZeRO stage x recomputation choice,
+// written to out[from], out[from + 1], ...; returns the index past the last. Elements already
+// there are reused (a search's candidates differ from space.base in those four settings only, so
+// only they are written: no copy of the whole TrainingConfig per candidate); out may keep
+// elements past the returned index.
+[[nodiscard]] std::size_t layout_candidates(std::size_t layout, const LayoutChoice& choice, const SearchSpace& space,
+                                            const std::vector<RecomputeChoice>& recomputes, std::vector<Candidate>& out,
+                                            std::size_t from);
 // How many candidates layout_candidates gives for one layout.
 [[nodiscard]] std::size_t layout_candidate_count(const LayoutChoice& choice, const SearchSpace& space, std::size_t recomputes);
 // Each layout x micro-batch (divisors of global_batch / dp) x ZeRO stage x recomputation choice.
