@@ -103,6 +103,22 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
         "not modelled: the dense warm-up (dense KL over all keys) and the PyTorch reference path",
         c.model.dsa.index_topk));
   }
+  if (const auto& p = c.layout.config; c.profile.name == "megatron" && p.pp > 1 && p.pipeline_layout.empty() &&
+                                       p.layers_per_stage.empty() && !p.first_stage_layers && !p.last_stage_layers &&
+                                       !p.balance_units) {
+    // megatron/training/arguments.py validate_args: without --decoder-first/last-pipeline-num-layers
+    // or a layout, "Number of layers should be divisible by the pipeline-model-parallel size"
+    // (the layers plus E and L where accounted; by the chunks' count under VPP).
+    const std::int64_t units = c.model.num_layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+    const std::int64_t chunks = static_cast<std::int64_t>(c.layout.chunks.size());
+    if (units % chunks != 0) {
+      r.assumptions.push_back(fmt::format(
+          "{} pipeline units do not divide over {} chunks: Megatron-LM refuses that launch unless it sets "
+          "--decoder-first/last-pipeline-num-layers or --pipeline-model-parallel-layout; moemem cuts ceil({}/{}) per chunk, "
+          "the last taking the rest (give --layers-per-stage or a layout to cost the split you will launch)",
+          units, chunks, units, chunks));
+    }
+  }
   if (c.layout.etp_defaulted && c.profile.etp_follows_tp && c.model.is_moe() && c.layout.config.tp > 1) {
     // megatron/training/arguments.py validate_args: expert_tensor_parallel_size defaults to tp
     // (named when it differs from 1, the value it would otherwise be taken for).

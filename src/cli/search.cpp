@@ -96,10 +96,17 @@ Table entries_table(const std::string& title, const std::vector<SearchEntry>& en
 
 // The flags analyze needs to reproduce a result's pipeline split: none for the even split (the
 // default), else a --pipeline-model-parallel-layout string of the chunks (it holds under VPP
-// and DualPipe, where --decoder-first/last-pipeline-num-layers do not).
-std::string split_flags(const ModelSpec& m, const SearchEntry& e) {
-  if (e.split_name == "even") return "";
+// and DualPipe, where --decoder-first/last-pipeline-num-layers do not). For Megatron-LM
+// (`megatron`) an even split whose chunks differ in layers needs the string too: Megatron refuses
+// layers that do not divide over the pipeline without one.
+std::string split_flags(const ModelSpec& m, const SearchEntry& e, bool megatron = false) {
+  if (e.split_name == "even" && !megatron) return "";
   const Layout layout = resolve_layout(m, e.parallel);
+  if (e.split_name == "even") {
+    bool equal = true;
+    for (const Chunk& c : layout.chunks) equal = equal && c.num_layers == layout.chunks.front().num_layers;
+    if (equal) return "";
+  }
   std::string text;
   for (std::size_t i = 0; i < layout.chunks.size(); ++i) {
     const Chunk& c = layout.chunks[i];
@@ -138,7 +145,7 @@ std::string megatron_command(const ModelSpec& m, const SearchEntry& e, std::int6
                                 p.tp, p.pp, p.cp, p.ep, p.etp_degree());
   if (p.vpp > 1) cmd += fmt::format(" --num-virtual-stages-per-pipeline-rank {}", p.vpp);
   if (p.sp) cmd += " --sequence-parallel";
-  cmd += split_flags(m, e);
+  cmd += split_flags(m, e, true);
   cmd += fmt::format(" --micro-batch-size {} --global-batch-size {} --seq-length {}", e.training.micro_batch,
                      e.training.global_batch.value_or(0), seq_len);
   if (e.training.zero == 1) cmd += " --use-distributed-optimizer";

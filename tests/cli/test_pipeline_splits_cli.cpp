@@ -69,4 +69,23 @@ TEST(PipelineCli, EmbeddingAndLossCountedInTheSplit) {
   }
 }
 
+// Megatron-LM asserts "Number of layers should be divisible by the pipeline-model-parallel size"
+// without a split flag: analyze says so for its default cut of 32 layers over 7 stages
+// (5,5,5,5,5,5,2), and search's Megatron command for that layout carries it as a layout string.
+TEST(PipelineCli, AnUnevenDefaultSplitIsNamedAndWrittenForMegatron) {
+  const json j = analyze_json({"analyze", "--model", "llama-3.1-8b", "--pp", "7"});
+  ASSERT_FALSE(j.is_null());
+  bool named = false;
+  for (const auto& a : j.at("assumptions")) named = named || a.get<std::string>().find("do not divide over 7 chunks") != std::string::npos;
+  EXPECT_TRUE(named) << j.at("assumptions").dump();
+  const json even = analyze_json({"analyze", "--model", "llama-3.1-8b", "--pp", "8"});
+  ASSERT_FALSE(even.is_null());
+  EXPECT_EQ(even.at("assumptions").dump().find("do not divide"), std::string::npos);
+  const json s = analyze_json({"search", "--model", "llama-3.1-8b", "--gpus", "7", "--pp", "7", "--gpu", "h100-80g",
+                               "--global-batch", "14", "--top", "1", "--threads", "1"});
+  ASSERT_FALSE(s.is_null());
+  const std::string cmd = s.at("layouts").at(0).at("megatron_command").get<std::string>();
+  EXPECT_NE(cmd.find("--pipeline-model-parallel-layout 'Ettttt|ttttt|ttttt|ttttt|ttttt|ttttt|ttL'"), std::string::npos) << cmd;
+}
+
 }  // namespace
