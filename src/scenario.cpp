@@ -144,6 +144,14 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   static_cast<FsdpSettings&>(t) = r.fsdp;
   static_cast<FinetuneSettings&>(t) = r.finetune;
   resolve_recompute(r, t);
+  // torchtitan's selective checkpointing is per-op SAC over a fixed op list (its
+  // activation_checkpoint.selective_ac_option "op"): it takes no module list, which would be
+  // echoed and ignored.
+  if (r.recompute_modules && profile.name == "torchtitan") {
+    throw InputError("--recompute-modules", recompute_modules_text(*r.recompute_modules),
+                     "no module list with the torchtitan profile (--recompute selective is torchtitan's per-op SAC, "
+                     "which saves a fixed set of ops' outputs)");
+  }
   return t;
 }
 

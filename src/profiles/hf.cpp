@@ -125,6 +125,11 @@ std::optional<InputError> hf_layout_check(const Layout& layout) {
   if (p.etp_degree() != 1) return InputError("--etp", std::to_string(p.etp_degree()), why);
   if (p.vpp != 1) return InputError("--vpp", std::to_string(p.vpp), why);
   if (p.sp) return InputError("--sp", "set", "off with the hf profile (no tensor parallelism)");
+  if (p.schedule != Schedule::one_f_one_b) {
+    return InputError("--schedule", std::string(name_of(p.schedule)),
+                      "1f1b (the default) with the hf profile: the Trainer runs one micro-batch's forward and backward "
+                      "at a time, accumulating gradients");
+  }
   return std::nullopt;
 }
 

@@ -359,6 +359,19 @@ TEST(BadProfileSettings, MegatronOnlySettingsAreRefusedElsewhere) {
   }
 }
 
+// Settings a profile's framework has no use for, found echoed and ignored by a new-user review:
+// torchtitan's per-op SAC takes no module list; the Trainer runs no pipeline schedule (gpipe at
+// pp 1 held all 64 micro-batches at once).
+TEST(BadProfileSettings, IgnoredSettingsAreRefused) {
+  expect_bad_input({"analyze", "--profile", "torchtitan", "--model", "llama-3.1-8b", "--recompute", "selective",
+                    "--recompute-modules", "mlp"},
+                   {"--recompute-modules: 'mlp' is not accepted", "per-op SAC"});
+  expect_bad_input({"analyze", "--profile", "hf", "--model", "llama-3.1-8b", "--zero", "2", "--schedule", "gpipe",
+                    "--global-batch", "64"},
+                   {"--schedule: 'gpipe' is not accepted", "1f1b"});
+  EXPECT_EQ(run({"analyze", "--profile", "torchtitan", "--model", "llama-3.1-8b", "--recompute", "selective"}).code, 0);
+}
+
 // A control: the same options with good values succeed, so the failures above are about the
 // values and not about the options themselves.
 TEST(BadInputControl, GoodValuesOfTheSameOptionsSucceed) {
