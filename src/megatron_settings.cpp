@@ -54,7 +54,9 @@ void apply_training(const MegatronSettings& s, TrainingRequest& t, const Given& 
   put(s.exp_avg_dtype, "--exp-avg-dtype", given, t.exp_avg_dtype);
   put(s.exp_avg_sq_dtype, "--exp-avg-sq-dtype", given, t.exp_avg_sq_dtype);
   put(s.fp8, "--fp8", given, t.fp8);
-  put(s.distributed_optimizer, "--distributed-optimizer", given, t.distributed_optimizer);
+  // An inline --zero says how the optimizer is sharded: it wins over the script's
+  // --use-distributed-optimizer as any inline flag wins over the script.
+  if (!given.contains("--zero")) put(s.distributed_optimizer, "--distributed-optimizer", given, t.distributed_optimizer);
   put(s.optimizer_offload, "--optimizer-cpu-offload", given, t.optimizer_offload);
   put(s.shared_expert_overlap, "--moe-shared-expert-overlap", given, t.shared_expert_overlap);
   put(s.ep_overlap, "--overlap-moe-expert-parallel-comm", given, t.ep_overlap);

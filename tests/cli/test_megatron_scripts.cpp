@@ -149,6 +149,15 @@ TEST(MegatronScripts, InlineEqualsFormWinsForEveryDegree) {
   }
 }
 
+// An inline --zero wins over the script's --use-distributed-optimizer (it was dropped: ZeRO 1
+// whatever was asked).
+TEST(MegatronScripts, InlineZeroWinsOverTheScriptsDistributedOptimizer) {
+  const std::string s = write("dist-opt.sh", "pretrain_gpt.py " + kModel + "--vocab-size 32000 --seq-length 512 --use-distributed-optimizer --bf16\n");
+  EXPECT_EQ(analyze_json({"--megatron-args", s, "--dp", "8"}).at("training").at("zero"), 1);
+  EXPECT_EQ(analyze_json({"--megatron-args", s, "--dp", "8", "--zero", "0"}).at("training").at("zero"), 0);
+  EXPECT_EQ(analyze_json({"--megatron-args", s, "--dp", "8", "--zero", "1"}).at("training").at("zero"), 1);
+}
+
 TEST(MegatronScripts, AssumedSequenceLengthIsNamed) {
   const std::string path = write("noseq.args", kModel + "--vocab-size 32000 --tensor-model-parallel-size 1\n");
   const json j = analyze_json({"--megatron-args", path});
