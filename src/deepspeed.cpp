@@ -246,8 +246,8 @@ void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
   // (engine.py get_data_types), so ZeRO's reduce buckets and partitioned gradients
   // (stage_1_and_2.py grads_in_partition of self.dtype, stage3.py grad_partitions_flat_buffer of
   // gradient_accumulation_dtype) are bf16/fp16. With offload_optimizer the gradient partition lives
-  // in the host's fp32 buffer (async_inplace_copy_grad_to_fp32_buffer_from_gpu), kept here as fp32
-  // (the device's own copy is then an over-count of 4 bytes a parameter over dp).
+  // in the host's fp32 buffer (async_inplace_copy_grad_to_fp32_buffer_from_gpu): fp32, in the host
+  // column only (zero_states.cpp gradients_on_host).
   if (!r.main_grads_dtype) r.main_grads_dtype = ds.offload_optimizer ? DType::fp32 : ds.dtype;
   if (ds.optimizer) r.finetune.optimizer = *ds.optimizer;
   // ZeRO-Offload: the fp32 master partition, its optimizer states and its fp32 gradient (pinned,

@@ -29,6 +29,14 @@ void resolve_states(const TrainingRequest& r, const Profile& profile, TrainingCo
   }
   t.precision = profile.default_precision;
   if (r.params_dtype) t.precision.weights = *r.params_dtype;
+  // A bare --zero under the hf profile is DeepSpeed's defaults with bf16: gradients accumulate in
+  // the model's dtype under ZeRO (engine.py get_data_types: grad_accum_dtype None -> fp32 only for
+  // bf16 without ZeRO), in the host's fp32 partition with offload, as a ds_config gives them
+  // (deepspeed.cpp).
+  if (profile.name == "hf" && !r.deepspeed && t.zero >= 1 && !r.fsdp.hf_ddp && !r.fsdp.accelerate_fsdp() &&
+      r.optimizer_offload.value_or(0) == 0) {
+    t.precision.gradients = t.precision.weights;
+  }
   if (r.main_grads_dtype) t.precision.gradients = *r.main_grads_dtype;
   if (r.main_params_dtype) t.precision.master = *r.main_params_dtype;
   if (r.exp_avg_dtype) t.precision.exp_avg = *r.exp_avg_dtype;

@@ -45,6 +45,16 @@ void record_offload(const char* group, Count off, const PrecisionRecipe& pr, dou
   });
 }
 
+// DeepSpeed's ZeRO-Offload (the hf profile's offload_optimizer, or --optimizer-cpu-offload with a
+// bare --zero) keeps no gradient partition on the GPU: stage_1_and_2.py copies each reduced bucket
+// into the pinned fp32 partition on the host (async_inplace_copy_grad_to_fp32_buffer_from_gpu),
+// stage3.py allocates grad_partitions_flat_buffer on the offload device; what stays on the GPU is
+// the IPG buckets and the staging buffer (hf_deepspeed.cpp). Megatron's HybridDeviceOptimizer
+// keeps the DDP main_grad buffer on the GPU.
+bool gradients_on_host(const EvalContext& c) {
+  return c.profile.name == "hf" && c.t.zero >= 1 && c.t.optimizer_offload > 0 && !c.t.hf_ddp && !c.t.accelerate_fsdp();
+}
+
 // One ZeRO group's trainable counts on this rank: sharded over `group` from ZeRO stage 1.
 OptimizerCounts optimizer_share(const OptimizerCounts& n, int zero, std::int64_t group) {
   return zero >= 1 ? n.sharded(group) : n;
@@ -109,7 +119,7 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
     const Bytes weights = Bytes(sb.weights.value() - bytes_of(st.nf4_params, pr.weights).value()) + st.nf4_bytes;
     ledger.add(param_offload(t) ? Category::host : Category::weights, weights, none);
     ledger.add(Category::weights, st.fp8_weight_copies, none);
-    ledger.add(Category::gradients, sb.gradients, none);
+    if (!gradients_on_host(c)) ledger.add(Category::gradients, sb.gradients, none);
     ledger.add(Category::optimizer, Bytes(sb.optimizer.value() - states.value()), none);  // states <= optimizer
     if (states.value() > 0) ledger.add(Category::host, states + grads, none);
     return;
@@ -121,9 +131,11 @@ void record_zero(const EvalContext& c, const StageReport& st, Ledger& ledger) {
     const auto shard_text = [&](Count whole) { return fmt::format("ceil({} / {})", whole.value(), groups[g]); };
     const Count gc = t.zero >= 2 ? Count(ceil_div(n.value(), static_cast<std::uint64_t>(groups[g]))) : n;
     const std::string gtext = t.zero >= 2 ? shard_text(n) : std::to_string(n.value());
-    ledger.add(Category::gradients, bytes_of(gc, pr.gradients), [&] {
-      return ledger_item(group_names[g], "main gradients", fmt::format("{} x {}", gtext, name_of(pr.gradients)), gc, pr.gradients);
-    });
+    if (!gradients_on_host(c)) {
+      ledger.add(Category::gradients, bytes_of(gc, pr.gradients), [&] {
+        return ledger_item(group_names[g], "main gradients", fmt::format("{} x {}", gtext, name_of(pr.gradients)), gc, pr.gradients);
+      });
+    }
     const OptimizerCounts share = optimizer_share(*parts[g], t.zero, groups[g]);
     const Count off = offloaded(share.params, t.optimizer_offload);
     const auto whole = optimizer_states(t.finetuning(), pr, *parts[g]);

@@ -172,6 +172,36 @@ TEST(DeepSpeed, ZeroThreeGathersGptOssExpertsAsOneParameter) {
   EXPECT_EQ(stage_bytes(nlohmann::json::parse(m.out), "buffers"), 1'000'000'000ULL + 362'144'000ULL);
 }
 
+// A bare --zero is DeepSpeed's defaults with bf16, so its gradients are what a ds_config with only
+// bf16 and the stage gives: bf16 under ZeRO (engine.py get_data_types). Llama-3.1-8B
+// (8,030,261,248 parameters), ZeRO-1 keeps them whole: x 2 bytes. With offload_optimizer the
+// gradient partition lives on the host only (fp32, beside the master and moments): ZeRO-3 with
+// both offloads at dp 8, 1,003,782,656 parameters a rank, host = bf16 shard 2 + 16 bytes each.
+TEST(DeepSpeed, BareZeroIsTheConfigsDefaultsAndOffloadKeepsNoGradientOnTheGpu) {
+  const auto run = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"analyze", "--model", "llama-3.1-8b", "--profile", "hf", "--dp", "8", "--format", "json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json();
+  };
+  char path[] = "/tmp/moemem-ds-zero1-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string text = R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1}})";
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  const auto bare = run({"--zero", "1"});
+  const auto config = run({"--deepspeed", path});
+  std::remove(path);
+  EXPECT_EQ(stage_bytes(bare, "gradients"), 8'030'261'248ULL * 2);
+  EXPECT_EQ(stage_bytes(bare, "total"), stage_bytes(config, "total"));
+  const auto off = run({"--deepspeed", kDir + "zero3_offload_both.json"});
+  EXPECT_EQ(stage_bytes(off, "gradients"), 0u);
+  EXPECT_EQ(stage_bytes(off, "optimizer"), 0u);
+  EXPECT_EQ(stage_bytes(off, "host"), 1'003'782'656ULL * (2 + 16));
+}
+
 TEST(DeepSpeed, CliErrorsExit2) {
   const auto other = run_cli({"analyze", "--model", kLlama, "--deepspeed", kDir + "zero3.json"});
   EXPECT_EQ(other.code, 2);
