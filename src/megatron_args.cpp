@@ -94,6 +94,7 @@ const std::set<std::string, std::less<>> kSwitches = {
     "--no-gradient-accumulation-fusion",
     "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--enable-shared-expert", "--no-position-embedding",
     "--use-rotary-position-embeddings", "--optimizer-cpu-offload", "--enable-cuda-graph", "--external-cuda-graph",
+    "--accumulate-allreduce-grads-in-fp32",
 };
 
 // Flags whose value may depend on the launch environment: the world size (then --dp is needed)
@@ -296,7 +297,23 @@ void read_attention(const ScriptFlags& f, MegatronSettings& s) {
 // older --moe-enable-deepep) or HybridEP; both keep a resident buffer, modelled as DeepEP's.
 void read_dispatcher(const ScriptFlags& f, MegatronSettings& s) {
   const RawFlag* d = f.find("--moe-token-dispatcher-type");
-  if (d == nullptr) return;
+  // allgather (Megatron's default, TransformerConfig.moe_token_dispatcher_type) gathers every
+  // token of the tp x ep group into each rank ([S*B*EP, H] through the global memory buffer, and
+  // the unpermuted output of that size): not modelled, so refused rather than costed as alltoall.
+  const auto allgather = [&](const std::string& value, Provenance from) {
+    s.unmodelled.push_back({"--moe-token-dispatcher-type", value,
+                            "the allgather dispatcher, Megatron's default (TransformerConfig.moe_token_dispatcher_type), "
+                            "gathers the tokens of the whole tp x ep group on every rank, which moemem does not model",
+                            from});
+  };
+  if (d == nullptr) {
+    if (const RawFlag* experts = f.find("--num-experts"); experts != nullptr) allgather("not given (allgather)", experts->from);
+    return;
+  }
+  if (d->value == "allgather") {
+    allgather(d->value, d->from);
+    return;
+  }
   if (d->value == "flex") {
     const RawFlag* backend = f.find("--moe-flex-dispatcher-backend");
     const std::string b = backend != nullptr ? backend->value : "deepep";
@@ -445,6 +462,21 @@ void read_mapped(const ScriptFlags& f, MegatronSettings& s) {
   if (const auto it = f.switches.find("--grad-reduce-in-bf16"); it != f.switches.end() && !s.main_grads_dtype) {
     s.main_grads_dtype = FromScript<DType>{DType::bf16, it->second};
   }
+  // Megatron's validate_args: params_dtype is torch.float unless --fp16 or --bf16; only --bf16
+  // turns on accumulate_allreduce_grads_in_fp32, so under --fp16 the DDP gradient buffers are fp16
+  // unless the script asks for fp32 (--accumulate-allreduce-grads-in-fp32).
+  // Asked of a launch (a script that sets its batch or length of training), not of an argument
+  // file that gives a model's architecture only (validation's models/*.args).
+  const bool launch = f.has("--micro-batch-size") || f.has("--global-batch-size") || f.has("--train-iters") ||
+                      f.has("--train-samples");
+  if (launch && !f.fp16 && !f.switches.contains("--bf16")) {
+    s.notes.push_back("neither --bf16 nor --fp16: Megatron would train this launch in fp32 (validate_args sets params_dtype "
+                      "torch.float), which moemem does not model; costed as bf16 mixed precision (add --bf16 or --fp16 "
+                      "to the script)");
+  }
+  if (f.fp16 && !s.main_grads_dtype && !f.switches.contains("--accumulate-allreduce-grads-in-fp32")) {
+    s.main_grads_dtype = FromScript<DType>{DType::fp16, *f.fp16};
+  }
   if (f.switches.contains("--cross-entropy-loss-fusion")) {
     const RawFlag* impl = f.find("--cross-entropy-fusion-impl");
     const std::string v = impl != nullptr ? impl->value : "native";
@@ -500,7 +532,7 @@ MegatronSettings parse_megatron_args(std::string_view text, const std::string& s
   read_settings(f, s);
   read_mapped(f, s);
   detail::read_cuda_graphs(f, s);
-  s.unmodelled = f.unmodelled;
+  s.unmodelled.insert(s.unmodelled.begin(), f.unmodelled.begin(), f.unmodelled.end());
   for (const auto& n : f.notes) s.notes.push_back(n);
   s.unrecognised = f.unrecognised;
   for (auto& n : run.notes) s.notes.push_back(std::move(n));

@@ -91,11 +91,17 @@ void derive_dp(const MegatronSettings& s, ParallelConfig& p, const Given& given)
 // What the script must say, unless the command line says it: a flag moemem cannot model is
 // refused, and a script without a model, a vocabulary or a layout is an error, never a default.
 void refuse_incomplete(const MegatronSettings& s, const Given& given) {
-  if (!s.unmodelled.empty()) {
-    const auto& u = s.unmodelled.front();
+  for (const auto& u : s.unmodelled) {
+    // An inline --moe-token-dispatcher says which dispatcher to cost, as any inline flag wins.
+    if (u.flag == "--moe-token-dispatcher-type") {
+      if (given.contains("--moe-token-dispatcher")) continue;
+      throw InputError(fmt::format("{}: {}", s.source, u.flag), u.value,
+                       fmt::format("alltoall or flex in the launch (or --moe-token-dispatcher given inline): {}", u.what));
+    }
     throw InputError(fmt::format("{}: {}", s.source, u.flag), u.value,
                      fmt::format("a launch without it: {} changes memory and is not modelled yet", u.what));
   }
+
   const bool named = given.contains("--model");
   if (!s.model && !named) {
     throw InputError(fmt::format("--megatron-args {}", s.source), "no model",

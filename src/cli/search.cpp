@@ -136,7 +136,8 @@ std::string entry_command(const std::string& base, const ModelSpec& m, const Sea
 
 // The Megatron-LM launch flags of a result's layout, batch, optimizer sharding and recomputation
 // (the names megatron_args.cpp reads back), or "" where Megatron has no such schedule (DualPipe,
-// DualPipeV, ZB-H1) or the profile is not Megatron's. Model and precision flags are not included.
+// DualPipeV, ZB-H1) or the profile is not Megatron's. Model flags are not included; the weights'
+// precision is (--bf16 or --fp16).
 std::string megatron_command(const ModelSpec& m, const SearchEntry& e, std::int64_t seq_len, std::string_view profile) {
   const auto& p = e.parallel;
   if (profile != "megatron" || (p.schedule != Schedule::one_f_one_b && p.schedule != Schedule::interleaved)) return "";
@@ -148,6 +149,9 @@ std::string megatron_command(const ModelSpec& m, const SearchEntry& e, std::int6
   cmd += split_flags(m, e, true);
   cmd += fmt::format(" --micro-batch-size {} --global-batch-size {} --seq-length {}", e.training.micro_batch,
                      e.training.global_batch.value_or(0), seq_len);
+  // Megatron trains in fp32 without a precision flag; search costs bf16 weights (or fp16).
+  if (e.training.precision.weights == DType::bf16) cmd += " --bf16";
+  else if (e.training.precision.weights == DType::fp16) cmd += " --fp16";
   if (e.training.zero == 1) cmd += " --use-distributed-optimizer";
   if (e.training.recompute == Recompute::full) cmd += " --recompute-granularity full";
   if (e.training.recompute == Recompute::selective) {

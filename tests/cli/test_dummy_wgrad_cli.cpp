@@ -66,7 +66,7 @@ TEST(DummyWgrad, OnlyWhereTheFrameworkKeepsThem) {
     std::ofstream f(path);
     f << "--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 4 "
          "--expert-model-parallel-size 8 --expert-tensor-parallel-size 1 --num-experts 8 "
-         "--no-gradient-accumulation-fusion\n";
+         "--moe-token-dispatcher-type alltoall --no-gradient-accumulation-fusion\n";
   }
   EXPECT_EQ(dummies({"--model", "mixtral-8x7b", "--megatron-args", path, "--dp", "8"}, 3), 0u);
   // Frozen weights (LoRA's base model) take no gradient and no placeholder. (The adapters' own
