@@ -372,6 +372,9 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   // html: the JSON documents drawn as one page (report_html.cpp); explain's adds the whole report.
   const bool html = format == "html";
   if (html && time) throw InputError("--format", "html", "table, json, csv or markdown with --time");
+  if (!html && format != "table" && format != "json" && format != "csv" && format != "markdown") {
+    throw InputError("--format", format, "one of table, json, csv, markdown, html");
+  }
   const Format f = html ? Format::json : parse_format(format);
   const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
   auto gpu = gpu_choice(training);

@@ -31,6 +31,7 @@ struct AnalyzeCommand {
 
 struct CountCommand {
   ModelOptions model;
+  std::string megatron_args;  // --megatron-args: the model a Megatron launch script gives
   bool no_router_bias = false;
   std::string by = "module";
   std::string format = "table";

@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "moemem/errors.hpp"
+#include "moemem/megatron_args.hpp"
 
 namespace moemem::cli {
 
@@ -41,6 +42,8 @@ std::string shape_of(const Tensor& t) {
 void CountCommand::setup(CLI::App& root) {
   app = root.add_subcommand("count", "Parameter inventory and totals");
   add_model_options(*app, model);
+  app->add_option("--megatron-args", megatron_args,
+                  "A Megatron-LM launch script or argument file: count the model its flags give (--num-layers, ...)");
   app->add_flag("--no-router-bias", no_router_bias, "Leave out DeepSeek-V3's router score-correction bias");
   app->add_option("--by", by, "Group rows by layer|module|tensor")->capture_default_str();
   add_format_option(*app, format);
@@ -50,7 +53,28 @@ void CountCommand::run(std::ostream& out, std::ostream& err) const {
   const Format f = parse_format(format);
   if (by != "layer" && by != "module" && by != "tensor") throw InputError("--by", by, "one of layer, module, tensor");
   ModelSpec m = model.spec ? *model.spec : load_model(model.model);
-  set_mtp_layers(m, model.mtp);
+  std::optional<std::int64_t> script_mtp;
+  if (app != nullptr && app->count("--megatron-args") > 0) {
+    // The script's model, as analyze reads it; a --model given too must be the same model.
+    const MegatronSettings s = parse_megatron_args(read_text_file(megatron_args, "--megatron-args"), megatron_args);
+    if (!s.model) {
+      throw InputError(fmt::format("--megatron-args {}", megatron_args), "no model",
+                       "a script that gives its model (--num-layers, --hidden-size, --num-attention-heads, ...)");
+    }
+    if (app->count("--model") > 0) {
+      if (auto e = model_disagreement(*s.model, m)) throw *e;
+    } else {
+      if (s.model->vocab == 0) {
+        throw InputError(fmt::format("{}: --vocab-size", megatron_args), "missing",
+                         fmt::format("the vocabulary size ({}; Megatron reads it from the tokenizer): add --vocab-size N "
+                                     "to the script, or give --model",
+                                     s.vocab_missing));
+      }
+      m = *s.model;
+    }
+    if (s.mtp) script_mtp = s.mtp->value;
+  }
+  set_mtp_layers(m, model.mtp ? model.mtp : script_mtp);
   if (no_router_bias) m.moe.router_bias = false;
   const auto warnings = model_warnings(m, model, err);
   const Inventory inv = build_inventory(m);

@@ -185,6 +185,21 @@ TEST(MegatronScripts, PrecisionAndDispatcherAsMegatronDefaultsThem) {
             0);
 }
 
+// count reads the model of a launch script (--megatron-args is a model flag): Llama-3.1-70B's
+// published total, 70,553,706,496; a --model given too must agree with it.
+TEST(MegatronScripts, CountReadsTheScriptsModel) {
+  const auto r = run_cli({"count", "--megatron-args", kDir + "llama3_70b_tp8_pp4.args", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("total_params"), 70'553'706'496LL);
+  EXPECT_EQ(run_cli({"count", "--megatron-args", kDir + "llama3_70b_tp8_pp4.args", "--model", "llama-3.1-70b"}).code, 0);
+  const auto other = run_cli({"count", "--megatron-args", kDir + "llama3_70b_tp8_pp4.args", "--model", "llama-3.1-8b"});
+  EXPECT_EQ(other.code, 2);
+  EXPECT_NE(other.err.find("--num-layers"), std::string::npos) << other.err;
+  const auto none = run_cli({"count", "--megatron-args", write("no-model.sh", "--tensor-model-parallel-size 2\n")});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("no model"), std::string::npos) << none.err;
+}
+
 TEST(MegatronScripts, AssumedSequenceLengthIsNamed) {
   const std::string path = write("noseq.args", kModel + "--vocab-size 32000 --tensor-model-parallel-size 1\n");
   const json j = analyze_json({"--megatron-args", path});
