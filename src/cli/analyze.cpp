@@ -110,7 +110,7 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
                     {"recompute_method", std::string(name_of(r.training.recompute_method))},
                     {"recompute_num_layers", r.training.recompute_num_layers},
                     {"zero", r.training.zero},
-                    {"sharding", r.training.accelerate_fsdp2   ? "fsdp2"
+                    {"sharding", r.training.accelerate_fsdp2 || r.profile == "torchtitan" ? "fsdp2"
                                 : r.training.accelerate_fsdp1 ? "fsdp1"
                                 : r.training.hf_ddp           ? "ddp"
                                                               : "zero"},
@@ -443,6 +443,12 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
     out << fmt::format("training: micro-batch {}, seq-len {}, recompute {}, DDP (no DeepSpeed or FSDP); dtypes weights {}, "
                        "grads and moments as the parameters ({} for LoRA's adapters), no master copy\n",
                        r.training.micro_batch, r.training.seq_len, recompute, name_of(pr.weights), name_of(DType::fp32));
+  } else if (r.profile == "torchtitan") {
+    // torchtitan always runs FSDP2 (fully_shard over dp_shard x cp): no ZeRO stage.
+    out << fmt::format("training: micro-batch {}, seq-len {}, recompute {}, FSDP2 (torchtitan); dtypes weights {} "
+                       "(gathered), shards fp32, grads fp32, moments {}/{}\n",
+                       r.training.micro_batch, r.training.seq_len, recompute, name_of(pr.weights), name_of(pr.exp_avg),
+                       name_of(pr.exp_avg_sq));
   } else if (r.training.accelerate_fsdp()) {
     // hf --fsdp1/--fsdp2: fp32 shards of what trains (no separate master copy), bf16 gathered weights.
     out << fmt::format("training: micro-batch {}, seq-len {}, recompute {}, FSDP{} (accelerate); dtypes weights {} "
