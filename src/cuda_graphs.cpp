@@ -132,6 +132,11 @@ std::optional<InputError> check_cuda_graphs(const ModelSpec& m, const TrainingCo
                       "no moe with moe_router graphs under transformer_engine (Megatron-Core refuses it)");
   }
   const bool preprocess = (g.scope & kGraphMoePreprocess) != 0 || (router && g.impl == CudaGraphImpl::local);
+  if (preprocess && t.allgather) {
+    return InputError("--cuda-graph-scope", scope,
+                      "no moe_preprocess with the allgather dispatcher (its static outputs, the gathered routing map and "
+                      "probabilities, are not modelled); alltoall or deepep with it");
+  }
   if (preprocess && !t.deepep && t.moe_capacity_factor) {
     return InputError("--cuda-graph-scope", scope,
                       "no moe_preprocess with the alltoall dispatcher and a capacity factor (Megatron-Core refuses its "

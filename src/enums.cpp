@@ -13,7 +13,8 @@ constexpr std::array<EnumName<OverheadPoint>, 3> kOverheadPoint{
     {{OverheadPoint::none, "none"}, {OverheadPoint::low, "low"}, {OverheadPoint::high, "high"}}};
 constexpr std::array<EnumName<AttentionKernel>, 3> kAttention{
     {{AttentionKernel::flash, "flash"}, {AttentionKernel::eager, "eager"}, {AttentionKernel::sdpa, "sdpa"}}};
-constexpr std::array<EnumName<Dispatcher>, 2> kDispatcher{{{Dispatcher::alltoall, "alltoall"}, {Dispatcher::deepep, "deepep"}}};
+constexpr std::array<EnumName<Dispatcher>, 3> kDispatcher{
+    {{Dispatcher::alltoall, "alltoall"}, {Dispatcher::allgather, "allgather"}, {Dispatcher::deepep, "deepep"}}};
 
 }  // namespace
 
@@ -31,7 +32,7 @@ AttentionKernel parse_attention_kernel(std::string_view text, std::string_view f
   return parse_enum(text, field, kAttention, "flash, eager or sdpa");
 }
 Dispatcher parse_dispatcher(std::string_view text, std::string_view field) {
-  return parse_enum(text, field, kDispatcher, "alltoall or deepep");
+  return parse_enum(text, field, kDispatcher, "alltoall, allgather or deepep");
 }
 
 }  // namespace moemem

@@ -297,21 +297,17 @@ void read_attention(const ScriptFlags& f, MegatronSettings& s) {
 // older --moe-enable-deepep) or HybridEP; both keep a resident buffer, modelled as DeepEP's.
 void read_dispatcher(const ScriptFlags& f, MegatronSettings& s) {
   const RawFlag* d = f.find("--moe-token-dispatcher-type");
-  // allgather (Megatron's default, TransformerConfig.moe_token_dispatcher_type) gathers every
-  // token of the tp x ep group into each rank ([S*B*EP, H] through the global memory buffer, and
-  // the unpermuted output of that size): not modelled, so refused rather than costed as alltoall.
-  const auto allgather = [&](const std::string& value, Provenance from) {
-    s.unmodelled.push_back({"--moe-token-dispatcher-type", value,
-                            "the allgather dispatcher, Megatron's default (TransformerConfig.moe_token_dispatcher_type), "
-                            "gathers the tokens of the whole tp x ep group on every rank, which moemem does not model",
-                            from});
-  };
+  // allgather is Megatron's default (TransformerConfig.moe_token_dispatcher_type): an MoE launch
+  // that names no dispatcher runs it, and is costed so (said among the notes).
   if (d == nullptr) {
-    if (const RawFlag* experts = f.find("--num-experts"); experts != nullptr) allgather("not given (allgather)", experts->from);
+    if (const RawFlag* experts = f.find("--num-experts"); experts != nullptr) {
+      s.dispatcher = FromScript<Dispatcher>{Dispatcher::allgather, experts->from};
+      s.notes.push_back("no --moe-token-dispatcher-type: Megatron's default, the allgather dispatcher");
+    }
     return;
   }
   if (d->value == "allgather") {
-    allgather(d->value, d->from);
+    s.dispatcher = FromScript<Dispatcher>{Dispatcher::allgather, d->from};
     return;
   }
   if (d->value == "flex") {

@@ -92,12 +92,6 @@ void derive_dp(const MegatronSettings& s, ParallelConfig& p, const Given& given)
 // refused, and a script without a model, a vocabulary or a layout is an error, never a default.
 void refuse_incomplete(const MegatronSettings& s, const Given& given) {
   for (const auto& u : s.unmodelled) {
-    // An inline --moe-token-dispatcher says which dispatcher to cost, as any inline flag wins.
-    if (u.flag == "--moe-token-dispatcher-type") {
-      if (given.contains("--moe-token-dispatcher")) continue;
-      throw InputError(fmt::format("{}: {}", s.source, u.flag), u.value,
-                       fmt::format("alltoall or flex in the launch (or --moe-token-dispatcher given inline): {}", u.what));
-    }
     throw InputError(fmt::format("{}: {}", s.source, u.flag), u.value,
                      fmt::format("a launch without it: {} changes memory and is not modelled yet", u.what));
   }

@@ -139,6 +139,7 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   t.moe_imbalance = r.moe_imbalance.value_or(1.0);
   t.moe_capacity_factor = r.moe_capacity_factor;
   t.deepep = r.dispatcher == Dispatcher::deepep;
+  t.allgather = r.dispatcher == Dispatcher::allgather;
   t.shared_expert_overlap = r.shared_expert_overlap;
   t.ep_overlap = r.ep_overlap;
   t.delay_wgrad = r.delay_wgrad;

@@ -190,12 +190,21 @@ void add_layers(const Shape& s, const StepTimeModel::Kind& k, bool moe, double c
   // gather_from_sequence_parallel_region over the expert TP group; the combine reduce-scatters),
   // etp x T x k copies gathered. The flex dispatcher (DeepEP) sends each copy to the etp ranks of
   // its expert in the exchange itself (router_topk = tp x k over the tp x ep group).
-  if (moe && !s.t.deepep) tp += group(p.etp_degree(), d(p.etp_degree()) * s.tokens * k_top * h * act);
+  if (moe && !s.t.deepep && !s.t.allgather) tp += group(p.etp_degree(), d(p.etp_degree()) * s.tokens * k_top * h * act);
   // EP: dispatch and combine, forward and backward. The expert group (etp innermost, then ep)
   // spans ep x etp consecutive ranks; peers in another node are reached over the network. With
   // DeepSeek-V3's node-limited routing each token crosses the network once per node it reaches.
   double ep = 0;
-  if (moe && (p.ep > 1 || (s.t.deepep && p.etp_degree() > 1))) {
+  if (moe && s.t.allgather && p.ep * p.etp_degree() > 1) {
+    // Megatron's allgather dispatcher: over the etp x ep group an all-gather of the tokens (bf16)
+    // and a reduce-scatter of the combined output in fp32, each with its mirror in backward; every
+    // rank receives (g - 1)/g of the group's N = tokens x g rows.
+    const std::int64_t g = p.ep * p.etp_degree();
+    const double rows = s.tokens * d(g);
+    const double bw = d(g) <= G ? s.r.nvlink : s.r.network;
+    ep = 2 * (collective(rows * h * act * (d(g) - 1) / d(g), bw, d(g) - 1, s.eff) +
+              collective(rows * h * 4 * (d(g) - 1) / d(g), bw, d(g) - 1, s.eff));
+  } else if (moe && (p.ep > 1 || (s.t.deepep && p.etp_degree() > 1))) {
     const double span = d(p.ep * p.etp_degree());
     const double nodes = std::max(1.0, std::ceil(span / G));
     const double local = std::min(1.0, G / span);  // share of the EP peers in this node

@@ -35,7 +35,7 @@ template <class E, std::size_t N>
 [[nodiscard]] AttentionKernel parse_attention_kernel(std::string_view text, std::string_view field);  // flash|eager
 
 // MoE token dispatchers: all-to-all, or DeepEP (whose communication buffer is resident).
-enum class Dispatcher : std::uint8_t { alltoall, deepep };
-[[nodiscard]] Dispatcher parse_dispatcher(std::string_view text, std::string_view field);  // alltoall|deepep
+enum class Dispatcher : std::uint8_t { alltoall, allgather, deepep };
+[[nodiscard]] Dispatcher parse_dispatcher(std::string_view text, std::string_view field);  // alltoall|allgather|deepep
 
 }  // namespace moemem

@@ -170,6 +170,7 @@ struct MoeRouting {
   double moe_imbalance = 1.0;     // the hottest expert rank receives this many times the average tokens
   std::optional<double> moe_capacity_factor;  // tokens beyond capacity x average are dropped
   bool deepep = false;            // DeepEP dispatcher (its communication buffer is resident)
+  bool allgather = false;         // Megatron's allgather dispatcher (--moe-token-dispatcher-type allgather)
   bool shared_expert_overlap = false;  // Megatron's --moe-shared-expert-overlap
   // Megatron's --overlap-moe-expert-parallel-comm: each steady 1F1B step runs one micro-batch's
   // forward and another's backward layer by layer, so one layer of the next micro-batch's

@@ -61,7 +61,7 @@ bool norm_recompute_off(const EvalContext& c) {
   if (t.cuda_graphs.impl != CudaGraphImpl::transformer_engine || (t.cuda_graphs.scope & kGraphMoeRouter) == 0) return false;
   if (t.recompute != Recompute::selective || (t.recompute_modules & kRecomputeLayernorm) == 0) return false;
   if (t.shared_expert_overlap && c.model.moe.shared_ffn > 0) return true;
-  return !((t.cuda_graphs.scope & kGraphMoePreprocess) != 0 && !t.deepep);
+  return !((t.cuda_graphs.scope & kGraphMoePreprocess) != 0 && !t.deepep && !t.allgather);
 }
 
 // What MoELayer.preprocess returns as static outputs (token_dispatcher.py cudagraph_attrs), kept

@@ -88,7 +88,11 @@ Runtime runtime_bytes(const EvalContext& c) {
   }
   if (p.tp * p.pp > 1) comm("nccl.mp", ring, "24 channels x 12 MiB");
   const std::int64_t etp = p.etp_degree();
-  if (p.ep > 1) {
+  if (p.ep > 1 && c.t.allgather) {
+    // The allgather dispatcher's collectives run over the etp x ep group (pg_collection.tp_ep):
+    // all-gather and reduce-scatter, no all-to-all peers.
+    comm("nccl.tp_ep", ring, "24 channels x 12 MiB (the allgather dispatcher's etp x ep group)");
+  } else if (p.ep > 1) {
     const bool across = spans_nodes(p.ep, etp);
     const std::int64_t local = across ? std::max<std::int64_t>(1, kGpusPerNode / etp) : p.ep;
     comm("nccl.ep", ring + p2p_bytes(std::min(local, p.ep) - 1, across), "ring + all-to-all with every local peer");
@@ -344,6 +348,23 @@ std::uint64_t global_buffer_elements(const EvalContext& c, const StageReport& st
     n = checked_mul(checked_mul(tokens, u(c.model.num_heads / p.tp), "global buffer"), u(c.t.seq_len), "global buffer");
   }
   if ((st.has_head || st.mtp_depths > 0) && p.tp > 1 && p.sp) n = std::max(n, checked_mul(tokens, u(c.model.hidden), "global buffer"));
+  // The allgather dispatcher gathers the tp_ep group's tokens into it (token_dispatcher.py
+  // token_dispatch, use_global_buffer=True): (tokens / tp under sp) x etp x ep rows of h, on a
+  // stage with MoE layers (MTP depths are MoE layers where the model's last layer is).
+  if (c.t.allgather && p.ep * p.etp_degree() > 1) {
+    bool moe = false;
+    for (const std::int64_t i : st.chunks) {
+      const Chunk& chunk = c.layout.chunks[idx(i)];
+      for (const std::size_t k : c.cm.classes) {
+        moe = moe || (c.model.class_kind(k) == LayerKind::moe && c.cm.layers_in(k, chunk.first_layer, chunk.num_layers) > 0);
+      }
+      moe = moe || (chunk.mtp_depths > 0 && c.model.mtp_kind() == LayerKind::moe);
+    }
+    if (moe) {
+      const std::uint64_t local = p.sp && p.tp > 1 ? tokens / u(p.tp) : tokens;
+      n = std::max(n, checked_mul(checked_mul(local, u(p.ep * p.etp_degree()), "global buffer"), u(c.model.hidden), "global buffer"));
+    }
+  }
   return n;
 }
 
@@ -353,10 +374,12 @@ void record_global_memory_buffer(const EvalContext& c, const StageReport& st, Le
   if (n.value() == 0) return;
   ledger.add(Category::buffers, bytes_of(n, c.t.activation_dtype), [&] {
     return ledger_item("megatron", "global memory buffer ('mpu')",
-                       c.attention == AttentionKernel::eager
-                           ? "the larger of the unfused attention's preallocated b x heads/tp x s/cp x s and the output "
-                             "layer's sequence-parallel all-gather s/cp x b x h, kept"
-                           : "the output layer's sequence-parallel all-gather, s/cp x b x h, kept",
+                       std::string(c.attention == AttentionKernel::eager
+                                       ? "the larger of the unfused attention's preallocated b x heads/tp x s/cp x s and the "
+                                         "output layer's sequence-parallel all-gather s/cp x b x h"
+                                       : "the output layer's sequence-parallel all-gather, s/cp x b x h") +
+                           (c.t.allgather ? " and the allgather dispatcher's gathered tokens (tokens x etp x ep) x h" : "") +
+                           ", kept",
                        n, c.t.activation_dtype);
   });
 }

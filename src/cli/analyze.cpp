@@ -102,7 +102,7 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
                     {"moe_imbalance", r.training.moe_imbalance},
                     {"moe_capacity_factor", r.training.moe_capacity_factor ? nlohmann::json(*r.training.moe_capacity_factor)
                                                                            : nlohmann::json()},
-                    {"moe_token_dispatcher", r.training.deepep ? "deepep" : "alltoall"},
+                    {"moe_token_dispatcher", r.training.deepep ? "deepep" : r.training.allgather ? "allgather" : "alltoall"},
                     {"recompute", name_of(r.training.recompute)},
                     {"recompute_modules", r.training.recompute == Recompute::selective
                                               ? nlohmann::json(recompute_modules_text(r.training.recompute_modules))
@@ -462,10 +462,10 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
                        name_of(pr.gradients), name_of(pr.master), name_of(pr.exp_avg), name_of(pr.exp_avg_sq));
   }
   if (r.training.fp8 != Fp8Recipe::none || r.training.moe_imbalance != 1.0 || r.training.moe_capacity_factor ||
-      r.training.deepep) {
+      r.training.deepep || r.training.allgather) {
     out << fmt::format("fp8 {}; moe: hottest rank x{}{}, dispatcher {}\n", name_of(r.training.fp8), r.training.moe_imbalance,
                        r.training.moe_capacity_factor ? fmt::format(", capacity factor {}", *r.training.moe_capacity_factor) : "",
-                       r.training.deepep ? "deepep" : "alltoall");
+                       r.training.deepep ? "deepep" : r.training.allgather ? "allgather" : "alltoall");
   }
   out << fmt::format("pipeline: schedule {}, {} chunks over {} ranks (vpp {}), micro-batches per step {}; attention {}\n",
                      name_of(p.schedule), r.layout.chunks.size(), p.pp, p.vpp,

@@ -195,7 +195,7 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                "Weight gradients returned to autograd, not added into main_grad by the GEMM: no cached "
                "placeholders (megatron)");
   app.add_option("--moe-capacity-factor", o.moe.moe_capacity_factor, "Expert capacity, times the average tokens (excess dropped)");
-  app.add_option("--moe-token-dispatcher", o.moe.dispatcher, "alltoall|deepep (DeepEP keeps a communication buffer)")
+  app.add_option("--moe-token-dispatcher", o.moe.dispatcher, "alltoall|allgather|deepep (DeepEP keeps a communication buffer; allgather gathers the etp x ep group's tokens)")
       ->capture_default_str();
   app.add_option("--fragmentation-pct", o.overheads.fragmentation_pct,
                  "Allocator cache and fragmentation, % of allocated (profile default)");

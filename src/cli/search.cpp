@@ -149,6 +149,11 @@ std::string megatron_command(const ModelSpec& m, const SearchEntry& e, std::int6
   cmd += split_flags(m, e, true);
   cmd += fmt::format(" --micro-batch-size {} --global-batch-size {} --seq-length {}", e.training.micro_batch,
                      e.training.global_batch.value_or(0), seq_len);
+  // Megatron's default dispatcher is allgather: an MoE command names the one costed.
+  if (m.is_moe()) {
+    cmd += fmt::format(" --moe-token-dispatcher-type {}",
+                       e.training.deepep ? "flex" : e.training.allgather ? "allgather" : "alltoall");
+  }
   // Megatron trains in fp32 without a precision flag; search costs bf16 weights (or fp16).
   if (e.training.precision.weights == DType::bf16) cmd += " --bf16";
   else if (e.training.precision.weights == DType::fp16) cmd += " --fp16";
@@ -191,7 +196,7 @@ void SearchCommand::setup(CLI::App& root) {
   app->add_option("--lora-dropout", training.finetune.lora_dropout, "LoRA dropout probability (default 0)");
   app->add_option("--optimizer", training.finetune.optimizer, "Optimizer: adamw|sgd|lion|muon (megatron)")->capture_default_str();
   app->add_option("--moe-imbalance", training.moe.moe_imbalance, "Hottest expert rank's tokens, times the average");
-  app->add_option("--moe-token-dispatcher", training.moe.dispatcher, "alltoall|deepep")->capture_default_str();
+  app->add_option("--moe-token-dispatcher", training.moe.dispatcher, "alltoall|allgather|deepep")->capture_default_str();
   app->add_flag("--overlap-moe-expert-parallel-comm", training.moe.ep_overlap,
                 "EP all-to-all overlapped with another micro-batch's compute (Megatron's 1F1B A2A overlap)");
   app->add_option("--max-memory-fraction", max_memory_fraction, "Usable share of GPU memory (headroom)")

@@ -213,6 +213,24 @@ void megatron_moe_dispatch_transient(const ActivationContext& c, Terms& t, std::
     t.transient("experts.fc2_output (transient)", Module::routed_experts, elems({routed, m.hidden}), rerun, "R x h");
     return;
   }
+  if (c.training.allgather) {
+    // Megatron's allgather dispatcher (token_dispatcher.py MoEAllGatherTokenDispatcher) over the
+    // expert tensor x expert parallel group (pg_collection.tp_ep): every rank gathers the group's
+    // N = tokens x etp x ep rows into the global memory buffer (counted there, overheads.cpp) and
+    // their fp32 probabilities; the local experts' rows are permuted out of them (R, as alltoall's
+    // received rows). masked_select saves the local routing map, [local experts, N] bools, for the
+    // probabilities' gradient. At the combine, unpermute restores [N, h] and token_combine casts it
+    // to the probabilities' fp32 for the reduce-scatter: both alive at once (none saved; backward
+    // gathers an fp32 gradient of that size and casts it back).
+    const std::int64_t gathered = d.tokens_sp * p.etp_degree() * p.ep;
+    t.add("moe.local_map (masked_select mask)", Module::routed_experts,
+          elems({gathered, m.moe.num_routed_experts / p.ep}), DType::int8, kRecomputeMoe,
+          "N x experts/ep (a bool each), N = tokens x etp x ep");
+    t.transient("moe.unpermuted_output (transient)", Module::routed_experts, elems({gathered, m.hidden}), rerun, "N x h");
+    t.transient("moe.combine_input_fp32 (transient)", Module::routed_experts, elems({gathered, m.hidden}), DType::fp32, rerun,
+                "N x h, fp32 (cast for the reduce-scatter)");
+    return;
+  }
   // The dispatch side in FP8 where the recipe quantizes before dispatching (DeepSeek-V3 §3.3.2:
   // one byte per element and an fp32 scale per 128), the combine side in the activation dtype.
   const bool fp8 = c.training.fp8_dispatch;

@@ -116,7 +116,7 @@ void titan_qwen3_moe_ffn(const ActivationContext& c, std::vector<ActivationTerm>
 
 // Whether any routing option departs from balanced routing with all-to-all dispatch.
 [[nodiscard]] inline bool routing_options_set(const TrainingConfig& t) {
-  return t.moe_imbalance != 1.0 || t.moe_capacity_factor || t.deepep;
+  return t.moe_imbalance != 1.0 || t.moe_capacity_factor || t.deepep || t.allgather;
 }
 
 // Routing options need a model with routed experts (every profile checks this, in the same place).

@@ -181,7 +181,7 @@ std::optional<InputError> titan_mla_moe_check(const ModelSpec& m, const Layout& 
                                         : "off for torchtitan's Qwen3 MoE model (compiled MoE blocks not modelled)");
   }
   if (t.fp8 != Fp8Recipe::none) return InputError("--fp8", std::string(name_of(t.fp8)), "none for " + model);
-  if (t.moe_capacity_factor || t.deepep) {
+  if (t.moe_capacity_factor || t.deepep || t.allgather) {
     return InputError("--moe-capacity-factor/--moe-token-dispatcher", "set", "neither with torchtitan (dropless all-to-all)");
   }
   if (t.attention && *t.attention != AttentionKernel::flash) {

@@ -79,13 +79,11 @@ TEST(MegatronFixtures, MegatronLmDeepSeekV2Lite) {
   EXPECT_EQ(value_of(s.recompute), Recompute::selective);
   EXPECT_EQ(value_of(s.recompute_modules), std::uint16_t{kRecomputeCoreAttn});
   EXPECT_FALSE(s.sp.has_value());  // SP=true but TP=1: the script leaves it out
-  // The example sets no --moe-token-dispatcher-type: Megatron's default, allgather, which moemem
-  // does not model, is refused by name; given inline, the dispatcher to cost is the user's.
+  // The example sets no --moe-token-dispatcher-type: Megatron's default, allgather, costed and said.
+  EXPECT_EQ(value_of(s.dispatcher), Dispatcher::allgather);
   const auto r = run_cli({"analyze", "--megatron-args", kDir + "megatron_lm_deepseek_v2_lite.sh"});
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--moe-token-dispatcher-type: 'not given (allgather)' is not accepted"), std::string::npos) << r.err;
-  const auto a = run_cli({"analyze", "--megatron-args", kDir + "megatron_lm_deepseek_v2_lite.sh", "--moe-token-dispatcher", "alltoall"});
-  EXPECT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("no --moe-token-dispatcher-type: Megatron's default, the allgather dispatcher"), std::string::npos) << r.err;
 }
 
 // Pai-Megatron-Patch's Qwen3 launcher run with its README's arguments (sh FILE args): the model
