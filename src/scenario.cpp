@@ -8,6 +8,11 @@
 
 namespace moemem {
 
+void apply_zero_stage(StateSettings& s, int zero) {
+  s.zero = zero;
+  if (s.gradients_follow_zero) s.precision.gradients = zero >= 1 ? s.precision.weights : DType::fp32;
+}
+
 ModelSpec load_requested_model(const ModelRequest& r, const Profile& profile) {
   ModelSpec m = r.spec ? *r.spec : load_model(r.source);
   if (r.mtp) set_mtp_layers(m, r.mtp);
@@ -33,10 +38,9 @@ void resolve_states(const TrainingRequest& r, const Profile& profile, TrainingCo
   // the model's dtype under ZeRO (engine.py get_data_types: grad_accum_dtype None -> fp32 only for
   // bf16 without ZeRO), in the host's fp32 partition with offload, as a ds_config gives them
   // (deepspeed.cpp).
-  if (profile.name == "hf" && !r.deepspeed && t.zero >= 1 && !r.fsdp.hf_ddp && !r.fsdp.accelerate_fsdp() &&
-      r.optimizer_offload.value_or(0) == 0) {
-    t.precision.gradients = t.precision.weights;
-  }
+  t.gradients_follow_zero = profile.name == "hf" && !r.deepspeed && !r.main_grads_dtype && !r.fsdp.hf_ddp &&
+                            !r.fsdp.accelerate_fsdp() && r.optimizer_offload.value_or(0) == 0;
+  apply_zero_stage(t, t.zero);
   if (r.main_grads_dtype) t.precision.gradients = *r.main_grads_dtype;
   if (r.main_params_dtype) t.precision.master = *r.main_params_dtype;
   if (r.exp_avg_dtype) t.precision.exp_avg = *r.exp_avg_dtype;

@@ -175,7 +175,7 @@ std::size_t layout_candidates(std::size_t layout, const LayoutChoice& choice, co
         c.layout = layout;
         c.recompute = ri;
         c.training.micro_batch = mb;
-        c.training.zero = zero;
+        apply_zero_stage(c.training, zero);
         c.training.recompute = recomputes[ri].mode;
         c.training.recompute_modules = recomputes[ri].modules;
       }

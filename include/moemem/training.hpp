@@ -122,6 +122,10 @@ struct RecomputePolicy {
 };
 
 // Weights, gradients and optimizer states: their dtypes and the ZeRO stage that shards them.
+struct StateSettings;
+// Sets the ZeRO stage, and with it the gradients' dtype where they follow it.
+void apply_zero_stage(StateSettings& s, int zero);
+
 struct StateSettings {
   int zero = 0;  // ZeRO stage 0..3
   PrecisionRecipe precision;
@@ -133,6 +137,10 @@ struct StateSettings {
   // hf profile under DeepSpeed ZeRO 1-3 (--deepspeed, or --zero with DeepSpeed's defaults): the
   // settings that size ZeRO's own buffers (src/profiles/hf_deepspeed.cpp); nullopt: none.
   std::optional<DeepSpeedBuffers> deepspeed;
+  // hf profile, DeepSpeed's defaults (no ds_config, no --main-grads-dtype): gradients accumulate in
+  // the weights' dtype under ZeRO 1-3 and in fp32 at ZeRO 0 (engine.py get_data_types), so they
+  // follow the ZeRO stage where search varies it (apply_zero_stage).
+  bool gradients_follow_zero = false;
   auto operator<=>(const StateSettings&) const = default;
 };
 

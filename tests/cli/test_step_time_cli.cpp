@@ -236,3 +236,23 @@ TEST(StepTimeCli, DefaultSchedulesAreTheFrameworks) {
 }
 
 }  // namespace
+
+namespace {
+
+// The hf profile's search varies the ZeRO stage, and with DeepSpeed's defaults the gradients'
+// dtype follows it (bf16 under ZeRO 1-3, fp32 at 0): each result's command, run through analyze,
+// gives the peak and the step time search reported (they differed by the gradients' bytes).
+TEST(StepTimeCli, HfSearchCommandsReproduceInAnalyze) {
+  for (const char* zero : {"1", "2", "3"}) {
+    const auto j = json_of({"search", "--model", "llama-3.1-8b", "--profile", "hf", "--gpus", "16", "--gpu", "h100-80g",
+                            "--global-batch", "64", "--zero", zero, "--top", "3", "--threads", "1", "--format", "json"});
+    ASSERT_FALSE(j.at("layouts").empty()) << zero;
+    for (const auto& l : j.at("layouts")) {
+      const auto a = json_of(concat(words(l.at("command").get<std::string>()), {"--format", "json"}));
+      EXPECT_EQ(a.at("peak").at("total_bytes"), l.at("peak_bytes")) << l.at("command");
+      EXPECT_NEAR(a.at("time").at("step_seconds").get<double>(), l.at("time").at("step_seconds").get<double>(), 1e-9);
+    }
+  }
+}
+
+}  // namespace
