@@ -127,8 +127,11 @@ std::string entry_command(const std::string& base, const ModelSpec& m, const Sea
   if (p.vpp > 1) cmd += fmt::format(" --vpp {}", p.vpp);
   cmd += fmt::format(" --schedule {}{} --micro-batch {} --zero {}", name_of(p.schedule), split_flags(m, e), e.training.micro_batch,
                      e.training.zero);
-  if (e.training.recompute == Recompute::selective) cmd += " --recompute selective --recompute-modules " + e.recompute_name;
-  else cmd += fmt::format(" --recompute {}", name_of(e.training.recompute));
+  if (e.training.recompute == Recompute::selective && e.training.recompute_modules != 0) {
+    cmd += " --recompute selective --recompute-modules " + e.recompute_name;
+  } else {
+    cmd += fmt::format(" --recompute {}", name_of(e.training.recompute));
+  }
   // Search judges a fit by the prediction against capacity x --max-memory-fraction, without the
   // accuracy band analyze adds by default: --no-margin makes analyze judge by the prediction too.
   return cmd + " --no-margin";
@@ -483,6 +486,23 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
         if (c.mode == Recompute::selective) throw InputError("--recompute", recomputes, fmt::format("none or full for the {} profile", profile.name));
       }
       space.recomputes = parse_recompute_choices(recomputes, m);
+    }
+  } else if (profile.name == "torchtitan") {
+    // torchtitan's selective checkpointing is per-op SAC, with no module list: none, it, full.
+    space.recomputes = {{"none", Recompute::none, 0}, {"selective", Recompute::selective, 0}, {"full", Recompute::full, 0}};
+    if (!recomputes.empty()) {
+      space.recomputes.clear();
+      for (std::size_t start = 0; start <= recomputes.size();) {
+        const std::size_t end = std::min(recomputes.find(',', start), recomputes.size());
+        const std::string item = recomputes.substr(start, end - start);
+        start = end + 1;
+        if (item == "none") space.recomputes.push_back({"none", Recompute::none, 0});
+        else if (item == "selective") space.recomputes.push_back({"selective", Recompute::selective, 0});
+        else if (item == "full") space.recomputes.push_back({"full", Recompute::full, 0});
+        else if (!item.empty()) {
+          throw InputError("--recompute", recomputes, "a list of none, selective (per-op SAC) and full for the torchtitan profile");
+        }
+      }
     }
   } else if (!recomputes.empty()) {
     space.recomputes = parse_recompute_choices(recomputes, m);

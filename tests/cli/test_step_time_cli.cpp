@@ -256,3 +256,26 @@ TEST(StepTimeCli, HfSearchCommandsReproduceInAnalyze) {
 }
 
 }  // namespace
+
+namespace {
+
+// torchtitan's selective checkpointing is per-op SAC, with no module list: search tries none,
+// selective and full, and every command it prints (results, Pareto front, nearest misses) runs
+// through analyze to its peak (module sets were printed that analyze refuses).
+TEST(StepTimeCli, TorchtitanSearchCommandsRunInAnalyze) {
+  const auto j = json_of({"search", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--gpus", "16", "--gpu", "h100-80g",
+                          "--global-batch", "64", "--top", "4", "--threads", "1", "--format", "json"});
+  for (const char* section : {"layouts", "pareto", "nearest_infeasible"}) {
+    for (const auto& l : j.at(section)) {
+      const std::string cmd = l.at("command").get<std::string>();
+      EXPECT_EQ(cmd.find("--recompute-modules"), std::string::npos) << cmd;
+      EXPECT_EQ(json_of(concat(words(cmd), {"--format", "json"})).at("peak").at("total_bytes"), l.at("peak_bytes")) << cmd;
+    }
+  }
+  EXPECT_EQ(run_cli({"search", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--gpus", "16", "--gpu", "h100-80g",
+                     "--global-batch", "64", "--recompute", "core_attn"})
+                .code,
+            2);
+}
+
+}  // namespace
