@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cctype>
+#include <string>
 #include <charconv>
 #include <cmath>
 
@@ -67,8 +68,11 @@ std::vector<std::string> gpu_names() {
 }
 
 Gpu lookup_gpu(std::string_view name) {
+  // In any case, as the model presets are: H100-80G is h100-80g.
+  std::string lower(name);
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   for (const auto& g : kGpus) {
-    if (name == g.name) return Gpu{g.name, Bytes(g.mib * 1048576ull)};
+    if (lower == g.name) return Gpu{g.name, Bytes(g.mib * 1048576ull)};
   }
   throw InputError("--gpu", std::string(name), fmt::format("one of {} (or give --gpu-memory)", fmt::join(gpu_names(), ", ")));
 }

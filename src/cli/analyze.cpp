@@ -324,7 +324,18 @@ nlohmann::json time_json(const Scenario& e, const std::optional<GpuChoice>& gpu)
 // `--time`: the step-time estimate, itemised (seconds per step and share of the step).
 void time_output(const Scenario& e, const std::optional<GpuChoice>& gpu, Format f, std::ostream& out) {
   const nlohmann::json t = time_json(e, gpu);
-  if (t.is_null()) throw InputError("--time", "without a named --gpu or --global-batch", "a named --gpu and --global-batch");
+  if (t.is_null()) {
+    if (gpu && e.training.global_batch) {
+      const auto names = gpu_names();
+      if (std::find(names.begin(), names.end(), gpu->name) != names.end()) {
+        throw InputError("--time", "set", fmt::format("a model whose layers the step-time model times: model_type {} has Gated "
+                                                      "DeltaNet, Mamba-2, Nemotron-NAS or separately sized sliding-window "
+                                                      "layers, which it does not",
+                                                      e.model.model_type));
+      }
+    }
+    throw InputError("--time", "without a named --gpu or --global-batch", "a named --gpu and --global-batch");
+  }
   if (f == Format::json) {
     out << json_text({{"schema", "moemem.time/1"}, {"model", e.model.name}, {"gpu", gpu->name}, {"time", t}}, 2) << "\n";
     return;

@@ -180,7 +180,7 @@ void SearchCommand::setup(CLI::App& root) {
   app->add_option("--gpu-memory", training.gpu.gpu_memory, "GPU memory, e.g. 80GiB");
   add_int(*app, "--seq-len", training.batch.seq_len, "Sequence length");
   add_optional_int(*app, "--global-batch", training.batch.global_batch, "Sequences per optimizer step (required)");
-  app->add_option("--profile", training.profile, "Accounting profile: megatron|paper|torchtitan")->capture_default_str();
+  app->add_option("--profile", training.profile, "Accounting profile: megatron|paper|torchtitan|hf")->capture_default_str();
   app->add_option("--main-grads-dtype", training.states.main_grads_dtype, "Gradient dtype");
   app->add_option("--main-params-dtype", training.states.main_params_dtype, "Master-weight dtype");
   app->add_option("--exp-avg-dtype", training.states.exp_avg_dtype, "Adam first-moment dtype");
@@ -192,7 +192,7 @@ void SearchCommand::setup(CLI::App& root) {
   app->add_option("--attention", training.numerics.attention, "flash|eager");
   add_release_options(*app, training);
   add_fsdp2_options(*app, training);
-  app->add_option("--finetune", training.finetune.finetune, "What trains: full|lora (the layouts of a LoRA fine-tune)")
+  app->add_option("--finetune", training.finetune.finetune, "What trains: full|lora|qlora (the layouts of a LoRA or QLoRA fine-tune)")
       ->capture_default_str();
   add_optional_int(*app, "--lora-rank", training.finetune.lora_rank, "LoRA rank r (required with --finetune lora)");
   app->add_option("--lora-targets", training.finetune.lora_targets, "Linears LoRA adapts: all-linear or module names");

@@ -208,8 +208,9 @@ int ValidateCommand::run(std::ostream& out, std::ostream& err) const {
   const Thresholds t{parse_double(max_median_error, "--max-median-error"), parse_double(max_error, "--max-error"),
                      parse_double(max_device_median_error, "--max-device-median-error"),
                      parse_double(min_mean_error, "--min-mean-error")};
-  if (t.median < 0 || t.max < 0 || t.device_median < 0) {
-    throw InputError("--max-median-error/--max-error/--max-device-median-error", "negative", "percentages >= 0");
+  for (const auto& [v, flag] : {std::pair{t.median, "--max-median-error"}, std::pair{t.max, "--max-error"},
+                                 std::pair{t.device_median, "--max-device-median-error"}}) {
+    if (v < 0) throw InputError(flag, fmt::format("{}", v), "a percentage >= 0");
   }
   std::string text, set_dir;
   std::string source = "the public set (tests/data/validation/measured-public.jsonl)";

@@ -74,7 +74,8 @@ int validate_throughput(const ValidateCommand& c, std::ostream& out, std::ostrea
   const bool given_max = c.app != nullptr && c.app->count("--max-error") > 0;
   const double max_median = given_median ? parse_double(c.max_median_error, "--max-median-error") : 15.0;
   const double max_error = given_max ? parse_double(c.max_error, "--max-error") : 30.0;
-  if (max_median < 0 || max_error < 0) throw InputError("--max-median-error/--max-error", "negative", "percentages >= 0");
+  if (max_median < 0) throw InputError("--max-median-error", fmt::format("{}", max_median), "a percentage >= 0");
+  if (max_error < 0) throw InputError("--max-error", fmt::format("{}", max_error), "a percentage >= 0");
   std::string text, set_dir, source = "the published throughput set (tests/data/validation/throughput.jsonl)";
   if (c.set.empty()) {
     text = std::string(public_throughput_set());

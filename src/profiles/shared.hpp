@@ -215,9 +215,11 @@ inline std::optional<InputError> refuse_finetune(std::string_view profile, const
                                                  std::initializer_list<OptimizerKind> optimizers, bool qlora = false) {
   if ((t.finetune == Finetune::qlora && !qlora) || (t.finetune == Finetune::lora && !lora)) {
     return InputError("--finetune", std::string(name_of(t.finetune)),
-                     fmt::format("{} with the {} profile (QLoRA's NF4 base weights belong to Hugging Face + bitsandbytes: "
-                                 "--profile hf)",
-                                 lora ? "full or lora" : "full", profile));
+                     t.finetune == Finetune::qlora
+                         ? fmt::format("{} with the {} profile (QLoRA's NF4 base weights belong to Hugging Face + "
+                                       "bitsandbytes: --profile hf)",
+                                       lora ? "full or lora" : "full", profile)
+                         : fmt::format("full with the {} profile (its LoRA is not modelled: --profile megatron or hf)", profile));
   }
   if (std::find(optimizers.begin(), optimizers.end(), t.optimizer) == optimizers.end()) {
     std::string names;

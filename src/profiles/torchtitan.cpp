@@ -202,6 +202,16 @@ std::optional<InputError> titan_dense_model_check(const ModelSpec& m, const Trai
   // Hybrid, sliding-window, Nemotron-NAS and Gemma models have refusals of their own, which name
   // what is not modelled.
   if (m.is_hybrid() || m.has_swa_dims() || !m.nas_blocks.empty() || m.sandwich_norms) return std::nullopt;
+  // A model no torchtitan path trains is named as such before any setting is asked of it.
+  // (DeepSeek sparse attention has its own refusal, which names it: analyze.cpp.)
+  if (!titan_moe(m) && (m.attention != AttentionKind::gqa || m.is_moe()) && m.model_type != "gpt_oss" &&
+      m.model_type != "llama4_text" && !m.has_indexer()) {
+    return InputError("--profile", "torchtitan",
+                      fmt::format("dense decoders with multi-/grouped-query attention (Llama-style), DeepSeek-V3-style "
+                                  "MLA + MoE models (torchtitan's deepseek_v3) or qwen3_moe (torchtitan's Qwen3 MoE); {} is "
+                                  "none of them (not modelled)",
+                                  m.model_type));
+  }
   const std::string why = fmt::format("a Llama-3-style block for the torchtitan profile (RMSNorm, RoPE, SwiGLU); {} has ", m.model_type);
   if (!m.gated_mlp) return InputError("--profile", "torchtitan", why + "a non-gated MLP (fc1 -> activation -> fc2): use --profile megatron");
   if (m.norm_bias) return InputError("--profile", "torchtitan", why + "LayerNorm with biases: use --profile megatron");

@@ -372,6 +372,21 @@ TEST(BadProfileSettings, IgnoredSettingsAreRefused) {
   EXPECT_EQ(run({"analyze", "--profile", "torchtitan", "--model", "llama-3.1-8b", "--recompute", "selective"}).code, 0);
 }
 
+// Messages that named the wrong cause (second new-user review).
+TEST(BadInputMessages, NameTheRealCause) {
+  expect_bad_input({"analyze", "--model", "qwen3-next-80b-a3b", "--tp", "2", "--ep", "8", "--dp", "8", "--gpu", "h100-80g",
+                    "--global-batch", "64", "--time"},
+                   {"--time", "qwen3_next", "step-time model"});
+  expect_bad_input({"validate", "--max-error", "-5"}, {"--max-error: '-5' is not accepted"});
+  expect_bad_input({"analyze", "--profile", "torchtitan", "--model", "llama-3.1-8b", "--dp", "8", "--finetune", "lora",
+                    "--lora-rank", "16"},
+                   {"--finetune: 'lora' is not accepted", "its LoRA is not modelled"});
+  // A model torchtitan does not train is named before a setting is asked of it.
+  expect_bad_input({"analyze", "--profile", "torchtitan", "--model", "glm-4.5"}, {"glm4_moe is none of them"});
+  // GPU names in any case, as model presets.
+  EXPECT_EQ(run({"analyze", "--gpu", "H100-80G", "--format", "json"}).code, 0);
+}
+
 // A control: the same options with good values succeed, so the failures above are about the
 // values and not about the options themselves.
 TEST(BadInputControl, GoodValuesOfTheSameOptionsSucceed) {

@@ -274,9 +274,15 @@ TEST(MegatronSettings, UnsetEtpIsTheFinalTpLikeMegatron) {
 }
 
 TEST(MegatronSettings, EtpDefaultIsOneOutsideMegatronAndForDenseModels) {
-  Request r = mixtral_request("--expert-model-parallel-size 2\n");
-  // torchtitan with expert parallelism shards the routed experts over ep alone.
-  r.profile = "torchtitan";
+  // The reference analysis shards the routed experts over ep alone (Megatron's etp = tp default is
+  // Megatron's; torchtitan, which shards them over ep alone too, refuses tp with ep for its
+  // DeepSeek-V3 model and does not train Mixtral).
+  Request r;
+  r.model.source = "deepseek-v2-lite";
+  r.parallel.tp = 4;
+  r.parallel.dp = 2;
+  r.parallel.ep = 2;
+  r.profile = "paper";
   EXPECT_EQ(make_scenario(r).layout.config.etp, 1);
   // A dense model has no expert layers: etp stays 1 whatever tp is.
   Request dense;
