@@ -119,6 +119,17 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
           units, chunks, units, chunks));
     }
   }
+  if (c.profile.name == "megatron" && c.t.zero >= 2) {
+    // Megatron-LM's distributed optimizer is ZeRO-1; sharding gradients or weights too is
+    // Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads or
+    // optim_grads_params), which gathers a module's parameters (and reduce-scatters its gradients)
+    // in buffers of its own.
+    r.assumptions.push_back(fmt::format(
+        "ZeRO {}: Megatron-LM shards {} only under Megatron-FSDP (--use-megatron-fsdp "
+        "--data-parallel-sharding-strategy {}); its per-module gather and reduce-scatter buffers are not counted "
+        "(errs low by about two layers' weights and gradients)",
+        c.t.zero, c.t.zero == 2 ? "gradients" : "gradients and weights", c.t.zero == 2 ? "optim_grads" : "optim_grads_params"));
+  }
   if (c.layout.etp_defaulted && c.profile.etp_follows_tp && c.model.is_moe() && c.layout.config.tp > 1) {
     // megatron/training/arguments.py validate_args: expert_tensor_parallel_size defaults to tp
     // (named when it differs from 1, the value it would otherwise be taken for).
