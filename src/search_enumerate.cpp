@@ -33,13 +33,16 @@ std::vector<std::int64_t> choices(const std::optional<std::int64_t>& fixed, cons
   return out;
 }
 
-// vpp: 1, then powers of two up to vpp_max when there is a pipeline; only the fixed one if given.
+// vpp: 1, then powers of two up to vpp_max when there is a pipeline; only the fixed one if given
+// (whatever --vpp-max, as a fixed tp, cp or micro-batch overrides its bound).
 std::vector<std::int64_t> vpp_choices(const SearchSpace& space, std::int64_t pp) {
   std::vector<std::int64_t> vpps;
-  if (!space.vpp || *space.vpp == 1) vpps.push_back(1);
-  for (std::int64_t v = 2; v <= space.vpp_max && pp > 1; v *= 2) {
-    if (!space.vpp || v == *space.vpp) vpps.push_back(v);
+  if (space.vpp) {
+    if (*space.vpp == 1 || pp > 1) vpps.push_back(*space.vpp);
+    return vpps;
   }
+  vpps.push_back(1);
+  for (std::int64_t v = 2; v <= space.vpp_max && pp > 1; v *= 2) vpps.push_back(v);
   return vpps;
 }
 

@@ -279,3 +279,16 @@ TEST(StepTimeCli, TorchtitanSearchCommandsRunInAnalyze) {
 }
 
 }  // namespace
+
+namespace {
+
+// A fixed --vpp overrides --vpp-max (default 4), as a fixed tp, cp or micro-batch overrides its
+// bound: every result is interleaved with 8 virtual stages.
+TEST(StepTimeCli, FixedVppOverridesItsBound) {
+  const auto j = json_of({"search", "--model", "llama-3.1-8b", "--gpus", "16", "--gpu", "h100-80g", "--global-batch", "64",
+                          "--vpp", "8", "--top", "3", "--threads", "1", "--format", "json"});
+  ASSERT_FALSE(j.at("layouts").empty());
+  for (const auto& l : j.at("layouts")) EXPECT_EQ(l.at("vpp"), 8) << l.dump();
+}
+
+}  // namespace
