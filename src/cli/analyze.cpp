@@ -256,7 +256,9 @@ void explain_output(const Evaluation& e, std::int64_t stage, Format f, const std
   t.title = fmt::format("Every byte of stage {} at its peak ({}, profile {}); GiB = 2^30 bytes", stage, e.model.name,
                         e.profile->name);
   t.columns = {"category", "module", "item", "how", "GiB", "bytes"};
-  for (const auto& i : items) {
+  // The device's items, their total, then what lives in host memory (not part of that total).
+  const auto host = [](const auto& i) { return i.category == name_of(Category::host); };
+  const auto row_of = [&](const auto& i) {
     std::vector<Cell> row;
     row.emplace_back(i.category);
     row.emplace_back(i.module);
@@ -264,7 +266,10 @@ void explain_output(const Evaluation& e, std::int64_t stage, Format f, const std
     row.emplace_back(i.detail);
     row.emplace_back(GibBytes{i.bytes.value()});
     row.emplace_back(i.bytes.value());
-    t.rows.push_back(std::move(row));
+    return row;
+  };
+  for (const auto& i : items) {
+    if (!host(i)) t.rows.push_back(row_of(i));
   }
   std::vector<Cell> total_row;
   total_row.emplace_back(std::string("total"));
@@ -272,6 +277,13 @@ void explain_output(const Evaluation& e, std::int64_t stage, Format f, const std
   total_row.emplace_back(GibBytes{total.value()});
   total_row.emplace_back(total.value());
   t.rows.push_back(std::move(total_row));
+  for (const auto& i : items) {
+    if (host(i)) {
+      auto row = row_of(i);
+      row[0] = std::string("host (not in total)");
+      t.rows.push_back(std::move(row));
+    }
+  }
   render(t, f, out);
 }
 

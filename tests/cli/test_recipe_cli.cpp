@@ -108,4 +108,18 @@ TEST(ActivationsCli, RecipeDeepSeekV3FitsOnEighty) {
   }
 }
 
+// explain's table lists host memory (the recipe's CPU EMA) after the device total, labelled as
+// outside it, so the rows above "total" sum to it.
+TEST(RecipeCli, ExplainTableListsHostMemoryAfterTheTotal) {
+  const auto r = moemem::test::run_cli({"explain", "--recipe", "deepseek-v3", "--tp", "1", "--pp", "16", "--ep", "64", "--dp",
+                                        "128", "--schedule", "dualpipe", "--stage", "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto total = r.out.find("\ntotal ");
+  const auto host = r.out.find("\nhost (not in total)");
+  ASSERT_NE(total, std::string::npos);
+  ASSERT_NE(host, std::string::npos);
+  EXPECT_LT(total, host);
+  EXPECT_EQ(r.out.find("\nhost "), host);  // no host row among the device's
+}
+
 }  // namespace
