@@ -132,6 +132,9 @@ void apply_recipe_numerics(Recipe recipe, std::uint16_t off, TrainingConfig& t) 
   t.attn_out_e5m6 = on(tech, kTechE5m6AttentionOutput);
   t.dispatch_node_limit = on(tech, kTechNodeLimitedDispatch) ? kDeepSeekV3NodeLimit : 0;
   t.ema_on_host = on(tech, kTechEmaOnCpu);
+  // Left out (--recipe-off ema-on-cpu), the EMA the recipe keeps stays on the GPU: what the
+  // technique saves shows as device memory.
+  t.ema_on_device = on(techniques_of(recipe), kTechEmaOnCpu) && !t.ema_on_host;
 }
 
 std::vector<std::string> recipe_assumptions(Recipe recipe, const TrainingConfig& t) {

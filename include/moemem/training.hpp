@@ -130,6 +130,7 @@ struct StateSettings {
   int zero = 0;  // ZeRO stage 0..3
   PrecisionRecipe precision;
   bool ema_on_host = false;  // DeepSeek-V3 §3.2.3: an fp32 EMA of the parameters in CPU memory
+  bool ema_on_device = false;  // the same EMA kept on the GPU (the recipe with ema-on-cpu left out)
   // Megatron's --optimizer-cpu-offload with --optimizer-offload-fraction: this fraction of each
   // rank's optimizer shard (master weights, moments) and a pinned copy of its gradients live in
   // host memory (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py). 0: none.

@@ -211,16 +211,17 @@ void cost_stage(const detail::EvalContext& c, const detail::ChunkActivations& ch
   std::rotate(st.ledger.begin(), st.ledger.begin() + activation_items, st.ledger.end());
   detail::record_cuda_graphs(c, st, ledger);
   detail::record_userbuffers_and_wgrad(c, st, ledger);
-  detail::record_overheads(c, st, runtime, ledger);
-  if (c.t.ema_on_host) {
+  if (c.t.ema_on_host || c.t.ema_on_device) {
     // DeepSeek-V3 §3.2.3: the EMA of the parameters lives in CPU memory; an fp32 copy of every
-    // parameter the rank holds (the report does not say whether it is sharded over DP).
+    // parameter the rank holds (the report does not say whether it is sharded over DP). Without
+    // that technique (--recipe-off ema-on-cpu) the same copy is on the GPU.
     const Count params(st.params.non_expert.value() + st.params.expert.value());
-    ledger.add(Category::host, bytes_of(params, DType::fp32), [&] {
-      return ledger_item("ema", "EMA of the parameters (CPU memory)", fmt::format("{} parameters on this device x fp32", params.value()),
-                         params, DType::fp32);
+    ledger.add(c.t.ema_on_host ? Category::host : Category::weights, bytes_of(params, DType::fp32), [&] {
+      return ledger_item("ema", c.t.ema_on_host ? "EMA of the parameters (CPU memory)" : "EMA of the parameters (GPU memory)",
+                         fmt::format("{} parameters on this device x fp32", params.value()), params, DType::fp32);
     });
   }
+  detail::record_overheads(c, st, runtime, ledger);
   st.bytes = StageBytes{ledger.total(Category::weights),       ledger.total(Category::gradients),
                         ledger.total(Category::optimizer),     ledger.total(Category::activations),
                         ledger.total(Category::buffers),       ledger.total(Category::fragmentation),

@@ -103,6 +103,8 @@ TEST(DeepSeekRecipes, Fp8AndNodeLimitedDispatchShrinkThePermutedTokens) {
   EXPECT_EQ(permuted({"--recipe-off", "fp8-dispatch,node-limited-dispatch"}), 2 * kTokens * 8 * kH);
 }
 
+// Left out, the EMA stays on the GPU (the same fp32 copy among the weights), so what the
+// technique saves shows.
 TEST(DeepSeekRecipes, EmaLivesInHostMemoryNotOnTheGpu) {
   const json on = analyze_json(v3_run()), off = analyze_json(v3_run({"--recipe-off", "ema-on-cpu"}));
   ASSERT_FALSE(on.is_null());
@@ -110,8 +112,10 @@ TEST(DeepSeekRecipes, EmaLivesInHostMemoryNotOnTheGpu) {
   for (std::size_t s = 0; s < on.at("stages").size(); ++s) {
     const auto& a = on.at("stages").at(s);
     EXPECT_EQ(u64(a.at("bytes").at("host")), 4 * u64(a.at("params").at("total"))) << s;  // fp32 per parameter
-    EXPECT_EQ(u64(off.at("stages").at(s).at("bytes").at("host")), 0u) << s;
-    EXPECT_EQ(u64(a.at("bytes").at("total")), u64(off.at("stages").at(s).at("bytes").at("total"))) << s;
+    const auto& b = off.at("stages").at(s);
+    EXPECT_EQ(u64(b.at("bytes").at("host")), 0u) << s;
+    EXPECT_EQ(u64(b.at("bytes").at("weights")), u64(a.at("bytes").at("weights")) + 4 * u64(a.at("params").at("total"))) << s;
+    EXPECT_GT(u64(b.at("bytes").at("total")), u64(a.at("bytes").at("total")) + 4 * u64(a.at("params").at("total"))) << s;
   }
 }
 
