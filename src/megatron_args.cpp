@@ -528,7 +528,7 @@ MegatronSettings parse_megatron_args(std::string_view text, const std::string& s
   read_settings(f, s);
   read_mapped(f, s);
   detail::read_cuda_graphs(f, s);
-  s.unmodelled.insert(s.unmodelled.begin(), f.unmodelled.begin(), f.unmodelled.end());
+  s.unmodelled = f.unmodelled;
   for (const auto& n : f.notes) s.notes.push_back(n);
   s.unrecognised = f.unrecognised;
   for (auto& n : run.notes) s.notes.push_back(std::move(n));

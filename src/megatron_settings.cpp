@@ -91,7 +91,8 @@ void derive_dp(const MegatronSettings& s, ParallelConfig& p, const Given& given)
 // What the script must say, unless the command line says it: a flag moemem cannot model is
 // refused, and a script without a model, a vocabulary or a layout is an error, never a default.
 void refuse_incomplete(const MegatronSettings& s, const Given& given) {
-  for (const auto& u : s.unmodelled) {
+  if (!s.unmodelled.empty()) {
+    const auto& u = s.unmodelled.front();
     throw InputError(fmt::format("{}: {}", s.source, u.flag), u.value,
                      fmt::format("a launch without it: {} changes memory and is not modelled yet", u.what));
   }

@@ -28,16 +28,21 @@ bool titan_deepseek(const ModelSpec& m) { return m.attention == AttentionKind::m
 bool titan_qwen3_moe(const ModelSpec& m) { return m.model_type == "qwen3_moe" && m.attention == AttentionKind::gqa; }
 bool titan_moe(const ModelSpec& m) { return titan_deepseek(m) || titan_qwen3_moe(m); }
 
+// The models a torchtitan path trains here: Llama-style dense GQA decoders, DeepSeek-V3-style
+// MLA + MoE and Qwen3 MoE; the refusal of any other.
+bool titan_trains(const ModelSpec& m) { return titan_moe(m) || (m.attention == AttentionKind::gqa && !m.is_moe()); }
+InputError titan_not_trained(const ModelSpec& m) {
+  return InputError("--profile", "torchtitan",
+                    fmt::format("dense decoders with multi-/grouped-query attention (Llama-style), DeepSeek-V3-style "
+                                "MLA + MoE models (torchtitan's deepseek_v3) or qwen3_moe (torchtitan's Qwen3 MoE); {} is "
+                                "none of them (not modelled)",
+                                m.model_type));
+}
+
 TitanDims titan_dims(const ActivationContext& c) {
   const auto& m = c.model;
   const auto& p = c.layout.config;
-  if (!titan_moe(m) && (m.attention != AttentionKind::gqa || m.is_moe())) {
-    throw InputError("--profile", "torchtitan",
-                     fmt::format("dense decoders with multi-/grouped-query attention (Llama-style), DeepSeek-V3-style "
-                                 "MLA + MoE models (torchtitan's deepseek_v3) or qwen3_moe (torchtitan's Qwen3 MoE); {} is "
-                                 "none of them (not modelled)",
-                                 m.model_type));
-  }
+  if (!titan_trains(m)) throw titan_not_trained(m);
   const std::int64_t tokens = c.training.micro_batch * (c.training.seq_len / p.cp);
   return {tokens,         tokens / p.tp,  p.tp, m.num_heads / p.tp * m.head_dim, m.num_kv_heads / p.tp * m.head_dim,
           m.num_heads / p.tp, m.dense_ffn / p.tp};
@@ -204,13 +209,8 @@ std::optional<InputError> titan_dense_model_check(const ModelSpec& m, const Trai
   if (m.is_hybrid() || m.has_swa_dims() || !m.nas_blocks.empty() || m.sandwich_norms) return std::nullopt;
   // A model no torchtitan path trains is named as such before any setting is asked of it.
   // (DeepSeek sparse attention has its own refusal, which names it: analyze.cpp.)
-  if (!titan_moe(m) && (m.attention != AttentionKind::gqa || m.is_moe()) && m.model_type != "gpt_oss" &&
-      m.model_type != "llama4_text" && !m.has_indexer()) {
-    return InputError("--profile", "torchtitan",
-                      fmt::format("dense decoders with multi-/grouped-query attention (Llama-style), DeepSeek-V3-style "
-                                  "MLA + MoE models (torchtitan's deepseek_v3) or qwen3_moe (torchtitan's Qwen3 MoE); {} is "
-                                  "none of them (not modelled)",
-                                  m.model_type));
+  if (!titan_trains(m) && m.model_type != "gpt_oss" && m.model_type != "llama4_text" && !m.has_indexer()) {
+    return titan_not_trained(m);
   }
   const std::string why = fmt::format("a Llama-3-style block for the torchtitan profile (RMSNorm, RoPE, SwiGLU); {} has ", m.model_type);
   if (!m.gated_mlp) return InputError("--profile", "torchtitan", why + "a non-gated MLP (fc1 -> activation -> fc2): use --profile megatron");
