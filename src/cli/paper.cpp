@@ -1,5 +1,7 @@
 // `moemem paper`: the reference analysis's tables (paper-method.md §2-§7), every figure computed
 // from the tensor inventory and the paper profile, never typed in.
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -85,6 +87,29 @@ Table totals_table(const ModelSpec& base) {
   return t;
 }
 
+// What one pipeline rank holds, chunk by chunk in model order: under interleaving or DualPipe a
+// rank holds several chunks, which one first-last range would misstate.
+std::string rank_contents(const Layout& layout, std::size_t rank) {
+  std::vector<std::int64_t> held = layout.rank_chunks[rank];
+  std::sort(held.begin(), held.end());
+  std::string text;
+  for (const std::int64_t c : held) {
+    const Chunk& ch = layout.chunks[static_cast<std::size_t>(c)];
+    std::string part;
+    if (ch.embedding) part = "embedding";
+    if (ch.num_layers > 0) {
+      if (!part.empty()) part += " + ";
+      part += ch.num_layers == 1 ? std::to_string(ch.first_layer)
+                                 : fmt::format("{}-{}", ch.first_layer, ch.first_layer + ch.num_layers - 1);
+    }
+    if (ch.mtp_depths > 0) part += (part.empty() ? "" : " + ") + fmt::format("MTP {}", ch.mtp_depths);
+    if (ch.loss) part += (part.empty() ? "" : " + ") + std::string("norm + head");
+    if (part.empty()) continue;
+    text += (text.empty() ? "" : ", ") + part;
+  }
+  return text.empty() ? "-" : text;
+}
+
 Table stages_table(const ModelSpec& m, const Inventory& inv, const Profile& profile, const Layout& layout) {
   Table t;
   t.title = fmt::format("Pipeline stages, PP = {} (reference §3): parameters held by each stage, and their BF16 bytes",
@@ -100,11 +125,8 @@ Table stages_table(const ModelSpec& m, const Inventory& inv, const Profile& prof
     }
   }
   for (std::size_t s = 0; s < per.size(); ++s) {
-    const auto& r = layout.stages[s];
-    std::string layers = r.num_layers == 0 ? "-" : fmt::format("{}-{}", r.first_layer, r.last_layer());
-    if (s == 0) layers = "embedding + " + layers;
-    if (s + 1 == per.size()) layers += " + norm + head";
-    t.rows.push_back({static_cast<std::int64_t>(s), layers, per[s].value(), GibBytes{bytes_of(per[s], DType::bf16).value()}});
+    t.rows.push_back({static_cast<std::int64_t>(s), rank_contents(layout, s), per[s].value(),
+                      GibBytes{bytes_of(per[s], DType::bf16).value()}});
   }
   return t;
 }

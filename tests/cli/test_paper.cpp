@@ -59,3 +59,30 @@ TEST(PaperCommand, OtherModelsAndStagesRun) {
 }
 
 }  // namespace
+
+namespace {
+
+// §3's stage table names what each rank holds. Under DualPipe rank i holds stages i and
+// pp - 1 - i (its two directions; the DualPipe README), so rank 0 holds layers 0-3 with the
+// embedding and layer 60 with the head (61 layers, ceil(61/16) = 4 a stage); under interleaving (PP 8, VPP 2: 16 chunks of 4) rank 1 holds chunks 1 and
+// 9, layers 4-7 and 36-39. One first-last range would misstate both.
+std::string stage_layers(const std::vector<std::string>& extra, std::int64_t stage) {
+  std::vector<std::string> args = {"paper", "--format", "json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto r = run_cli(args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const auto& t : j.at("tables")) {
+    if (t.at("title").get<std::string>().find("Pipeline stages") == std::string::npos) continue;
+    return t.at("rows").at(static_cast<std::size_t>(stage)).at("layers").get<std::string>();
+  }
+  return "";
+}
+
+TEST(PaperCommand, StageTableListsEveryChunkARankHolds) {
+  EXPECT_EQ(stage_layers({}, 15), "60 + norm + head");
+  EXPECT_EQ(stage_layers({"--schedule", "dualpipe"}, 0), "embedding + 0-3, 60 + norm + head");
+  EXPECT_EQ(stage_layers({"--pp", "8", "--vpp", "2", "--schedule", "interleaved"}, 1), "4-7, 36-39");
+}
+
+}  // namespace
