@@ -216,6 +216,10 @@ Scenario make_scenario(const Request& r) {
                            parallel.account_for_loss;
   if (r.training.recipe && !split_given) parallel.balance_units = true;
   if (s.profile->sp_with_tp && parallel.tp > 1) parallel.sp = true;
+  // Sequence parallelism splits over the TP group: at tp 1 there is nothing to split, and
+  // Megatron turns it off (arguments.py: "Disabling sequence parallelism because tensor model
+  // parallelism is disabled"), so the header says "sp off" rather than echo the flag.
+  if (parallel.tp == 1) parallel.sp = false;
   s.layout = resolve_layout_with_default_etp(s.model, parallel, *s.profile);
   s.training = resolve_training(r.training, *s.profile);
   validate_training(s.training, s.layout);

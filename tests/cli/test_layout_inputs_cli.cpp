@@ -67,4 +67,15 @@ TEST(LayoutInputs, EmptyLayoutAndSplitAreRefused) {
   expect_exit_2({"analyze", "--pp", "2", "--layers-per-stage", ""}, {"--layers-per-stage", "comma-separated"});
 }
 
+// Megatron's arguments.py turns sequence parallelism off at tp 1 ("Disabling sequence parallelism
+// because tensor model parallelism is disabled"): the report says so rather than echo the flag.
+TEST(LayoutInputs, SequenceParallelIsOffWithoutTensorParallelism) {
+  const json one = analyze_json({"--model", "llama-3.1-8b", "--tp", "1", "--sp", "--dp", "8"});
+  ASSERT_FALSE(one.is_null());
+  EXPECT_FALSE(one.at("parallel").at("sp").get<bool>());
+  const json two = analyze_json({"--model", "llama-3.1-8b", "--tp", "2", "--sp", "--dp", "4"});
+  ASSERT_FALSE(two.is_null());
+  EXPECT_TRUE(two.at("parallel").at("sp").get<bool>());
+}
+
 }  // namespace
