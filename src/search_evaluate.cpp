@@ -264,6 +264,22 @@ struct Kept {
   }
 };
 
+bool shown_already(const std::vector<SearchEntry>& shown, const SearchEntry& e) {
+  return std::any_of(shown.begin(), shown.end(), [&](const SearchEntry& s) { return s.same_plan(e); });
+}
+
+// The nearest misses, one per layout (degrees, schedule, micro-batch, as same_plan compares them):
+// its nearest option. Without this one layout fills the list under two split names or two
+// recomputation choices that all fall short.
+std::vector<SearchEntry> distinct_misses(std::vector<SearchEntry> by_peak, std::int64_t keep) {
+  std::vector<SearchEntry> out;
+  for (auto& e : by_peak) {
+    if (static_cast<std::int64_t>(out.size()) >= keep) break;
+    if (!shown_already(out, e)) out.push_back(std::move(e));
+  }
+  return out;
+}
+
 }  // namespace
 
 void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const SearchSpace& space, int threads,
@@ -298,7 +314,9 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
   // Timed, equivalent layouts are collapsed after ranking (collapse_equivalent): keep enough that
   // `keep_feasible` distinct plans remain (a plan has at most a few splits x ZeRO stages).
   const std::int64_t held = perf ? std::min<std::int64_t>(keep_feasible * kPlanVariants, std::int64_t{1} << 20) : keep_feasible;
-  std::vector<Kept> kept(workers, Kept(held, keep_infeasible));
+  // Misses are shown one per layout too (distinct_misses): hold enough for `keep_infeasible` of them.
+  const std::int64_t held_misses = std::min<std::int64_t>(keep_infeasible * kPlanVariants, std::int64_t{1} << 20);
+  std::vector<Kept> kept(workers, Kept(held, held_misses));
   std::vector<std::thread> pool;
   for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work, std::ref(kept[w]));
   work(kept[0]);
@@ -317,7 +335,7 @@ void stream_candidates(const CompiledModel& cm, const SearchPlan& plan, const Se
   } else {
     result.feasible = all.feasible.take_sorted();
   }
-  result.infeasible = all.misses.take_sorted();
+  result.infeasible = distinct_misses(all.misses.take_sorted(), keep_infeasible);
   result.pareto = std::move(all.pareto.entries);
 }
 
@@ -400,11 +418,13 @@ void rank_candidates(Evaluation&& ev, std::int64_t keep_infeasible, SearchResult
   result.pareto = pareto_front(entries, fit_idx);
   std::sort(fit_idx.begin(), fit_idx.end(), ByCost{entries});
   std::sort(miss_idx.begin(), miss_idx.end(), ByPeak{entries});
-  if (static_cast<std::int64_t>(miss_idx.size()) > keep_infeasible) miss_idx.resize(static_cast<std::size_t>(keep_infeasible));
   // Entries are large: move each once.
   result.feasible.reserve(fit_idx.size());
   for (const auto i : fit_idx) result.feasible.push_back(std::move(entries[i]));
-  for (const auto i : miss_idx) result.infeasible.push_back(std::move(entries[i]));
+  for (const auto i : miss_idx) {
+    if (static_cast<std::int64_t>(result.infeasible.size()) >= keep_infeasible) break;
+    if (!shown_already(result.infeasible, entries[i])) result.infeasible.push_back(std::move(entries[i]));
+  }
 }
 
 }  // namespace moemem
