@@ -371,9 +371,37 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
   }
 }
 
-// csv: the layouts that fit on `out`, the summary on `err`.
+// csv: the layouts that fit on `out`, the summary on `err`. For machines: one unit a column (peak
+// and margin in bytes, MFU a fraction), numbers without signs or percent, and the analyze flags
+// that reproduce each row.
+Table csv_table(const SearchResult& r, const RunInfo& run, std::int64_t top) {
+  Table t = entries_table("", r.feasible, top, r.usable, run.timed());
+  t.columns = {"rank", "layout", "schedule", "split", "micro_batch", "optimizer", "recompute", "peak_bytes", "peak_stage",
+               "margin_bytes"};
+  if (run.timed()) {
+    t.columns.emplace_back("tokens_per_second_per_gpu");
+    t.columns.emplace_back("mfu");
+  } else {
+    t.columns.emplace_back("cost");
+  }
+  t.columns.emplace_back("command");
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    const SearchEntry& e = r.feasible[i];
+    auto& row = t.rows[i];
+    row[9] = static_cast<std::int64_t>(r.usable.value()) - static_cast<std::int64_t>(e.peak.value());
+    if (run.timed()) {
+      row[10] = e.timed ? fmt::format("{:.1f}", e.time.tokens_per_second_per_gpu) : std::string();
+      row[11] = e.timed ? fmt::format("{:.4f}", e.time.mfu) : std::string();
+    } else {
+      row[10] = fmt::format("{:.4f}", e.cost.total());
+    }
+    row.emplace_back("moemem analyze " + run.command(e));
+  }
+  return t;
+}
+
 void print_csv(const SearchResult& r, const RunInfo& run, std::int64_t top, std::ostream& out, std::ostream& err) {
-  render(entries_table("", r.feasible, top, r.usable, run.timed()), Format::csv, out);
+  render(csv_table(r, run, top), Format::csv, out);
   err << summary_line(r, run) << "\n";
   if (all_refused(r)) err << refusals(r);
 }

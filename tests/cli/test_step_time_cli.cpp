@@ -2,6 +2,7 @@
 // report's throughput, `validate --throughput`, and search's ranking and reproducible commands.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -108,6 +109,58 @@ Args words(const std::string& command) {
     out.push_back(w);
   }
   return out;
+}
+
+// One CSV record's fields (RFC 4180: a quoted field may hold commas and doubled quotes).
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      out.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+// search's CSV is for machines: one unit a column (bytes; MFU a fraction) and each row's analyze
+// command, the same layouts and figures as its JSON.
+TEST(StepTimeCli, SearchCsvHasOneUnitAColumnAndTheCommand) {
+  const Args base = {"search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-80g", "--global-batch", "512",
+                     "--threads", "2", "--top", "4"};
+  const auto j = json_of(concat(base, {"--format", "json"}));
+  const auto r = run_cli(concat(base, {"--format", "csv"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::istringstream in(r.out);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const auto head = csv_fields(line);
+  const auto col = [&](const std::string& name) {
+    const auto it = std::find(head.begin(), head.end(), name);
+    EXPECT_NE(it, head.end()) << name;
+    return static_cast<std::size_t>(it - head.begin());
+  };
+  const std::size_t peak = col("peak_bytes"), margin = col("margin_bytes"), mfu = col("mfu"), command = col("command");
+  const auto usable = j.at("usable_bytes").get<std::int64_t>();
+  std::size_t n = 0;
+  for (; std::getline(in, line); ++n) {
+    const auto f = csv_fields(line);
+    ASSERT_EQ(f.size(), head.size()) << line;
+    const auto& l = j.at("layouts").at(n);
+    EXPECT_EQ(std::stoll(f[peak]), l.at("peak_bytes").get<std::int64_t>());
+    EXPECT_EQ(std::stoll(f[margin]), usable - l.at("peak_bytes").get<std::int64_t>());
+    EXPECT_NEAR(std::stod(f[mfu]), l.at("time").at("mfu").get<double>(), 5e-5);
+    EXPECT_EQ(f[command], "moemem analyze " + l.at("command").get<std::string>());
+  }
+  EXPECT_EQ(n, j.at("layouts").size());
 }
 
 TEST(StepTimeCli, SearchRanksDeepSeekV3LayoutsAndEachCommandReproducesItsPeak) {
