@@ -24,7 +24,14 @@ Recompute parse_recompute(std::string_view text, std::string_view field) {
 RecomputeMethod parse_recompute_method(std::string_view text, std::string_view field) {
   return parse_enum(text, field, kRecomputeMethod, "uniform or block");
 }
-std::string_view name_of(RecomputeMethod m) { return m == RecomputeMethod::uniform ? "uniform" : "block"; }
+std::string_view name_of(RecomputeMethod m) {
+  switch (m) {
+    case RecomputeMethod::uniform: return "uniform";
+    case RecomputeMethod::block: return "block";
+    case RecomputeMethod::every: return "every";
+  }
+  return "?";
+}
 OverheadPoint parse_overhead_point(std::string_view text, std::string_view field) {
   return parse_enum(text, field, kOverheadPoint, "none, low or high");
 }

@@ -1,5 +1,7 @@
 #include "moemem/scenario.hpp"
 
+#include <algorithm>
+#include <string>
 #include <tuple>
 #include <fmt/format.h>
 
@@ -100,6 +102,67 @@ void resolve_recompute(const TrainingRequest& r, TrainingConfig& t) {
   t.cpu_offload_layers = r.cpu_offload_layers;
 }
 
+// torchtitan's activation checkpointing. Its default differs by release: up to 0.2.2
+// (job_config.py ActivationCheckpoint: mode "selective", selective_ac_option "2") every second
+// block is checkpointed whole (activation_checkpoint.py _apply_layer_sac: a process-wide counter,
+// the block checkpointed when it is a multiple of the option); from c5d93d109 (2026-06-15,
+// `current`) the Trainer's default policy is SelectiveAC, per-op SAC. A run without --recompute
+// gets its release's default, as torchtitan would, and says so.
+void resolve_titan_checkpointing(const TrainingRequest& r, const Profile& profile, TrainingConfig& t) {
+  const bool titan = profile.name == "torchtitan";
+  const bool current = r.torchtitan_version == TorchtitanVersion::current;
+  if (r.selective_ac_option) {
+    const std::string& text = *r.selective_ac_option;
+    if (!titan) {
+      throw InputError("--selective-ac-option", text,
+                       fmt::format("the torchtitan profile (its activation_checkpoint.selective_ac_option), not {}", profile.name));
+    }
+    if (r.recompute && *r.recompute != Recompute::selective) {
+      throw InputError("--selective-ac-option", text,
+                       fmt::format("--recompute selective or no --recompute (torchtitan reads the option in mode "
+                                   "selective; here it is {})",
+                                   name_of(*r.recompute)));
+    }
+    if (text == "op") {
+      t.recompute = Recompute::selective;
+      return;
+    }
+    std::int64_t every = -1;
+    if (!text.empty() && text.size() <= 6 && std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      every = std::stoll(text);
+    }
+    if (every < 0) throw InputError("--selective-ac-option", text, "op, or a block frequency N >= 0 (at most 6 digits)");
+    if (current) {
+      throw InputError("--selective-ac-option", text,
+                       "op with --torchtitan-version current (layer SAC went with c5d93d109, 2026-06-15); a block "
+                       "frequency with --torchtitan-version 0.2.2 or earlier");
+    }
+    // 0 checkpoints every block, as 1 does (`not ac_freq or count % ac_freq == 0`).
+    t.recompute = Recompute::full;
+    t.recompute_method = RecomputeMethod::every;
+    t.recompute_num_layers = std::max<std::int64_t>(every, 1);
+    return;
+  }
+  if (!titan) return;
+  // Megatron's grouping: torchtitan has none but its default (each block alone, uniform 1).
+  if (t.recompute == Recompute::full && (t.recompute_method != RecomputeMethod::uniform || t.recompute_num_layers != 1)) {
+    throw InputError(r.recompute_method ? "--recompute-method" : "--recompute-num-layers",
+                     r.recompute_method ? std::string(name_of(*r.recompute_method)) : std::to_string(*r.recompute_num_layers),
+                     "not with the torchtitan profile (it checkpoints whole blocks: --recompute full for every one, "
+                     "--selective-ac-option N for every N-th)");
+  }
+  if (!r.recompute && !r.recompute_modules) {
+    t.recompute_defaulted = true;
+    if (current) {
+      t.recompute = Recompute::selective;
+    } else {
+      t.recompute = Recompute::full;
+      t.recompute_method = RecomputeMethod::every;
+      t.recompute_num_layers = 2;
+    }
+  }
+}
+
 }  // namespace
 
 TrainingConfig resolve_training(const TrainingRequest& request, const Profile& profile) {
@@ -157,6 +220,7 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   static_cast<FsdpSettings&>(t) = r.fsdp;
   static_cast<FinetuneSettings&>(t) = r.finetune;
   resolve_recompute(r, t);
+  resolve_titan_checkpointing(r, profile, t);
   // torchtitan's selective checkpointing is per-op SAC over a fixed op list (its
   // activation_checkpoint.selective_ac_option "op"): it takes no module list, which would be
   // echoed and ignored.

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "mla_roles.hpp"
+#include "moemem/analyze.hpp"
 #include "moemem/errors.hpp"
 
 namespace moemem {
@@ -283,10 +284,18 @@ void add_chunk(const Shape& s, const StepTimeModel& sm, const LayerUnits& units,
   const CompiledModel& cm = *sm.compiled;
   const auto moe = d(cm.moe_layers_in(c.first_layer, c.num_layers));
   const auto dense = d(c.num_layers) - moe;
-  // Full recomputation by block recomputes only the first N layers of the chunk.
-  const double share = s.t.recompute == Recompute::full && s.t.recompute_method == RecomputeMethod::block && c.num_layers > 0
-                           ? std::min(1.0, d(s.t.recompute_num_layers) / d(c.num_layers))
-                           : 1.0;
+  // Full recomputation by block recomputes only the first N layers of the chunk; torchtitan's
+  // layer SAC every N-th block of the rank (chunk_layer_counts).
+  double share = 1.0;
+  if (s.t.recompute == Recompute::full && c.num_layers > 0) {
+    if (s.t.recompute_method == RecomputeMethod::block) {
+      share = std::min(1.0, d(s.t.recompute_num_layers) / d(c.num_layers));
+    } else if (s.t.recompute_method == RecomputeMethod::every) {
+      const std::int64_t n = s.t.recompute_num_layers;
+      const std::int64_t before = blocks_before_chunk(s.layout, static_cast<std::int64_t>(&c - s.layout.chunks.data()));
+      share = d((before + c.num_layers) / n - before / n) / d(c.num_layers);
+    }
+  }
   add_scaled(units[0], dense, share, mb);
   add_scaled(units[1], moe, share, mb);
   add_scaled(units[2], d(c.mtp_depths), 1.0, mb);

@@ -57,7 +57,13 @@ struct CompiledModel {
 struct ChunkLayerCounts {
   std::array<std::int64_t, kLayerClasses> whole{}, mode{}, input{};
 };
-[[nodiscard]] ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& chunk, const TrainingConfig& t);
+// `blocks_before`: under torchtitan's layer SAC (RecomputeMethod::every), the decoder layers the
+// chunk's rank holds in chunks before it (its process-wide block counter's start).
+[[nodiscard]] ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& chunk, const TrainingConfig& t,
+                                                  std::int64_t blocks_before = 0);
+// The decoder layers held, on the rank holding `chunk`, by its chunks before it in model order
+// (torchtitan builds a rank's model parts in stage order, one block counter across them).
+[[nodiscard]] std::int64_t blocks_before_chunk(const Layout& layout, std::int64_t chunk);
 
 // Activation terms of one decoder layer of `kind` for one micro-batch on one device.
 [[nodiscard]] std::vector<ActivationTerm> layer_activation_terms(const Profile& profile, const ModelSpec& m,

@@ -36,6 +36,8 @@ struct TrainingRequest {
   // they are refused (Megatron asserts against a method with selective recomputation).
   std::optional<RecomputeMethod> recompute_method;
   std::optional<std::int64_t> recompute_num_layers;
+  // torchtitan's activation_checkpoint.selective_ac_option: "op" (per-op SAC) or a block frequency.
+  std::optional<std::string> selective_ac_option;
   std::int64_t cpu_offload_layers = 0;  // --cpu-offloading-num-layers
   OverheadPoint overhead = OverheadPoint::low;
   std::optional<DType> params_dtype, main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;

@@ -42,7 +42,11 @@ enum RecomputeModule : std::uint16_t {
 
 // Full recomputation: uniform checkpoints groups of N layers (keeping one input per group),
 // block checkpoints the first N layers of each chunk and keeps the others whole.
-enum class RecomputeMethod : std::uint8_t { uniform, block };
+// `every`: torchtitan's layer SAC (activation_checkpoint.mode "selective" with selective_ac_option
+// N, releases up to 0.2.2): every N-th block of a process, counted across its model parts, is
+// checkpointed whole; the others keep everything. Set by --selective-ac-option, never by
+// --recompute-method (Megatron has no such method).
+enum class RecomputeMethod : std::uint8_t { uniform, block, every };
 
 // Attention kernel: eager keeps the score and softmax matrices, flash only output and log-sum-exp.
 // sdpa: PyTorch scaled_dot_product_attention as Hugging Face calls it (the hf profile only).
@@ -81,7 +85,7 @@ enum class MegatronVersion : std::uint8_t { v0_6, v0_12, current };
 // torchtitan e5ef99aab (2025-10-22, first released in 0.2.1) they are freed after each backward.
 // torchtitan releases that differ in memory: 0.2.0 and before keep the pipeline's outputs, 0.2.1
 // frees them, and from 0.2.2 (ff0829c10) SDPA takes the KV heads unrepeated (enable_gqa).
-enum class TorchtitanVersion : std::uint8_t { v0_2_0, v0_2_1, current };
+enum class TorchtitanVersion : std::uint8_t { v0_2_0, v0_2_1, v0_2_2, current };
 [[nodiscard]] std::string_view name_of(TorchtitanVersion v);
 [[nodiscard]] TorchtitanVersion parse_torchtitan_version(std::string_view text);
 
@@ -115,6 +119,7 @@ struct RecomputePolicy {
   std::uint16_t recompute_modules = kRecomputeCoreAttn;  // selective: Megatron's default
   RecomputeMethod recompute_method = RecomputeMethod::uniform;
   std::int64_t recompute_num_layers = 1;
+  bool recompute_defaulted = false;  // the torchtitan profile's release default, not given
   // Megatron's --cpu-offloading-num-layers: Transformer Engine's CPU offload moves the saved
   // activations of the first N decoder layers to the host (transformer_engine/pytorch/cpu_offload.py).
   std::int64_t cpu_offload_layers = 0;

@@ -19,26 +19,49 @@ namespace {
 // overlap, Megatron-LM PR 6429 (37f1af1036, "Recompute EP A2A overlap activations per layer
 // segment", superseding the chunk-wide design of #5920 / efe5752e56) keeps the same segments:
 // recompute_method and recompute_num_layers mean what they mean without the overlap.
+// torchtitan's layer SAC (RecomputeMethod::every, activation_checkpoint.py _apply_layer_sac): the
+// process's block counter is incremented before each block, which is checkpointed when the counter
+// is a multiple of N. Layer l of a chunk (0-based) is the rank's block blocks_before + l + 1.
 struct FullGroups {
-  bool uniform;
+  RecomputeMethod method;
   std::int64_t size;
+  std::int64_t blocks_before;
+  [[nodiscard]] bool every_checkpoints(std::int64_t l) const { return (blocks_before + l + 1) % size == 0; }
 };
-FullGroups full_groups(const TrainingConfig& t) {
-  return {t.recompute_method == RecomputeMethod::uniform, t.recompute_num_layers};
+bool every_block(const TrainingConfig& t) {
+  return t.recompute == Recompute::full && t.recompute_method == RecomputeMethod::every;
+}
+FullGroups full_groups(const TrainingConfig& t, std::int64_t blocks_before) {
+  return {t.recompute_method, t.recompute_num_layers, blocks_before};
 }
 
 }  // namespace
 
-ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& ch, const TrainingConfig& t) {
+std::int64_t blocks_before_chunk(const Layout& layout, std::int64_t chunk) {
+  std::int64_t before = 0;
+  for (const auto& held : layout.rank_chunks) {
+    if (std::find(held.begin(), held.end(), chunk) == held.end()) continue;
+    for (const std::int64_t other : held) {
+      if (other < chunk) before += layout.chunks[static_cast<std::size_t>(other)].num_layers;
+    }
+    break;
+  }
+  return before;
+}
+
+ChunkLayerCounts chunk_layer_counts(const ModelSpec& m, const Chunk& ch, const TrainingConfig& t, std::int64_t blocks_before) {
   ChunkLayerCounts c;
   const std::size_t mtp_class = m.mtp_class();
   const std::int64_t n = ch.num_layers + ch.mtp_depths;
-  const FullGroups groups = full_groups(t);
+  const FullGroups groups = full_groups(t, blocks_before);
   const auto kind_at = [&](std::int64_t l) { return l < ch.num_layers ? m.class_at(ch.first_layer + l) : mtp_class; };
   for (std::int64_t l = 0; l < n; ++l) {
-    if (t.recompute != Recompute::full) ++c.mode[kind_at(l)];
-    else if (groups.uniform) {
+    if (t.recompute != Recompute::full) {
+      ++c.mode[kind_at(l)];
+    } else if (groups.method == RecomputeMethod::uniform) {
       if (l % groups.size == 0) ++c.input[kind_at(l)];  // one input per group of N
+    } else if (groups.method == RecomputeMethod::every) {
+      ++(l < ch.num_layers && groups.every_checkpoints(l) ? c.input : c.whole)[kind_at(l)];
     } else {
       ++(l < groups.size ? c.input : c.whole)[kind_at(l)];  // block: the first N checkpointed
     }
@@ -86,7 +109,7 @@ ClassBytes kind_bytes(const EvalContext& c) {
 // layer (block) is rerun, and the rerun forward of one of its layers holds that layer's unsaved
 // terms as well.
 LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const ChunkLayerCounts& counts,
-                               const ClassBytes& kinds) {
+                               const ClassBytes& kinds, std::int64_t blocks_before) {
   const auto& t = c.t;
   const std::size_t mtp_class = c.model.mtp_class();
   const auto kind_at = [&](std::int64_t l) { return l < ch.num_layers ? c.model.class_at(ch.first_layer + l) : mtp_class; };
@@ -106,12 +129,15 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
       }
     }
   } else {
-    // Uniform: groups of N from the first layer; block: the first N layers, one at a time.
-    const FullGroups groups = full_groups(t);
-    const bool uniform = groups.uniform;
-    const std::int64_t groups_end = uniform ? n : std::min(n, groups.size);
+    // Uniform: groups of N from the first layer; block: the first N layers, one at a time; every:
+    // each checkpointed block, one at a time.
+    const FullGroups groups = full_groups(t, blocks_before);
+    const bool uniform = groups.method == RecomputeMethod::uniform;
+    const bool every = groups.method == RecomputeMethod::every;
+    const std::int64_t groups_end = uniform ? n : every ? ch.num_layers : std::min(n, groups.size);
     const std::int64_t size = uniform ? groups.size : 1;
     for (std::int64_t g = 0; g < groups_end; g += size) {
+      if (every && !groups.every_checkpoints(g)) continue;
       LayerTransient group;
       for (std::int64_t l = g; l < std::min(groups_end, g + size); ++l) {
         group.recomputed += of(kind_at(l)).all;
@@ -128,8 +154,8 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
 
 // chunk_layer_counts; without full recomputation every layer keeps what the mode keeps, so the
 // counts are the chunk's layers of each kind, from the compiled model's prefix counts.
-ChunkLayerCounts layer_counts(const EvalContext& c, const Chunk& ch) {
-  if (c.t.recompute == Recompute::full) return chunk_layer_counts(c.model, ch, c.t);
+ChunkLayerCounts layer_counts(const EvalContext& c, const Chunk& ch, std::int64_t blocks_before) {
+  if (c.t.recompute == Recompute::full) return chunk_layer_counts(c.model, ch, c.t, blocks_before);
   ChunkLayerCounts counts;
   for (const std::size_t k : c.cm.classes) counts.mode[k] = c.cm.layers_in(k, ch.first_layer, ch.num_layers);
   counts.mode[c.model.mtp_class()] += ch.mtp_depths;
@@ -244,10 +270,11 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
     // A chunk's costs depend on the key and its place in the model only: each place is costed once.
     const auto cost_chunk = [&](std::size_t i) {
       const auto& ch = c.layout.chunks[i];
-      const ChunkShape shape{ch.first_layer, ch.num_layers, ch.first_mtp, ch.mtp_depths, ch.embedding, ch.loss};
+      const std::int64_t before = every_block(c.t) ? blocks_before_chunk(c.layout, static_cast<std::int64_t>(i)) : 0;
+      const ChunkShape shape{ch.first_layer, ch.num_layers, ch.first_mtp, ch.mtp_depths, ch.embedding, ch.loss, before};
       const ChunkCost* found = acts->chunks.find(shape);
       if (found == nullptr) {
-        ChunkLayerCounts counts = layer_counts(c, ch);
+        ChunkLayerCounts counts = layer_counts(c, ch, before);
         apply_offload(c, ch, acts->kinds, counts);
         Bytes b;
         for (const std::size_t k : c.cm.classes) {
@@ -255,7 +282,7 @@ void chunk_activations(const EvalContext& c, EvalCache* cache, ChunkActivations&
           b += times(kb.all, counts.whole[k], "activations") + times(kb.kept, counts.mode[k], "activations") +
                times(kb.input, counts.input[k], "activations");
         }
-        const ChunkCost cost{b + chunk_extras(c, ch, *acts), chunk_transient(c, ch, counts, acts->kinds),
+        const ChunkCost cost{b + chunk_extras(c, ch, *acts), chunk_transient(c, ch, counts, acts->kinds, before),
                              combined_forward_layer(c, counts, acts->kinds)};
         found = &acts->chunks.insert(shape, cost);
       }
@@ -328,7 +355,7 @@ std::string class_name(const ModelSpec& m, std::size_t cls) {
 // Every saved tensor of one held chunk, times its layers and the chunk's micro-batches in flight.
 void record_chunk_terms(const EvalContext& c, std::int64_t chunk, std::int64_t mb, Ledger& ledger) {
   const auto& ch = c.layout.chunks[idx(chunk)];
-  ChunkLayerCounts counts = chunk_layer_counts(c.model, ch, c.t);
+  ChunkLayerCounts counts = chunk_layer_counts(c.model, ch, c.t, every_block(c.t) ? blocks_before_chunk(c.layout, chunk) : 0);
   apply_offload(c, ch, kind_bytes(c), counts);
   const std::string where = fmt::format("chunk {}", chunk);
   for (std::size_t ki = 0; ki < kLayerClasses; ++ki) {

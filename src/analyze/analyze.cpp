@@ -141,6 +141,15 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
                                         "logits) until the step ends (step() returns them; return_outputs=False from 0.2.1)",
                                         name_of(c.t.torchtitan_version)));
   }
+  if (c.t.recompute_defaulted) {
+    r.assumptions.push_back(
+        c.t.torchtitan_version == TorchtitanVersion::current
+            ? std::string("activation checkpointing: torchtitan's default, per-op SAC (the Trainer's SelectiveAC policy since "
+                          "c5d93d109); give --recompute to choose")
+            : fmt::format("activation checkpointing: torchtitan {}'s default, layer SAC (mode selective, "
+                          "selective_ac_option 2: every second block of a rank checkpointed whole); give --recompute to choose",
+                          name_of(c.t.torchtitan_version)));
+  }
   if (c.profile.states == &detail::kFsdp2States && c.model.attention == AttentionKind::mla) {
     // src/profiles/torchtitan_moe.cpp: torchtitan's deepseek_v3 model as PR 1373 added it.
     r.assumptions.push_back(

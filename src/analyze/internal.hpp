@@ -88,12 +88,13 @@ struct ChunkKey {
 struct ChunkShape {
   std::int64_t first_layer, num_layers, first_mtp, mtp_depths;
   bool embedding, loss;
+  std::int64_t blocks_before = 0;  // torchtitan's layer SAC: blocks of the rank before the chunk
   bool operator==(const ChunkShape&) const = default;
 };
 struct ChunkShapeHash {
   std::size_t operator()(const ChunkShape& s) const noexcept {
     std::uint64_t h = static_cast<std::uint64_t>(s.first_layer);
-    for (const std::int64_t v : {s.num_layers, s.first_mtp, s.mtp_depths}) h = h * 1000003u ^ static_cast<std::uint64_t>(v);
+    for (const std::int64_t v : {s.num_layers, s.first_mtp, s.mtp_depths, s.blocks_before}) h = h * 1000003u ^ static_cast<std::uint64_t>(v);
     return static_cast<std::size_t>((h << 2) ^ (s.embedding ? 1u : 0u) ^ (s.loss ? 2u : 0u));
   }
 };

@@ -454,7 +454,15 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
       << fmt::format("layout: tp {} pp {} dp {} cp {} ep {} etp {} (edp {}), sp {}, world size {}\n", p.tp, p.pp, p.dp,
                      p.cp, p.ep, p.etp_degree(), r.layout.edp, p.sp ? "on" : "off", r.layout.world_size);
   const std::string recompute =
-      r.training.recompute == Recompute::selective
+      r.training.recompute == Recompute::full && r.training.recompute_method == RecomputeMethod::every
+          ? fmt::format("selective (layer SAC: every {}block checkpointed)",
+                        r.training.recompute_num_layers == 1 ? std::string()
+                        : r.training.recompute_num_layers == 2 ? std::string("2nd ")
+                        : r.training.recompute_num_layers == 3 ? std::string("3rd ")
+                                                               : fmt::format("{}th ", r.training.recompute_num_layers))
+      : r.training.recompute == Recompute::selective && r.profile == "torchtitan"
+          ? std::string("selective (per-op SAC)")
+      : r.training.recompute == Recompute::selective
           ? fmt::format("selective ({})", recompute_modules_text(r.training.recompute_modules))
       : r.training.recompute == Recompute::full && (r.training.recompute_method != RecomputeMethod::uniform ||
                                                     r.training.recompute_num_layers != 1)

@@ -142,6 +142,9 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                  "Full recomputation: uniform|block (default uniform; only with --recompute full)");
   add_optional_int(app, "--recompute-num-layers", o.recompute.recompute_num_layers,
                    "Full recomputation: layers per checkpointed group (uniform) or per chunk (block) (default 1)");
+  app.add_option("--selective-ac-option", o.recompute.selective_ac_option,
+                 "torchtitan: activation_checkpoint.selective_ac_option, op (per-op SAC) or N (every N-th block "
+                 "checkpointed whole, releases up to 0.2.2); default: the release's (current: op; 0.2.2 and earlier: 2)");
   add_int(app, "--cpu-offloading-num-layers", o.recompute.cpu_offload_layers,
           "Megatron (pp 1, no recomputation): offload the saved activations of the first N decoder layers to the host");
   app.add_option("--overhead", o.overheads.overhead,
@@ -380,6 +383,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.recompute_method = given<RecomputeMethod>(
       o.recompute.recompute_method, [](const std::string& v) { return parse_recompute_method(v, "--recompute-method"); });
   r.recompute_num_layers = o.recompute.recompute_num_layers;
+  if (!o.recompute.selective_ac_option.empty()) r.selective_ac_option = o.recompute.selective_ac_option;
   r.cpu_offload_layers = o.recompute.cpu_offload_layers;
   r.overhead = parse_overhead_point(o.overheads.overhead, "--overhead");
   const auto dtype = [](const char* flag) { return [flag](const std::string& v) { return parse_dtype(v, flag); }; };

@@ -49,6 +49,7 @@ struct RecomputeOptions {
   std::string recompute;  // empty: none (or the recipe's)
   std::string recompute_modules, recompute_method;       // method unset: uniform (full recomputation only)
   std::optional<std::int64_t> recompute_num_layers;       // unset: 1 (full recomputation only)
+  std::string selective_ac_option;                        // torchtitan: op or a block frequency
   std::int64_t cpu_offload_layers = 0;
 };
 struct StateOptions {

@@ -17,6 +17,13 @@ namespace moemem::profiles {
 
 namespace {
 
+// Appended to a refusal of the recomputation when it is torchtitan's default rather than asked for.
+std::string defaulted_note(const TrainingConfig& t) {
+  return t.recompute_defaulted ? "; this is torchtitan's default for the release, used because --recompute was not given"
+                               : "";
+}
+
+
 struct TitanDims {
   std::int64_t tokens, tokens_sp, tp, q, kv, heads, ffn;
 };
@@ -72,7 +79,7 @@ void titan_layer_activations(const ActivationContext& c, LayerKind kind, std::ve
   // activation (checked with saved_tensors_hooks on CPU PyTorch).
   // From 0.2.2 (ff0829c10, "GQA without kv repeats", 2026-01-27) SDPA takes K and V with their
   // own heads and enable_gqa; before, repeat_kv's expand + reshape copied them to every head.
-  if (!compiled && c.training.torchtitan_version != TorchtitanVersion::current && m.num_kv_heads != m.num_heads) {
+  if (!compiled && c.training.torchtitan_version < TorchtitanVersion::v0_2_2 && m.num_kv_heads != m.num_heads) {
     add("sdpa.q", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim");
     add("sdpa.k_repeated", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (repeat_kv)");
     add("sdpa.v_repeated", Module::attention, elems({d.tokens, d.q}), a, rec, "b*s/cp x heads/tp x head_dim (repeat_kv)");
@@ -178,7 +185,8 @@ std::optional<InputError> titan_mla_moe_check(const ModelSpec& m, const Layout& 
                                                     "expert parallelism from dp_shard (dp_shard_in_ep)");
   }
   if (t.recompute == Recompute::selective) {
-    return InputError("--recompute", "selective", fmt::format("none or full for {} (its per-op list not modelled)", model));
+    return InputError("--recompute", "selective",
+                      fmt::format("none or full for {} (its per-op list not modelled){}", model, defaulted_note(t)));
   }
   if (t.compile) {
     return InputError("--compile", "set",
@@ -231,10 +239,13 @@ std::optional<InputError> titan_dense_model_check(const ModelSpec& m, const Trai
   if (m.attention_sinks || m.attn_output_gate || m.qk_l2_norm || m.qk_norm_full_width || m.head_bias) {
     return InputError("--profile", "torchtitan", why + "attention or norm variants the torchtitan profile does not model");
   }
-  if (m.qk_norm && t.recompute != Recompute::full) {
-    return InputError("--recompute", std::string(name_of(t.recompute)),
-                      "full for a model with per-head q/k RMSNorm (Qwen3) under torchtitan: what its attention saves "
-                      "without checkpointing (nn.RMSNorm on q and k, the cos/sin RoPE) is not modelled");
+  if (m.qk_norm && (t.recompute != Recompute::full || t.recompute_method == RecomputeMethod::every)) {
+    return InputError(t.recompute_method == RecomputeMethod::every ? "--selective-ac-option" : "--recompute",
+                      t.recompute_method == RecomputeMethod::every ? std::to_string(t.recompute_num_layers)
+                                                                   : std::string(name_of(t.recompute)),
+                      "full recomputation for a model with per-head q/k RMSNorm (Qwen3) under torchtitan: what its "
+                      "attention saves without checkpointing (nn.RMSNorm on q and k, the cos/sin RoPE) is not modelled" +
+                          defaulted_note(t));
   }
   return std::nullopt;
 }

@@ -26,7 +26,7 @@ using moemem::test::activations_cli::stage_bytes;
 // Two pipeline stages, no data parallelism: global batch 4 is 4 micro-batches of 1 x 4096.
 Args piped(const Args& extra) {
   return concat({"--model", "llama-3.1-8b", "--profile", "torchtitan", "--pp", "2", "--seq-len", "4096",
-                 "--micro-batch", "1", "--global-batch", "4"},
+                 "--micro-batch", "1", "--global-batch", "4", "--recompute", "none"},
                 extra);
 }
 
