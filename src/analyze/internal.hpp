@@ -35,6 +35,7 @@ struct Share {
 struct Shares {
   std::array<Share, kLayerClasses> layer;  // by layer class
   Share emb, head, mtp, mtp_emb, mtp_head;
+  Share tied_head;  // the word embedding as the loss stage's own output weight (tied_head_copy)
 };
 struct SharesKey {
   std::int64_t tp, ep, etp, vocab;

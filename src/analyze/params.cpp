@@ -170,14 +170,15 @@ OptimizerCounts optimizer_counts(const Tensor& t, const ShardShape& sh, Count c)
 }
 
 Share share_of(const std::vector<Tensor>& ts, const Profile& profile, const ParallelConfig& p, std::int64_t vocab,
-               bool fp8, Copies which) {
+               bool fp8, Copies which, bool word_embedding_only = false) {
   Share s;
   for (const auto& t : ts) {
     if (copies_of(t) != which) continue;
+    if (word_embedding_only && t.role != Role::embedding) continue;
     const Count c = device_params(t, profile, p, vocab);
     const bool expert = profile.zero_group(t.role) == ZeroGroup::expert;
     (expert ? s.params.expert : s.params.non_expert) += c;
-    s.by_module[static_cast<std::size_t>(t.module)] += c;
+    s.by_module[static_cast<std::size_t>(word_embedding_only ? Module::output_head : t.module)] += c;
     if (fp8 && fp8_gemm_weight(t.role) && t.adapter == Adapter::none) (expert ? s.fp8.expert : s.fp8.non_expert) += c;
     if (t.quantized()) {  // the profiles that accept QLoRA split no tensor: c is the whole entry
       s.nf4_params += c;
@@ -199,8 +200,10 @@ Shares compute_shares(const EvalContext& c) {
            of(c.cm.head, Copies::own),
            of(c.cm.mtp_depth, Copies::own),
            of(c.cm.mtp_depth, Copies::embedding),
-           of(c.cm.mtp_depth, Copies::head)};
+           of(c.cm.mtp_depth, Copies::head),
+           {}};
   for (const std::size_t k : c.cm.classes) s.layer[k] = of(c.cm.layer[k], Copies::own);
+  if (c.model.tie_embeddings) s.tied_head = share_of(c.cm.embedding, c.profile, p, c.vocab, fp8, Copies::own, true);
   return s;
 }
 
@@ -216,6 +219,17 @@ const Shares& shares_for(const EvalContext& c, EvalCache* cache, Shares& local) 
   auto it = cache->shares.find(key);
   if (it == cache->shares.end()) it = cache->shares.emplace(key, compute_shares(c)).first;
   return it->second;
+}
+
+// Megatron-Core with tied embeddings and the loss on a rank without the embedding: GPTModel builds
+// the output layer with skip_weight_param_allocation only where pre_process holds the embedding
+// (gpt_model.py: `skip_weight_param_allocation=self.pre_process and
+// self.share_embeddings_and_output_weights`), so the loss stage allocates its own vocab/tp x h
+// output weight, a trained parameter (zeroed, then kept equal through the embedding group's
+// gradient all-reduce: language_module.py setup_embeddings_and_output_layer) with its gradient
+// and optimizer states. The other profiles run no pipeline with tied weights apart.
+bool tied_head_copy(const EvalContext& c, bool holds_embedding, bool holds_loss) {
+  return c.model.tie_embeddings && holds_loss && !holds_embedding && c.profile.name == "megatron";
 }
 
 // Each rank's parameters: the groups of the chunks it holds (a chunk held by two ranks, as in
@@ -245,6 +259,7 @@ void assign_params(const EvalContext& c, const Shares& sh, StageReport& st) {
   total.add(sh.mtp, mtp_depths, modules);
   if (!holds_embedding) total.add(sh.mtp_emb, mtp_depths, modules);
   if (!holds_loss) total.add(sh.mtp_head, mtp_depths, modules);
+  if (tied_head_copy(c, holds_embedding, holds_loss)) total.add(sh.tied_head, 1, modules);
   st.params = total.params;
   st.trainable = total.trainable;
   st.params_by_module = total.by_module;
@@ -318,6 +333,16 @@ void record_weights_by_role(const EvalContext& c, const StageReport& st, Ledger&
     if (count[k] > 0) walk(c.cm.layer[k], count[k]);
   }
   if (holds_loss) walk(c.cm.head, 1);
+  if (tied_head_copy(c, holds_embedding, holds_loss)) {
+    for (const auto& t : c.cm.embedding) {
+      if (t.role != Role::embedding) continue;
+      Tensor copy = t;
+      copy.module = Module::output_head;
+      copy.role = Role::output_head;
+      copy.part = "tied: this stage's own copy of the word embedding";
+      roles.add(copy, device_params(t, c.profile, p, c.vocab), 1);
+    }
+  }
   if (st.mtp_depths > 0) walk(c.cm.mtp_depth, st.mtp_depths);
   const DType w = c.t.precision.weights;
   for (const auto& row : roles.rows()) {
