@@ -113,6 +113,7 @@ const std::set<std::string, std::less<>> kArchValueFlags = {
     "--fp8-recipe", "--moe-token-dispatcher-type", "--position-embedding-type", "--max-position-embeddings",
     "--moe-flex-dispatcher-backend", "--cross-entropy-fusion-impl", "--tokenizer-model", "--tokenizer-type",
     "--patch-tokenizer-type", "--extra-vocab-size", "--optimizer", "--nodes", "--ntasks-per-node",
+    "--encoder-seq-length", "--transformer-impl",
     // Pai-Megatron-Patch's spellings for its DeepSeek models (megatron_patch/arguments.py).
     "--qk-nope-head-dim", "--qk-rope-head-dim", "--num-shared-experts", "--load"};
 
@@ -285,6 +286,20 @@ ScriptFlags scan(const Words& w, const std::string& source) {
 
 // --attention-backend: unfused and local keep the score matrices (eager), the others do not.
 void read_attention(const ScriptFlags& f, MegatronSettings& s) {
+  // --transformer-impl local builds get_gpt_layer_local_spec (gpt_builders.py), whose core
+  // attention is Megatron's own DotProductAttention: the unfused path, whatever the backend flag.
+  if (const RawFlag* impl = f.find("--transformer-impl")) {
+    if (impl->value == "local") {
+      s.attention = FromScript<AttentionKernel>{AttentionKernel::eager, impl->from};
+      s.notes.push_back("--transformer-impl local: Megatron's local layer spec, whose DotProductAttention keeps the "
+                        "softmax output (costed as --attention eager); its apex/torch norms and linears are costed as "
+                        "Transformer Engine's");
+      return;
+    }
+    if (impl->value != "transformer_engine") {
+      throw InputError(f.field("--transformer-impl"), impl->value, "transformer_engine or local");
+    }
+  }
   const RawFlag* b = f.find("--attention-backend");
   if (b == nullptr) return;
   const std::string& v = b->value;
@@ -486,6 +501,12 @@ void read_mapped(const ScriptFlags& f, MegatronSettings& s) {
 // The settings with their typed values, in the order moemem reads its own flags.
 void read_settings(const ScriptFlags& f, MegatronSettings& s) {
   for (const auto& [flag, member] : kIntSettings) s.*member = typed<std::int64_t>(f, flag, flag_int);
+  // validate_args: without --seq-length the length is --encoder-seq-length's.
+  if (!s.seq_len) s.seq_len = typed<std::int64_t>(f, "--encoder-seq-length", flag_int);
+  if (s.micro_batch && !s.global_batch) {
+    s.notes.push_back("no --global-batch-size: Megatron sets it to --micro-batch-size x the data-parallel size "
+                      "(validate_args), one micro-batch per step, and so does moemem unless --global-batch is given");
+  }
   for (const auto& [flag, member] : kSwitchSettings) {
     if (const auto it = f.switches.find(flag); it != f.switches.end()) s.*member = FromScript<bool>{true, it->second};
   }

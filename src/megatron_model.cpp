@@ -19,6 +19,11 @@ std::int64_t need(const ScriptFlags& f, const char* flag) {
   return *v;
 }
 
+// A positive integer flag, or Megatron's default when the script leaves it out.
+std::int64_t given_or(const ScriptFlags& f, const char* flag, std::int64_t fallback) {
+  return f.find(flag) == nullptr ? fallback : need(f, flag);
+}
+
 std::string text_or(const ScriptFlags& f, const char* flag, const char* fallback) {
   const RawFlag* r = f.find(flag);
   return r ? r->value : fallback;
@@ -55,15 +60,18 @@ void set_attention(const ScriptFlags& f, bool biases, ModelSpec& m) {
   if (f.switches.contains("--multi-latent-attention") || f.find("--qk-rope-head-dim") != nullptr) {
     m.attention = AttentionKind::mla;
     m.num_kv_heads = m.num_heads;
+    // arguments.py's defaults: --kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64,
+    // --v-head-dim 128, --q-lora-rank None (a plain q projection).
     m.mla.q_lora_rank = f.get_int("--q-lora-rank").value_or(0);
-    m.mla.kv_lora_rank = need(f, "--kv-lora-rank");
-    m.mla.qk_nope_head_dim = need(f, spelling(f, "--qk-head-dim", "--qk-nope-head-dim"));
-    m.mla.qk_rope_head_dim = need(f, spelling(f, "--qk-pos-emb-head-dim", "--qk-rope-head-dim"));
-    m.mla.v_head_dim = need(f, "--v-head-dim");
+    m.mla.kv_lora_rank = given_or(f, "--kv-lora-rank", 32);
+    m.mla.qk_nope_head_dim = given_or(f, spelling(f, "--qk-head-dim", "--qk-nope-head-dim"), 128);
+    m.mla.qk_rope_head_dim = given_or(f, spelling(f, "--qk-pos-emb-head-dim", "--qk-rope-head-dim"), 64);
+    m.mla.v_head_dim = given_or(f, "--v-head-dim", 128);
   } else {
     m.attention = AttentionKind::gqa;
     m.naming = NamingStyle::llama;
-    m.num_kv_heads = f.switches.contains("--group-query-attention") ? need(f, "--num-query-groups") : m.num_heads;
+    // --num-query-groups defaults to 1 (TransformerConfig's argparse default) under --group-query-attention.
+    m.num_kv_heads = f.switches.contains("--group-query-attention") ? given_or(f, "--num-query-groups", 1) : m.num_heads;
     m.head_dim = f.get_int("--kv-channels").value_or(m.hidden / m.num_heads);
     m.qkv_bias = biases || f.switches.contains("--add-qkv-bias");
     m.o_bias = biases;
@@ -81,7 +89,7 @@ void set_moe(const ScriptFlags& f, ModelSpec& m) {
   const auto n = f.get_int("--num-experts");
   if (!n || *n <= 0) return;
   m.moe.num_routed_experts = *n;
-  m.moe.top_k = need(f, "--moe-router-topk");
+  m.moe.top_k = given_or(f, "--moe-router-topk", 2);  // TransformerConfig.moe_router_topk = 2
   // Given sizes must be positive: a zero expert width would divide the shared-expert count below.
   m.moe.expert_ffn = f.find("--moe-ffn-hidden-size") != nullptr ? need(f, "--moe-ffn-hidden-size") : m.dense_ffn;
   m.moe.shared_ffn = f.find("--moe-shared-expert-intermediate-size") != nullptr
@@ -145,11 +153,13 @@ ModelSpec megatron_model(const ScriptFlags& f, std::string& vocab_missing, std::
   m.num_heads = need(f, "--num-attention-heads");
   const std::int64_t vocab = read_vocab(f, vocab_missing, notes);
   m.vocab = vocab > 0 ? vocab : 1;  // checked with a stand-in; 0 (unknown) once checked
-  m.dense_ffn = f.get_int("--ffn-hidden-size").value_or(4 * m.hidden);
   m.tie_embeddings = !f.switches.contains("--untie-embeddings-and-output-weights");
   // Megatron's defaults, unless the script says otherwise: GeLU MLP (no --swiglu), biases on every
   // linear layer (no --disable-bias-linear), LayerNorm, learned absolute position embeddings.
   m.gated_mlp = f.switches.contains("--swiglu");
+  // validate_args: without --ffn-hidden-size, 4h, or under --swiglu int((4h * 2/3) / 64) * 64 (a
+  // multiple of 64 near the GeLU MLP's parameters): floor(h / 24) * 64 in integers.
+  m.dense_ffn = f.get_int("--ffn-hidden-size").value_or(m.gated_mlp ? (m.hidden / 24) * 64 : 4 * m.hidden);
   const bool biases = !f.switches.contains("--disable-bias-linear");
   const std::string norm = text_or(f, "--normalization", "LayerNorm");
   if (norm != "LayerNorm" && norm != "RMSNorm") throw InputError(f.field("--normalization"), norm, "LayerNorm or RMSNorm");

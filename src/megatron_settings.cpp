@@ -129,6 +129,14 @@ void apply_megatron_settings(const MegatronSettings& s, Request& r, const std::s
   apply_layout(s, r.parallel, given);
   apply_training(s, r.training, given);
   derive_dp(s, r.parallel, given);
+  // validate_args: args.global_batch_size = micro_batch_size * data_parallel_size when not given.
+  if (s.micro_batch && !s.global_batch && !given.contains("--global-batch")) {
+    std::int64_t gbs = 0;
+    if (__builtin_mul_overflow(r.training.micro_batch, r.parallel.dp, &gbs)) {
+      throw InputError("--megatron-args global batch", "micro-batch x dp", "a product that fits in 64 bits");
+    }
+    r.training.global_batch = gbs;
+  }
 }
 
 }  // namespace moemem
