@@ -533,12 +533,48 @@ void read_settings(const ScriptFlags& f, MegatronSettings& s) {
   }
 }
 
+// Launches Megatron itself refuses at start-up: an estimate of a run that cannot start would
+// mislead, so each is an error naming the flag and Megatron's check.
+void refuse_invalid_launch(const ScriptFlags& f) {
+  if (f.fp16 && f.switches.contains("--bf16")) {
+    throw InputError(f.field("--fp16"), "with --bf16", "one of --fp16 and --bf16 (arguments.py validate_args: assert not args.bf16)");
+  }
+  if (const RawFlag* format = f.find("--fp8-format"); format != nullptr && format->value != "e4m3" && format->value != "hybrid") {
+    throw InputError(f.field("--fp8-format"), format->value, "e4m3 or hybrid (TransformerConfig.fp8)");
+  }
+  if (const RawFlag* g = f.find("--recompute-granularity"); g != nullptr && g->value == "full") {
+    for (const char* flag : {"--recompute-method", "--recompute-num-layers"}) {
+      if (f.find(flag) == nullptr) {
+        throw InputError(f.field(flag), "missing",
+                         "uniform or block, and a layer count, with --recompute-granularity full (TransformerConfig "
+                         "raises without them)");
+      }
+    }
+  }
+  if (!f.switches.contains("--use-precision-aware-optimizer")) {
+    for (const char* flag : {"--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"}) {
+      const RawFlag* d = f.find(flag);
+      if (d != nullptr && d->value != "fp32") {
+        throw InputError(f.field(flag), d->value,
+                         "fp32 without --use-precision-aware-optimizer (OptimizerConfig asserts it; add the flag for "
+                         "lower-precision states)");
+      }
+    }
+    if (f.switches.contains("--optimizer-cpu-offload")) {
+      throw InputError(f.field("--optimizer-cpu-offload"), "without --use-precision-aware-optimizer",
+                       "--use-precision-aware-optimizer with it (validate_args: the hybrid device optimizer reuses "
+                       "that path)");
+    }
+  }
+}
+
 }  // namespace
 
 MegatronSettings parse_megatron_args(std::string_view text, const std::string& source) {
   const std::optional<std::string> yaml = detail::modelzoo_yaml_args(text, source);
   detail::ShellRun run = detail::run_shell(yaml ? std::string_view(*yaml) : text, source);
   const ScriptFlags f = scan(launch_words(std::move(run.words)), source);
+  refuse_invalid_launch(f);
   MegatronSettings s;
   s.source = source;
   read_attention(f, s);

@@ -120,6 +120,25 @@ void refuse_incomplete(const MegatronSettings& s, const Given& given) {
   }
 }
 
+// validate_args: without a layout string, virtual stages or first/last-stage counts, the layers
+// (with the embedding and the loss where the script accounts for them) must divide over the
+// pipeline: "Number of layers should be divisible by the pipeline-model-parallel size".
+void refuse_indivisible_layers(const Request& r) {
+  const ParallelConfig& p = r.parallel;
+  if (!r.model.spec || p.pp <= 1 || !p.pipeline_layout.empty() || p.vpp > 1 || p.first_stage_layers || p.last_stage_layers ||
+      !p.layers_per_stage.empty()) {
+    return;
+  }
+  const std::int64_t n = r.model.spec->num_layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+  if (n % p.pp != 0) {
+    throw InputError("--megatron-args --num-layers", std::to_string(r.model.spec->num_layers),
+                     fmt::format("a layer count Megatron can split over pipeline-model-parallel size {} ({} units do not "
+                                 "divide; add --decoder-first-pipeline-num-layers/--decoder-last-pipeline-num-layers or "
+                                 "--pipeline-model-parallel-layout, as Megatron would need)",
+                                 p.pp, n));
+  }
+}
+
 }  // namespace
 
 void apply_megatron_settings(const MegatronSettings& s, Request& r, const std::set<std::string>& given) {
@@ -129,6 +148,7 @@ void apply_megatron_settings(const MegatronSettings& s, Request& r, const std::s
   apply_layout(s, r.parallel, given);
   apply_training(s, r.training, given);
   derive_dp(s, r.parallel, given);
+  refuse_indivisible_layers(r);
   // validate_args: args.global_batch_size = micro_batch_size * data_parallel_size when not given.
   if (s.micro_batch && !s.global_batch && !given.contains("--global-batch")) {
     std::int64_t gbs = 0;

@@ -224,6 +224,38 @@ TEST(MegatronScripts, MemoryFlagsAreRefusedByName) {
   }
 }
 
+// Launches Megatron refuses at start-up are refused, naming the flag (arguments.py validate_args,
+// TransformerConfig.__post_init__, OptimizerConfig.__post_init__).
+TEST(MegatronScripts, LaunchesMegatronRefusesAreRefused) {
+  const std::string base = kModel + "--vocab-size 32000 --tensor-model-parallel-size 1 ";
+  for (const auto& [flags, field] : std::vector<std::pair<std::string, std::string>>{
+           {"--bf16 --fp16", "--fp16"},
+           {"--fp8-format e5m2", "--fp8-format"},
+           {"--recompute-granularity full --recompute-num-layers 1", "--recompute-method"},
+           {"--recompute-granularity full --recompute-method uniform", "--recompute-num-layers"},
+           {"--exp-avg-dtype bf16", "--exp-avg-dtype"},
+           {"--main-params-dtype fp16", "--main-params-dtype"},
+           {"--optimizer-cpu-offload", "--optimizer-cpu-offload"}}) {
+    const auto r = run_cli({"analyze", "--megatron-args", write("refused.args", base + flags + "\n")});
+    EXPECT_EQ(r.code, 2) << flags;
+    EXPECT_NE(r.err.find(field), std::string::npos) << flags << ": " << r.err;
+  }
+  // 4 layers over pp 3 without an uneven split; with the embedding and loss accounted (6 units) it divides.
+  const auto pp3 = run_cli({"analyze", "--megatron-args", write("pp3.args", base + "--pipeline-model-parallel-size 3\n")});
+  EXPECT_EQ(pp3.code, 2);
+  EXPECT_NE(pp3.err.find("--num-layers"), std::string::npos) << pp3.err;
+  EXPECT_EQ(run_cli({"analyze", "--megatron-args",
+                     write("pp3el.args", base + "--pipeline-model-parallel-size 3 --account-for-embedding-in-pipeline-split "
+                                                "--account-for-loss-in-pipeline-split\n")})
+                .code,
+            0);
+  // The same settings in the form Megatron accepts.
+  for (const std::string ok : {"--bf16", "--fp8-format hybrid", "--recompute-granularity full --recompute-method uniform "
+                               "--recompute-num-layers 1", "--use-precision-aware-optimizer --exp-avg-dtype bf16"}) {
+    EXPECT_EQ(run_cli({"analyze", "--megatron-args", write("accepted.args", base + ok + "\n")}).code, 0) << ok;
+  }
+}
+
 TEST(MegatronScripts, MemoryFlagsWithAMechanismAreModelled) {
   const std::string base = kModel + "--vocab-size 32000 --tensor-model-parallel-size 1 ";
   const json legacy = analyze_json({"--megatron-args", write("ra.args", base + "--recompute-activations\n")});
@@ -231,7 +263,8 @@ TEST(MegatronScripts, MemoryFlagsWithAMechanismAreModelled) {
   EXPECT_EQ(legacy.at("training").at("recompute"), "selective");
   // --optimizer-cpu-offload with its fraction: that share of the optimizer shard on the host.
   const json offload =
-      analyze_json({"--megatron-args", write("of.args", base + "--optimizer-cpu-offload --optimizer-offload-fraction 0.5\n")});
+      analyze_json({"--megatron-args", write("of.args", base + "--use-precision-aware-optimizer --optimizer-cpu-offload "
+                                                              "--optimizer-offload-fraction 0.5\n")});
   ASSERT_FALSE(offload.is_null());
   EXPECT_GT(offload.at("stages").at(0).at("bytes").at("host").get<std::uint64_t>(), 0u);
   const json bf16 = analyze_json({"--megatron-args", write("gr.args", base + "--grad-reduce-in-bf16\n")});
