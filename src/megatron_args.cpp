@@ -244,7 +244,19 @@ ScriptFlags scan(const Words& w, const std::string& source) {
   f.source = source;
   for (std::size_t i = 0; i < w.words.size(); ++i) {
     const std::string& flag = w.at(i);
-    if (!is_flag(flag)) continue;
+    if (!is_flag(flag)) {
+      // A variable a `read`, `mapfile` or `printf -v` set (shell_builtins.cpp): its flags are
+      // unknown, and a launch run without them would be costed silently wrong.
+      const auto& word = w.words[i];
+      if (word.depends_on.find("(its input is not read)") != std::string::npos) {
+        throw InputError(fmt::format("{}: line {}", source, word.line), word.text,
+                         fmt::format("words the script gives directly: this one comes from {}, which moemem does not "
+                                     "evaluate (write the flags into the variable, e.g. VAR=(--flag value ...), or "
+                                     "pass them inline)",
+                                     word.depends_on));
+      }
+      continue;
+    }
     const std::string value = w.is_value(i + 1) ? w.at(i + 1) : "";
     if (const auto why = detail::unmodelled(flag, value)) {
       refuse_unknown(w, i, w.is_value(i + 1) ? i + 1 : i, f);

@@ -313,6 +313,39 @@ std::optional<Status> Shell::run_builtin(const std::vector<Field>& args, const C
   if (name == "shopt" || name == "alias") {
     return Status{};
   }
+  // Builtins that set variables from input moemem does not read (a here-document, a pipe, a
+  // file): read NAME..., mapfile/readarray [NAME] (MAPFILE by default), printf -v NAME. Each
+  // target holds a value the script cannot be known to give, so a launch that expands it is
+  // refused rather than run without its flags.
+  if (name == "read" || name == "mapfile" || name == "readarray" || (name == "printf" && args.size() > 2 && args[1].text.s == "-v")) {
+    std::vector<std::string> targets;
+    if (name == "printf") {
+      targets.push_back(args[2].text.s);
+    } else {
+      // Options that take a value (read -d DELIM -p PROMPT -n N -t T -u FD -a; mapfile -d -n -O -s -u -C -c).
+      const std::string with_value = name == "read" ? "dpntuNa" : "dnOsuCc";
+      for (std::size_t k = 1; k < args.size(); ++k) {
+        const std::string& w = args[k].text.s;
+        if (w.size() >= 2 && w[0] == '-') {
+          const char opt = w.back();
+          if (name == "read" && opt == 'a' && w.size() == 2 && k + 1 < args.size()) targets.push_back(args[++k].text.s);
+          else if (with_value.find(opt) != std::string::npos && w.size() == 2) ++k;
+          continue;
+        }
+        targets.push_back(w);
+      }
+      if (targets.empty()) targets.emplace_back(name == "read" ? "REPLY" : "MAPFILE");
+      if (name != "read") targets.erase(targets.begin(), targets.end() - 1);  // mapfile's one array
+    }
+    const std::string why = fmt::format("`{}` at line {} (its input is not read)", name, c.line);
+    for (const auto& t : targets) {
+      Value v;
+      for (const char ch : "${" + t + "}") v.text.add(ch, c.line);
+      v.depends_on = why;
+      vars[t] = Var{{v}, {}, false};
+    }
+    return Status{};
+  }
   return std::nullopt;
 }
 

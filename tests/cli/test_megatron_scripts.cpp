@@ -256,6 +256,24 @@ TEST(MegatronScripts, LaunchesMegatronRefusesAreRefused) {
   }
 }
 
+// Flags a script reads into a variable with `read` (from a here-document), `mapfile` or
+// `printf -v` are not evaluated: a launch that expands such a variable is refused, naming the
+// line, rather than costed without those flags.
+TEST(MegatronScripts, VariablesSetFromUnreadInputAreRefusedWhereUsed) {
+  const std::string launch = "torchrun --nproc_per_node 8 pretrain_gpt.py " + kModel + "--vocab-size 32000 --seq-length 2048 "
+                             "--micro-batch-size 1 --global-batch-size 8 --bf16 ";
+  for (const std::string head : {"read -r -d '' MEM <<'EOT'\n--recompute-granularity selective\nEOT\n",
+                                 "mapfile -t MEM < <(printf '%s\\n' --use-distributed-optimizer)\n",
+                                 "printf -v MEM '%s' '--use-distributed-optimizer'\n"}) {
+    const auto r = run_cli({"analyze", "--megatron-args", write("unread.sh", head + launch + "$MEM\n")});
+    EXPECT_EQ(r.code, 2) << head;
+    EXPECT_NE(r.err.find("line "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("does not evaluate"), std::string::npos) << r.err;
+  }
+  // A variable read but never expanded into the launch changes nothing.
+  EXPECT_EQ(run_cli({"analyze", "--megatron-args", write("unused.sh", "read -r HOSTS < hostfile\n" + launch + "\n")}).code, 0);
+}
+
 TEST(MegatronScripts, MemoryFlagsWithAMechanismAreModelled) {
   const std::string base = kModel + "--vocab-size 32000 --tensor-model-parallel-size 1 ";
   const json legacy = analyze_json({"--megatron-args", write("ra.args", base + "--recompute-activations\n")});
