@@ -81,15 +81,20 @@ void print_notes(const MegatronScript& m, std::ostream& err) {
   }
 }
 
-// A setting the script gives twice (and the user not inline) is refused as a flag given twice
-// is, in the order of the options.
-void refuse_repeated(const MegatronSettings& s, const CLI::App& app, const std::set<std::string>& given) {
+// A setting the script gives twice (and the user not inline): Megatron's argparse keeps the last
+// value, which is what moemem read, and says so (a base array with overrides appended is a common
+// pattern). The virtual pipeline degree from two different flags is refused: Megatron derives it
+// from one of them.
+void refuse_repeated(MegatronSettings& s, const CLI::App& app, const std::set<std::string>& given) {
   for (const CLI::Option* o : app.get_options()) {
     const std::string name = o->get_name();
     const auto it = s.repeated.find(name);
-    if (it != s.repeated.end() && !given.contains(name)) {
-      throw CLI::ArgumentMismatch::AtMost(name, 1, static_cast<std::size_t>(it->second));
-    }
+    if (it == s.repeated.end() || given.contains(name)) continue;
+    if (name == "--vpp") throw CLI::ArgumentMismatch::AtMost(name, 1, static_cast<std::size_t>(it->second));
+    s.notes.push_back(fmt::format("the script gives the flag for moemem's {} {} times: the last value is read, as "
+                                  "Megatron's argparse keeps it (if the script runs two launches, pass the setting "
+                                  "inline to choose)",
+                                  name, it->second));
   }
 }
 
