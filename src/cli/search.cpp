@@ -143,7 +143,12 @@ std::string entry_command(const std::string& base, const ModelSpec& m, const Sea
 // precision is (--bf16 or --fp16).
 std::string megatron_command(const ModelSpec& m, const SearchEntry& e, std::int64_t seq_len, std::string_view profile) {
   const auto& p = e.parallel;
-  if (profile != "megatron" || (p.schedule != Schedule::one_f_one_b && p.schedule != Schedule::interleaved)) return "";
+  // No launch flags where Megatron-LM has none for the plan: DualPipe and the other schedules, and
+  // ZeRO 2/3 (Megatron-FSDP, whose --use-megatron-fsdp launches moemem does not read back).
+  if (profile != "megatron" || (p.schedule != Schedule::one_f_one_b && p.schedule != Schedule::interleaved) ||
+      e.training.zero >= 2) {
+    return "";
+  }
   std::string cmd = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {} --context-parallel-size {} "
                                 "--expert-model-parallel-size {} --expert-tensor-parallel-size {}",
                                 p.tp, p.pp, p.cp, p.ep, p.etp_degree());
@@ -161,7 +166,11 @@ std::string megatron_command(const ModelSpec& m, const SearchEntry& e, std::int6
   if (e.training.precision.weights == DType::bf16) cmd += " --bf16";
   else if (e.training.precision.weights == DType::fp16) cmd += " --fp16";
   if (e.training.zero == 1) cmd += " --use-distributed-optimizer";
-  if (e.training.recompute == Recompute::full) cmd += " --recompute-granularity full";
+  // TransformerConfig raises for full recomputation without a method and a layer count.
+  if (e.training.recompute == Recompute::full) {
+    cmd += fmt::format(" --recompute-granularity full --recompute-method {} --recompute-num-layers {}",
+                       name_of(e.training.recompute_method), e.training.recompute_num_layers);
+  }
   if (e.training.recompute == Recompute::selective) {
     std::string modules = e.recompute_name;
     std::replace(modules.begin(), modules.end(), ',', ' ');

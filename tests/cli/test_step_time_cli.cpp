@@ -236,6 +236,18 @@ TEST(StepTimeCli, SearchMegatronCommandsReadBackToTheSamePeak) {
   const auto d = json_of({"search", "--model", "qwen3-235b-a22b", "--gpus", "256", "--gpu", "h100-80g", "--global-batch", "2048",
                           "--schedule", "dualpipe", "--threads", "2", "--top", "1", "--format", "json"});
   EXPECT_TRUE(d.at("layouts").at(0).at("megatron_command").is_null());
+  // ZeRO 3 under Megatron is Megatron-FSDP, which has no launch flags moemem reads back: none.
+  // Full recomputation names its method and layer count, which TransformerConfig requires.
+  const auto z = json_of({"search", "--model", "qwen3-235b-a22b", "--gpus", "256", "--gpu", "h100-80g", "--global-batch", "2048",
+                          "--zero", "3", "--recompute", "full", "--threads", "2", "--top", "1", "--format", "json"});
+  ASSERT_FALSE(z.at("layouts").empty());
+  EXPECT_TRUE(z.at("layouts").at(0).at("megatron_command").is_null());
+  const auto f = json_of({"search", "--model", "qwen3-235b-a22b", "--gpus", "256", "--gpu", "h100-80g", "--global-batch", "2048",
+                          "--zero", "1", "--recompute", "full", "--threads", "2", "--top", "1", "--format", "json"});
+  ASSERT_FALSE(f.at("layouts").empty());
+  EXPECT_NE(f.at("layouts").at(0).at("megatron_command").get<std::string>().find(
+                "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"),
+            std::string::npos);
 }
 
 }  // namespace
