@@ -337,7 +337,7 @@ std::string summary_line(const SearchResult& r, const RunInfo& run) {
 // many candidates broke it and one of its messages.
 bool all_refused(const SearchResult& r) { return r.evaluated == 0 && r.invalid > 0; }
 std::string refusals(const SearchResult& r) {
-  std::string s = "No layout fits: every candidate was refused, for these reasons (candidates refused, one message each):\n";
+  std::string s = "every candidate was refused, for these reasons (candidates refused, one message each):\n";
   for (const auto& [field, n] : r.invalid_by_field) s += fmt::format("  {} ({}): {}\n", field, n, r.invalid_reason.at(field));
   return s;
 }
@@ -425,7 +425,7 @@ void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, st
     if (!r.feasible.empty()) out << "#1 as analyze flags: moemem analyze " << run.command(r.feasible.front()) << "\n\n";
     render(entries_table(fmt::format("Pareto front (peak memory vs {})", by), r.pareto, top, r.usable, run.timed()), Format::table, out);
   } else if (all_refused(r)) {
-    out << refusals(r) << "\n";
+    out << "No layout: every candidate was refused (the reasons are on stderr).\n\n";
   } else {
     out << "No layout fits.\n\n";
   }
@@ -579,6 +579,12 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   } else if (format == "json" || format == "jsonl") print_json(r, run, top, format == "jsonl", out);
   else if (format == "csv") print_csv(r, run, top, out, err);
   else print_table(r, run, top, out);
+  // Every candidate refused is bad input (a setting no layout can take), not "does not fit":
+  // exit 2 with the reasons on stderr (the JSON document carries them too, under "refused").
+  if (all_refused(r)) {
+    if (format != "csv") err << "moemem: error: " << refusals(r);
+    return 2;
+  }
   return r.feasible_count == 0 ? 1 : 0;
 }
 

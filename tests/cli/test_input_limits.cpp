@@ -280,7 +280,8 @@ TEST(TensorParallelRules, MlpSizesMustDivideByTp) {
   // search: no layout with tp 2 is evaluated.
   const CliResult s = run({"search", "--model", odd, "--gpus", "8", "--gpu", "h100-80g", "--global-batch", "8", "--tp", "2",
                            "--format", "json"});
-  EXPECT_EQ(s.code, 1) << s.err;
+  EXPECT_EQ(s.code, 2) << s.err;  // every candidate refused: bad input, named on stderr
+  EXPECT_NE(s.err.find("intermediate_size (14337)"), std::string::npos) << s.err;
   EXPECT_EQ(nlohmann::json::parse(s.out).at("evaluated"), 0);
 
   nlohmann::json q = nlohmann::json::parse(read(std::string(MOEMEM_TEST_DATA_DIR) + "/configs/qwen2-57b-a14b.config.json"));

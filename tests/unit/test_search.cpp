@@ -130,13 +130,14 @@ TEST(Search, ImpossibleRequestSaysSoAndWhy) {
 // flash attention every candidate is refused: search says which rule, not just "no layout fits".
 TEST(Search, EveryCandidateRefusedNamesTheRule) {
   const Args args = {"search", "--model", "gemma-2-9b", "--gpus", "8", "--gpu", "h100-80g", "--global-batch", "64"};
+  // Bad input, not "does not fit": exit 2 with the reasons on stderr.
   const auto r = run_cli(args);
-  EXPECT_EQ(r.code, 1) << r.err;
-  EXPECT_NE(r.out.find("every candidate was refused"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("--attention ("), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("attn_logit_softcapping"), std::string::npos) << r.out;
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("every candidate was refused"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--attention ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("attn_logit_softcapping"), std::string::npos) << r.err;
   const auto j = run_cli(concat(args, {"--format", "json"}));
-  EXPECT_EQ(j.code, 1);
+  EXPECT_EQ(j.code, 2);
   const auto doc = nlohmann::json::parse(j.out);
   ASSERT_EQ(doc.at("refused").size(), 1u) << j.out;
   EXPECT_EQ(doc.at("refused")[0].at("field"), "--attention");
