@@ -195,11 +195,14 @@ void AnalyzeCommand::setup(CLI::App& root, const char* name) {
   app = root.add_subcommand(name, is_explain ? "Every byte of one stage at its peak, itemised"
                                              : "Memory of every pipeline stage for one configuration");
   auto* stage_opt = app->add_option_function<std::string>(
-      is_explain ? "--stage" : "--explain", [this](const std::string& v) { explain = parse_int(v, "--stage"); },
+      is_explain ? "--stage" : "--explain",
+      [this](const std::string& v) { explain = parse_int(v, is_explain ? "--stage" : "--explain"); },
       "Pipeline stage to itemise: every byte by category, module and tensor");
   (void)stage_opt;  // explain needs --stage or --time, checked in run()
   app->add_flag("--time", time, "Itemise the step-time estimate: compute, recomputation, each communication, bubble "
                                 "(needs a named --gpu and --global-batch)");
+  add_int(*app, "--gpus-per-node", gpus_per_node,
+          "GPUs per node for the step-time estimate (groups beyond it cross nodes; search's flag of the same name)");
   add_model_options(*app, model);
   add_layout_options(*app, layout);
   add_training_options(*app, training);
@@ -316,14 +319,16 @@ nlohmann::json analyze_json(const MemoryReport& r, const std::optional<GpuChoice
 
 // The step-time model's figures (docs/formulas.md, "Step time"), or null: it needs a named GPU
 // (its peaks and links) and the global batch (the micro-batches per step).
-nlohmann::json time_json(const Scenario& e, const std::optional<GpuChoice>& gpu) {
+nlohmann::json time_json(const Scenario& e, const std::optional<GpuChoice>& gpu, std::int64_t gpus_per_node) {
   if (!gpu || !e.training.global_batch) return nullptr;
   const auto names = gpu_names();
   if (std::find(names.begin(), names.end(), gpu->name) == names.end()) return nullptr;
   const CompiledModel cm = compile_model(e.model, e.inventory, *e.profile);
   const StepTimeModel sm = make_step_time_model(cm);
   if (sm.untimed_layers) return nullptr;  // not timed (estimate_step_time says why)
-  const StepTime st = estimate_step_time(sm, e.layout, e.training, lookup_gpu_perf(gpu->name));
+  GpuPerf perf = lookup_gpu_perf(gpu->name);
+  perf.gpus_per_node = gpus_per_node;
+  const StepTime st = estimate_step_time(sm, e.layout, e.training, perf);
   const auto& b = st.breakdown;
   return {{"step_seconds", st.step_seconds}, {"tokens_per_second_per_gpu", st.tokens_per_second_per_gpu}, {"mfu", st.mfu},
           {"model_flops_per_token", st.model_flops_per_token}, {"bubble_fraction", st.bubble_fraction},
@@ -334,8 +339,9 @@ nlohmann::json time_json(const Scenario& e, const std::optional<GpuChoice>& gpu)
 }
 
 // `--time`: the step-time estimate, itemised (seconds per step and share of the step).
-void time_output(const Scenario& e, const std::optional<GpuChoice>& gpu, Format f, std::ostream& out) {
-  const nlohmann::json t = time_json(e, gpu);
+void time_output(const Scenario& e, const std::optional<GpuChoice>& gpu, std::int64_t gpus_per_node, Format f,
+                 std::ostream& out) {
+  const nlohmann::json t = time_json(e, gpu, gpus_per_node);
   if (t.is_null()) {
     if (gpu && e.training.global_batch) {
       const auto names = gpu_names();
@@ -399,6 +405,9 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
     throw InputError("--format", format, "one of table, json, csv, markdown, html");
   }
   const Format f = html ? Format::json : parse_format(format);
+  if (gpus_per_node < 1 || gpus_per_node > 1024) {
+    throw InputError("--gpus-per-node", std::to_string(gpus_per_node), "an integer from 1 to 1024");
+  }
   const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
   auto gpu = gpu_choice(training);
   auto warnings = model_warnings(e.model, model, err);
@@ -408,7 +417,7 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
     err << "note: " << warnings.back() << "\n";
   }
   if (time) {
-    time_output(e, gpu, f, out);
+    time_output(e, gpu, gpus_per_node, f, out);
     return;
   }
   if (explain && !html) {
@@ -421,7 +430,7 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   if (gpu && band && !no_margin) gpu->margin_pct = std::max(0.0, band->band.high_pct);
   if (f == Format::json) {
     nlohmann::json j = analyze_json(r, gpu, band, gpu && !no_margin, warnings);
-    j["time"] = time_json(e, gpu);
+    j["time"] = time_json(e, gpu, gpus_per_node);
     if (html) {
       const std::int64_t stage = explain.value_or(r.peak_stage);
       const auto items = explain_stage(e.model, e.inventory, *e.profile, e.layout, e.training, stage);

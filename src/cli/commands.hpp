@@ -23,6 +23,7 @@ struct AnalyzeCommand {
   bool no_margin = false;               // fit verdict on the prediction alone, without the validation band
   bool time = false;                    // --time: itemise the step-time estimate instead (docs/formulas.md, "Step time")
   bool is_explain = false;              // the `explain` subcommand (--stage or --time required)
+  std::int64_t gpus_per_node = 8;       // the step-time model's node (search's --gpus-per-node)
   CLI::App* app = nullptr;
   // `name` is "analyze" or "explain" (the same options; explain requires --stage).
   void setup(CLI::App& root, const char* name = "analyze");

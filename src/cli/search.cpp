@@ -249,6 +249,7 @@ std::string base_flags(const SearchCommand& c) {
   if (c.model.mtp) out += fmt::format(" --mtp {}", *c.model.mtp);
   out += fmt::format(" --profile {} --seq-len {}", t.profile, t.batch.seq_len);
   if (t.batch.global_batch) out += fmt::format(" --global-batch {}", *t.batch.global_batch);
+  if (c.gpus_per_node != 8) out += fmt::format(" --gpus-per-node {}", c.gpus_per_node);  // the step-time estimate's node
   for (const auto& [flag, value] : {std::pair{"--gpu", &t.gpu.gpu}, std::pair{"--gpu-memory", &t.gpu.gpu_memory},
                                     std::pair{"--main-grads-dtype", &t.states.main_grads_dtype},
                                     std::pair{"--main-params-dtype", &t.states.main_params_dtype},

@@ -357,3 +357,27 @@ TEST(StepTimeCli, FixedVppOverridesItsBound) {
 }
 
 }  // namespace
+
+namespace {
+
+// search's --gpus-per-node enters the step-time estimate; each result's command carries it, so
+// analyze reproduces the tokens/s as well as the peak.
+TEST(StepTimeCli, SearchCommandsCarryGpusPerNode) {
+  const auto j = json_of({"search", "--model", "llama-3.1-70b", "--gpus", "24", "--gpu", "h100-80g", "--global-batch", "96",
+                          "--gpus-per-node", "4", "--threads", "2", "--top", "3", "--format", "json"});
+  ASSERT_FALSE(j.at("layouts").empty());
+  for (const auto& l : j.at("layouts")) {
+    const std::string cmd = l.at("command").get<std::string>();
+    EXPECT_NE(cmd.find("--gpus-per-node 4"), std::string::npos) << cmd;
+    const auto a = json_of(concat(words(cmd), {"--format", "json"}));
+    EXPECT_EQ(a.at("peak").at("total_bytes"), l.at("peak_bytes")) << cmd;
+    EXPECT_DOUBLE_EQ(a.at("time").at("tokens_per_second_per_gpu").get<double>(),
+                     l.at("time").at("tokens_per_second_per_gpu").get<double>())
+        << cmd;
+  }
+  const auto bad = run_cli({"analyze", "--model", "llama-3.1-8b", "--gpus-per-node", "0"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--gpus-per-node"), std::string::npos) << bad.err;
+}
+
+}  // namespace
