@@ -246,7 +246,7 @@ void print_tables(const std::vector<Table>& tables, const Evaluation& e, std::in
         << fmt::format("moemem paper: {} under the reference analysis's conventions; GiB = 2^30 bytes\n\n", e.model.name);
   }
   for (const auto& t : tables) {
-    if (f == Format::csv) out << "# " << t.title << "\n";
+    if (f == Format::csv) out << "# " << t.title << " (sizes here in exact bytes)\n";
     render(t, f, out);
   }
 }

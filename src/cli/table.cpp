@@ -60,11 +60,31 @@ void render(const Table& t, Format f, std::ostream& out) {
   switch (f) {
     case Format::json: out << json_text(to_json(t), 2) << "\n"; return;
     case Format::csv: {
-      for (std::size_t i = 0; i < t.columns.size(); ++i) out << (i ? "," : "") << csv_escape(t.columns[i]);
-      out << "\n";
-      for (const auto& row : t.rows) {
-        for (std::size_t i = 0; i < row.size(); ++i) out << (i ? "," : "") << csv_escape(text_of(row[i], false));
+      // CSV carries GiB cells as exact bytes: a "GiB" header says "bytes" instead, and a column
+      // that would then repeat another (explain's "GiB" beside its "bytes") is left out.
+      std::vector<std::string> header = t.columns;
+      std::vector<bool> keep(header.size(), true);
+      for (std::size_t i = 0; i < header.size(); ++i) {
+        const bool gib = !t.rows.empty() && i < t.rows[0].size() && std::holds_alternative<GibBytes>(t.rows[0][i]);
+        const auto at = header[i].find("GiB");
+        if (!gib || at == std::string::npos) continue;
+        header[i].replace(at, 3, "bytes");
+        keep[i] = std::find(t.columns.begin(), t.columns.end(), header[i]) == t.columns.end();
+      }
+      const auto write = [&](const std::vector<std::string>& cells) {
+        bool first = true;
+        for (std::size_t i = 0; i < cells.size(); ++i) {
+          if (i < keep.size() && !keep[i]) continue;
+          out << (first ? "" : ",") << csv_escape(cells[i]);
+          first = false;
+        }
         out << "\n";
+      };
+      write(header);
+      for (const auto& row : t.rows) {
+        std::vector<std::string> cells;
+        for (const auto& c : row) cells.push_back(text_of(c, false));
+        write(cells);
       }
       return;
     }

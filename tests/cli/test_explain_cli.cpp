@@ -185,3 +185,21 @@ TEST(ExplainCli, UnfusedRopeKeepsCosAndSin) {
 }
 
 }  // namespace
+
+namespace {
+
+// CSV is for machines: exact bytes, and a header that says so (explain's GiB column, bytes in CSV,
+// would repeat its bytes column and is left out; paper's "bf16 GiB" reads "bf16 bytes").
+TEST(ExplainCsv, HeadersNameBytesNotGiB) {
+  const auto e = moemem::test::run_cli({"explain", "--stage", "1", "--model", "deepseek-v3", "--tp", "2", "--pp", "16", "--dp",
+                                        "64", "--ep", "8", "--format", "csv"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  const std::string head = e.out.substr(0, e.out.find('\n'));
+  EXPECT_EQ(head, "category,module,item,how,bytes");
+  const auto p = moemem::test::run_cli({"paper", "--format", "csv"});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_NE(p.out.find("stage,layers,params,bf16 bytes\n"), std::string::npos);
+  EXPECT_NE(p.out.find("(reference §5), GiB (sizes here in exact bytes)\n"), std::string::npos);
+}
+
+}  // namespace
