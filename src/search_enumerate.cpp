@@ -164,13 +164,36 @@ LayoutEnumeration enumerate_layouts(const ModelSpec& m, const SearchSpace& space
   return out;
 }
 
+// The micro-batches that divide `per_rank` (the global batch over dp) and are allowed: the fixed
+// one, else those up to --micro-batch-max (0: up to 2^20, analyze's own limit). Trial division
+// only as far as the bound or sqrt(per_rank), so that a huge global batch costs no more than a
+// small one (the divisors of 2^62 would take 2^31 steps a layout).
+std::vector<std::int64_t> micro_batch_choices(const SearchSpace& space, std::int64_t per_rank) {
+  constexpr std::int64_t kMicroBatchLimit = std::int64_t{1} << 20;
+  if (space.micro_batch) {
+    if (*space.micro_batch > 0 && per_rank % *space.micro_batch == 0) return {*space.micro_batch};
+    return {};
+  }
+  const std::int64_t bound = space.micro_batch_max > 0 ? std::min(space.micro_batch_max, kMicroBatchLimit) : kMicroBatchLimit;
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= bound && d <= per_rank / d; ++d) {
+    if (per_rank % d != 0) continue;
+    out.push_back(d);
+    if (d != per_rank / d && per_rank / d <= bound) out.push_back(per_rank / d);
+  }
+  // sqrt(per_rank) below the bound: its divisors above the root were paired above; a bound below
+  // the root ends the loop at the bound, and every divisor up to it was seen.
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::size_t layout_candidates(std::size_t layout, const LayoutChoice& choice, const SearchSpace& space,
                               const std::vector<RecomputeChoice>& recomputes, std::vector<Candidate>& out, std::size_t from) {
   const std::int64_t global = *space.base.global_batch;
   const auto& p = choice.layout.config;
   if (global % p.dp != 0) return from;
   std::size_t n = from;
-  for (const auto mb : choices(space.micro_batch, divisors(global / p.dp), space.micro_batch_max)) {
+  for (const auto mb : micro_batch_choices(space, global / p.dp)) {
     for (const int zero : space.zero_stages) {
       for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
         if (n == out.size()) out.push_back({layout, space.base, ri});
@@ -191,7 +214,7 @@ std::size_t layout_candidate_count(const LayoutChoice& choice, const SearchSpace
   const std::int64_t global = *space.base.global_batch;
   const auto& p = choice.layout.config;
   if (global % p.dp != 0) return 0;
-  return choices(space.micro_batch, divisors(global / p.dp), space.micro_batch_max).size() * space.zero_stages.size() * recomputes;
+  return micro_batch_choices(space, global / p.dp).size() * space.zero_stages.size() * recomputes;
 }
 
 std::vector<Candidate> enumerate_candidates(const std::vector<LayoutChoice>& layouts, const SearchSpace& space,

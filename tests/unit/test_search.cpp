@@ -147,6 +147,20 @@ TEST(Search, EveryCandidateRefusedNamesTheRule) {
   EXPECT_FALSE(nlohmann::json::parse(ok.out).contains("refused")) << ok.out;
 }
 
+// A global batch near 2^62: the micro-batch choices are the divisors up to the bound (4 by
+// default), found by trial division no further than that, not every divisor of 2^62 / dp.
+TEST(Search, HugeGlobalBatchKeepsToTheMicroBatchBound) {
+  const auto r = run_cli({"search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-80g", "--global-batch",
+                          "4611686018427387904", "--threads", "2", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(doc.at("layouts").empty());
+  for (const auto& l : doc.at("layouts")) {
+    const auto mb = l.at("micro_batch").get<std::int64_t>();
+    EXPECT_TRUE(mb == 1 || mb == 2 || mb == 4) << mb;  // 2^62 / dp has only powers of two
+  }
+}
+
 TEST(Search, InvalidConstraintsAreNamed) {
   const std::vector<std::string> base = {"search", "--gpus", "64", "--gpu", "h100-80g", "--global-batch", "64"};
   auto expect_named = [&](std::vector<std::string> extra, const std::string& word, bool replace_base = false) {
