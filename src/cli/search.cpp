@@ -498,6 +498,11 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
     space.zero_stages.clear();
   }
   for (const auto s : parse_int_list(stages, "--zero")) space.zero_stages.push_back(static_cast<int>(s));
+  for (const char* flag : {"--schedule", "--recompute"}) {
+    if (app->count(flag) > 0 && (flag == std::string_view("--schedule") ? schedules : recomputes).empty()) {
+      throw InputError(flag, "", "a comma-separated list (leave the flag out for the default choices)");
+    }
+  }
   if (!schedules.empty()) {
     std::size_t start = 0;
     while (start <= schedules.size()) {
@@ -551,6 +556,17 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
     space.zero_stages = {space.base.zero};
   }
 
+  // A choice listed twice is one choice: each is searched once (and counted once).
+  const auto dedupe = [](auto& list, auto same) {
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      for (std::size_t j = list.size(); j-- > i + 1;) {
+        if (same(list[i], list[j])) list.erase(list.begin() + static_cast<std::ptrdiff_t>(j));
+      }
+    }
+  };
+  dedupe(space.zero_stages, [](int a, int b) { return a == b; });
+  dedupe(space.schedules, [](Schedule a, Schedule b) { return a == b; });
+  dedupe(space.recomputes, [](const RecomputeChoice& a, const RecomputeChoice& b) { return a.mode == b.mode && a.modules == b.modules; });
   const int n_threads = threads > 0 ? static_cast<int>(threads)
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Progress is for a person watching: on the process's stderr when it is a terminal, unless --quiet.

@@ -161,6 +161,22 @@ TEST(Search, HugeGlobalBatchKeepsToTheMicroBatchBound) {
   }
 }
 
+// A choice listed twice is searched (and counted) once; an empty list is refused.
+TEST(Search, RepeatedChoicesCountOnce) {
+  const Args base = {"search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-80g", "--global-batch", "512",
+                     "--vpp-max", "1", "--threads", "2", "--format", "json"};
+  const auto once = nlohmann::json::parse(run_cli(concat(base, {"--schedule", "1f1b", "--recompute", "none,full"})).out);
+  const auto twice = nlohmann::json::parse(run_cli(concat(base, {"--schedule", "1f1b,1f1b", "--recompute", "none,full,none",
+                                                                 "--zero", "0,1,1"})).out);
+  const auto zero = nlohmann::json::parse(run_cli(concat(base, {"--schedule", "1f1b", "--recompute", "none,full", "--zero", "0,1"})).out);
+  EXPECT_EQ(once.at("candidates"), zero.at("candidates"));
+  EXPECT_EQ(twice.at("candidates"), once.at("candidates"));
+  EXPECT_EQ(twice.at("feasible"), once.at("feasible"));
+  const auto empty = run_cli(concat(base, {"--schedule", ""}));
+  EXPECT_EQ(empty.code, 2);
+  EXPECT_NE(empty.err.find("--schedule"), std::string::npos) << empty.err;
+}
+
 TEST(Search, InvalidConstraintsAreNamed) {
   const std::vector<std::string> base = {"search", "--gpus", "64", "--gpu", "h100-80g", "--global-batch", "64"};
   auto expect_named = [&](std::vector<std::string> extra, const std::string& word, bool replace_base = false) {
