@@ -46,7 +46,18 @@ nlohmann::json entry_json(const SearchEntry& e, std::int64_t rank, const std::st
                     {"communication", e.cost.communication}}}};
 }
 
-void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable, bool timed) {
+// How a result shards its states, in its framework's terms: Megatron's distributed optimizer is
+// ZeRO 1 (2 and 3 Megatron-FSDP), torchtitan always FSDP2, the hf profile DeepSpeed's stage or
+// FSDP/DDP through accelerate.
+std::string optimizer_label(const SearchEntry& e, std::string_view profile) {
+  if (profile == "torchtitan" || e.training.accelerate_fsdp2) return "fsdp2";
+  if (e.training.accelerate_fsdp1) return "fsdp1";
+  if (e.training.hf_ddp) return "ddp";
+  if (profile == "megatron" && e.training.zero == 1) return "dist-opt";
+  return fmt::format("zero{}", e.training.zero);
+}
+
+void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable, bool timed, std::string_view profile) {
   const auto& p = e.parallel;
   std::vector<Cell> row;
   row.emplace_back(rank);
@@ -55,11 +66,7 @@ void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable, bo
   row.emplace_back(std::string(name_of(p.schedule)));
   row.emplace_back(e.split_name);
   row.emplace_back(e.training.micro_batch);
-  row.emplace_back(std::string(e.training.accelerate_fsdp2   ? "fsdp2"
-                               : e.training.accelerate_fsdp1 ? "fsdp1"
-                               : e.training.hf_ddp           ? "ddp"
-                               : e.training.zero == 1        ? "dist-opt"
-                                                             : fmt::format("zero{}", e.training.zero)));
+  row.emplace_back(optimizer_label(e, profile));
   row.emplace_back(recompute_text(e));
   row.emplace_back(GibBytes{e.peak.value()});
   row.emplace_back(e.peak_stage);
@@ -76,7 +83,7 @@ void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable, bo
 }
 
 Table entries_table(const std::string& title, const std::vector<SearchEntry>& entries, std::int64_t top, Bytes usable,
-                    bool timed) {
+                    bool timed, std::string_view profile) {
   Table t;
   t.title = title;
   t.columns = {"#", "layout", "schedule", "split", "mb", "optimizer", "recompute", "peak", "stage", "margin GiB"};
@@ -89,7 +96,7 @@ Table entries_table(const std::string& title, const std::vector<SearchEntry>& en
   std::int64_t rank = 0;
   for (const auto& e : entries) {
     if (++rank > top) break;
-    add_row(t, e, rank, usable, timed);
+    add_row(t, e, rank, usable, timed, profile);
   }
   return t;
 }
@@ -385,7 +392,7 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
 // and margin in bytes, MFU a fraction), numbers without signs or percent, and the analyze flags
 // that reproduce each row.
 Table csv_table(const SearchResult& r, const RunInfo& run, std::int64_t top) {
-  Table t = entries_table("", r.feasible, top, r.usable, run.timed());
+  Table t = entries_table("", r.feasible, top, r.usable, run.timed(), run.profile.name);
   t.columns = {"rank", "layout", "schedule", "split", "micro_batch", "optimizer", "recompute", "peak_bytes", "peak_stage",
                "margin_bytes"};
   if (run.timed()) {
@@ -421,17 +428,20 @@ void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, st
   if (!r.feasible.empty()) {
     const char* by = run.timed() ? "estimated tokens/s per GPU" : "estimated overhead";
     render(entries_table(fmt::format("Best {} of {} layouts that fit, by {}", std::min<std::int64_t>(top, static_cast<std::int64_t>(r.feasible.size())), r.feasible_count, by),
-                         r.feasible, top, r.usable, run.timed()),
+                         r.feasible, top, r.usable, run.timed(), run.profile.name),
            Format::table, out);
     if (!r.feasible.empty()) out << "#1 as analyze flags: moemem analyze " << run.command(r.feasible.front()) << "\n\n";
-    render(entries_table(fmt::format("Pareto front (peak memory vs {})", by), r.pareto, top, r.usable, run.timed()), Format::table, out);
+    render(entries_table(fmt::format("Pareto front (peak memory vs {})", by), r.pareto, top, r.usable, run.timed(),
+                         run.profile.name),
+           Format::table, out);
   } else if (all_refused(r)) {
     out << "No layout: every candidate was refused (the reasons are on stderr).\n\n";
   } else {
     out << "No layout fits.\n\n";
   }
   if (!r.infeasible.empty()) {
-    render(entries_table("Nearest layouts that do not fit (negative margin: short by)", r.infeasible, top, r.usable, run.timed()),
+    render(entries_table("Nearest layouts that do not fit (negative margin: short by)", r.infeasible, top, r.usable, run.timed(),
+                         run.profile.name),
            Format::table, out);
   }
   if (run.timed()) {
