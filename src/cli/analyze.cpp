@@ -15,11 +15,11 @@ namespace moemem::cli {
 
 namespace {
 
-// The model's name and parameters; with LoRA or QLoRA also the trainable ones (adapters), which
-// otherwise equal total_params (left out so that full fine-tuning's reports stay as they were).
+// The model's name and parameters, and the trainable ones (the cli contract's
+// model.trainable_params: the adapters under LoRA or QLoRA, else every parameter).
 nlohmann::json model_json(const MemoryReport& r) {
-  nlohmann::json m = {{"name", r.model_name}, {"total_params", r.total_params.value()}};
-  if (r.training.finetune != Finetune::full) m["trainable_params"] = r.trainable_params.value();
+  nlohmann::json m = {{"name", r.model_name}, {"total_params", r.total_params.value()},
+                      {"trainable_params", r.trainable_params.value()}};
   if (r.training.finetune != Finetune::full || r.training.optimizer != OptimizerKind::adamw) {
     m["finetune"] = name_of(r.training.finetune);
     m["optimizer"] = name_of(r.training.optimizer);
@@ -313,7 +313,10 @@ nlohmann::json analyze_json(const MemoryReport& r, const std::optional<GpuChoice
                                            {"low_pct", band->band.low_pct}, {"high_pct", band->band.high_pct},
                                            {"margin_applied", margin_applied}}
                           : nlohmann::json();
-  add_warnings(j, warnings);
+  // The contract's names: the band under peak as [low, high] percent (null without records of the
+  // profile), and warnings always a list.
+  j["peak"]["band_pct"] = band ? nlohmann::json::array({band->band.low_pct, band->band.high_pct}) : nlohmann::json();
+  j["warnings"] = warnings;
   return j;
 }
 

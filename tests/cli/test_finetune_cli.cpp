@@ -46,10 +46,12 @@ TEST(FinetuneCli, Llama8bAllLinearRank16TrainsPeftsCount) {
   EXPECT_EQ(u64(b.at("optimizer")), 12 * kLlamaLoraR16);                 // fp32 master, exp_avg, exp_avg_sq
 }
 
-TEST(FinetuneCli, FullFineTuningReportHasNoTrainableKey) {
+// The cli contract's model.trainable_params is always there: under full fine-tuning every
+// parameter trains.
+TEST(FinetuneCli, FullFineTuningTrainsEveryParameter) {
   const json r = analyze_json(llama({}));
   ASSERT_FALSE(r.is_null());
-  EXPECT_FALSE(r.at("model").contains("trainable_params"));
+  EXPECT_EQ(r.at("model").at("trainable_params"), r.at("model").at("total_params"));
   EXPECT_EQ(u64(r.at("stages").at(0).at("bytes").at("gradients")), 4 * kLlamaParams);
 }
 

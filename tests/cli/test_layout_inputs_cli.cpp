@@ -79,3 +79,19 @@ TEST(LayoutInputs, SequenceParallelIsOffWithoutTensorParallelism) {
 }
 
 }  // namespace
+
+namespace {
+
+// The cli contract's names in analyze's JSON: peak.band_pct as [low, high] percent, warnings a list
+// (empty when there are none).
+TEST(LayoutInputs, ReportCarriesTheContractsBandAndWarnings) {
+  const json r = analyze_json({"--model", "llama-3.1-8b", "--dp", "8"});
+  ASSERT_FALSE(r.is_null());
+  const auto& band = r.at("peak").at("band_pct");
+  ASSERT_EQ(band.size(), 2u);
+  EXPECT_EQ(band.at(0), r.at("uncertainty").at("low_pct"));
+  EXPECT_EQ(band.at(1), r.at("uncertainty").at("high_pct"));
+  EXPECT_TRUE(r.at("warnings").is_array());
+}
+
+}  // namespace
