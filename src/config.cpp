@@ -431,7 +431,31 @@ ModelSpec parse_config_object(const json& j, const std::string& source) {
     if (tc == j.end() || tc->is_null()) return parse_text_config(j, json::object(), source);
     if (!tc->is_object()) throw InputError(source_field(source, "text_config"), tc->dump().substr(0, 80), "a JSON object (Gemma3TextConfig)");
   }
-  if (const auto tc = j.find("text_config"); tc != j.end() && tc->is_object()) return parse_text_config(j, *tc, source);
+  if (const auto tc = j.find("text_config"); tc != j.end() && tc->is_object()) {
+    // The multimodal wrappers whose towers moemem counts, or a text type nesting its own config;
+    // another wrapper (llava, mistral3, ...) or one with a tower beside text_config would be
+    // narrowed silently to its language model.
+    const bool counted = mt != j.end() && (*mt == "llama4" || *mt == "qwen3_5" || *mt == "qwen3_5_moe" || *mt == "gemma3");
+    if (!counted) {
+      const bool text_type = mt != j.end() && mt->is_string() && config_keys::is_supported_type(mt->get<std::string>());
+      std::string tower;
+      for (const auto& [key, value] : j.items()) {
+        if (key.find("vision") != std::string::npos || key.find("audio") != std::string::npos ||
+            key.find("projector") != std::string::npos || key.find("image") != std::string::npos) {
+          tower = key;
+          break;
+        }
+      }
+      if (!text_type || !tower.empty()) {
+        throw InputError(source_field(source, tower.empty() ? "model_type" : tower),
+                         tower.empty() ? (mt == j.end() ? std::string("missing") : mt->dump()) : std::string("set"),
+                         "a text-only config, or a multimodal wrapper whose vision tower moemem counts (gemma3, llama4, "
+                         "qwen3_5, qwen3_5_moe); to cost only the language model, give text_config's contents as the "
+                         "config");
+      }
+    }
+    return parse_text_config(j, *tc, source);
+  }
   if (mt == j.end() || !mt->is_string()) {
     throw InputError(source_field(source, "model_type"), mt == j.end() ? "missing" : mt->dump(),
                      fmt::format("a string naming a supported model type ({})", config_keys::supported_types()));

@@ -119,6 +119,7 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }  // namespace
 
 std::string supported_types() { return fmt::format("{}", fmt::join(kTypes, ", ")); }
+bool is_supported_type(std::string_view type) { return std::find(kTypes.begin(), kTypes.end(), type) != kTypes.end(); }
 
 std::string nearest_type(std::string_view type) {
   // A config's model_type is short; a long one is cut so the distance stays cheap.

@@ -18,6 +18,7 @@ using KeySet = std::set<std::string, std::less<>>;
 
 // "deepseek, deepseek_v2, ..." for error messages.
 [[nodiscard]] std::string supported_types();
+[[nodiscard]] bool is_supported_type(std::string_view type);
 
 // The supported model_type closest to `type` by edit distance (ties: the longer common
 // prefix, then the first in the list).

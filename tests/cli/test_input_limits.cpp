@@ -171,9 +171,23 @@ TEST(ConfigValues, SizesWithSuffixesAreRefused) {
 
 // A misspelled key changed the number with only a stderr note (and keys beside text_config got
 // none): the JSON lists them under `warnings`, and --strict refuses them.
+// A multimodal wrapper moemem does not count whole (its vision tower) is refused by name, not
+// narrowed to its language model: llava, mistral3, or an unknown type around a text_config.
+TEST(UnknownKeys, WrappersWithUncountedTowersAreRefused) {
+  const nlohmann::json c = nlohmann::json::parse(read(std::string(MOEMEM_TEST_DATA_DIR) + "/configs/llama-3.1-8b.config.json"));
+  for (const auto& [wrapper, field] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {{{"model_type", "llava"}, {"vision_config", {{"hidden_size", 1024}}}, {"text_config", c}}, "vision_config"},
+           {{{"model_type", "mistral3"}, {"vision_config", {{"hidden_size", 1024}}}, {"text_config", c}}, "vision_config"},
+           {{{"model_type", "totally_unknown"}, {"text_config", c}}, "model_type"}}) {
+    const std::string path = temp_file("wrapped.config.json", wrapper.dump());
+    expect_error({"count", "--model", path}, {field, "text_config's contents"});
+  }
+}
+
 TEST(UnknownKeys, ListedInJsonWarningsAndRefusedUnderStrict) {
   nlohmann::json c = nlohmann::json::parse(read(std::string(MOEMEM_TEST_DATA_DIR) + "/configs/llama-3.1-8b.config.json"));
-  const nlohmann::json wrapper = {{"model_type", "llava"}, {"vision_config", {{"hidden_size", 1024}}}, {"text_config", c}};
+  // A text type nesting its config, with a key beside it moemem does not understand.
+  const nlohmann::json wrapper = {{"model_type", "llama"}, {"max_length", 4096}, {"text_config", c}};
   c["hiden_size"] = 1024;
   const std::string typo = temp_file("typo.config.json", c.dump());
   const std::string beside = temp_file("wrapper.config.json", wrapper.dump());
@@ -181,7 +195,7 @@ TEST(UnknownKeys, ListedInJsonWarningsAndRefusedUnderStrict) {
       {"analyze", "--format", "json"}, {"explain", "--stage", "0", "--format", "json"}, {"count", "--format", "json"},
       {"paper", "--ep", "1", "--format", "json"},
       {"search", "--gpus", "8", "--gpu", "h100-80g", "--global-batch", "8", "--format", "json", "--top", "1"}};
-  for (const auto& [path, key] : {std::pair{typo, std::string("hiden_size")}, std::pair{beside, std::string("vision_config")}}) {
+  for (const auto& [path, key] : {std::pair{typo, std::string("hiden_size")}, std::pair{beside, std::string("max_length")}}) {
     for (const auto& command : commands) {
       std::vector<std::string> args = command;
       args.insert(args.begin() + 1, {"--model", path});
