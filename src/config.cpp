@@ -162,12 +162,22 @@ void parse_gqa_common(const json& j, const std::string& source, ModelSpec& m,
   }
   m.attention = AttentionKind::gqa;
   parse_core_sizes(j, source, m);
+  // An absent num_key_value_heads is the config class's default, which for these families is not
+  // num_attention_heads (transformers MistralConfig and MixtralConfig 8, Qwen3MoeConfig 4,
+  // Qwen3Config 32); a null one, as LlamaConfig's None, falls back to num_attention_heads.
+  if (!j.contains("num_key_value_heads")) {
+    static const std::map<std::string, std::int64_t, std::less<>> kKvDefault = {
+        {"mistral", 8}, {"mixtral", 8}, {"qwen3_moe", 4}, {"qwen3", 32}};
+    if (const auto it = kKvDefault.find(m.model_type); it != kKvDefault.end()) m.num_kv_heads = it->second;
+  }
   if (m.num_heads % m.num_kv_heads != 0) {
     throw InputError(source_field(source, "num_key_value_heads"), std::to_string(m.num_kv_heads),
                      fmt::format("a divisor of num_attention_heads ({})", m.num_heads));
   }
   if (const auto it = j.find("head_dim"); it != j.end() && !it->is_null()) {
     m.head_dim = get_int(j, "head_dim", source);
+  } else if (it == j.end() && m.model_type == "qwen3") {
+    m.head_dim = 128;  // Qwen3Config.head_dim's default (not hidden_size / num_attention_heads)
   } else {
     if (m.hidden % m.num_heads != 0) {
       throw InputError(source_field(source, "num_attention_heads"), std::to_string(m.num_heads),

@@ -138,8 +138,29 @@ TEST(ModelTypes, ContradictoryFieldsAreNamed) {
   expect_error("{" + base + R"(, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 3})",
                "num_key_value_heads");
   expect_error(R"({"model_type": "mixtral", "vocab_size": 1000, "num_hidden_layers": 2, "intermediate_size": 128,
-                   "hidden_size": 64, "num_attention_heads": 4, "num_local_experts": 4, "num_experts_per_tok": 8})",
+                   "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "num_local_experts": 4,
+                   "num_experts_per_tok": 8})",
                "num_experts_per_tok");
+}
+
+// Keys a config leaves out take the config class's default, not a generic one: transformers'
+// MistralConfig/MixtralConfig num_key_value_heads 8, Qwen3MoeConfig 4, Qwen3Config 32 and
+// head_dim 128; LlamaConfig's None falls back to num_attention_heads.
+TEST(ModelTypes, AbsentKeysTakeTheConfigClassDefaults) {
+  const auto spec = [](const std::string& type, const std::string& extra) {
+    return parse_hf_config(R"({"model_type": ")" + type + R"(", "vocab_size": 1000, "num_hidden_layers": 2,
+                           "intermediate_size": 128, "hidden_size": 2048, "num_attention_heads": 32)" + extra + "}",
+                           "absent.json");
+  };
+  EXPECT_EQ(spec("mistral", "").num_kv_heads, 8);
+  EXPECT_EQ(spec("qwen3_moe", R"(, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64)").num_kv_heads, 4);
+  const ModelSpec q = spec("qwen3", "");
+  EXPECT_EQ(q.num_kv_heads, 32);
+  EXPECT_EQ(q.head_dim, 128);
+  const ModelSpec l = spec("llama", "");
+  EXPECT_EQ(l.num_kv_heads, 32);
+  EXPECT_EQ(l.head_dim, 64);  // 2048 / 32
+  EXPECT_EQ(spec("mistral", R"(, "num_key_value_heads": 4)").num_kv_heads, 4);  // given: as given
 }
 
 
