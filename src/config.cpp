@@ -215,9 +215,13 @@ using namespace config_detail;
 
 void parse_llama(const json& j, const std::string& source, ModelSpec& m, std::set<std::string, std::less<>>& used) {
   parse_gqa_common(j, source, m, used);
+  m.naming = NamingStyle::llama;
+  // LlamaAttention and LlamaMLP take their biases from attention_bias and mlp_bias; Mistral's
+  // modelling code builds every projection without a bias whatever the keys say, so there a set
+  // key is refused by name (refuse_tensor_keys) rather than counted.
+  if (m.model_type == "mistral") return;
   used.insert("attention_bias");
   used.insert("mlp_bias");
-  m.naming = NamingStyle::llama;
   m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);
   m.mlp_bias = get_bool(j, "mlp_bias", source, false);
 }
@@ -242,6 +246,12 @@ void parse_qwen(const json& j, const std::string& source, ModelSpec& m, std::set
   m.naming = moe ? NamingStyle::qwen_moe : NamingStyle::llama;
   used.insert("attention_bias");
   if (v3) {
+    // Qwen3Attention builds q_norm and k_norm whatever use_qk_norm says (Qwen3-Coder's config sets
+    // it true): the key describes what is counted. qkv_bias false likewise (transformers reads
+    // attention_bias); true is refused by name.
+    (void)get_bool(j, "use_qk_norm", source, true);
+    used.insert("use_qk_norm");
+    if (j.contains("qkv_bias") && j.at("qkv_bias").is_boolean() && !j.at("qkv_bias").get<bool>()) used.insert("qkv_bias");
     m.qk_norm = true;
     m.qkv_bias = m.o_bias = get_bool(j, "attention_bias", source, false);
   } else {

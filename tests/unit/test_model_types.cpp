@@ -143,6 +143,23 @@ TEST(ModelTypes, ContradictoryFieldsAreNamed) {
                "num_experts_per_tok");
 }
 
+// Keys the modelling code ignores: Qwen3(-MoE) builds q/k norms whatever use_qk_norm says (true in
+// Qwen3-Coder-480B's config), so true is accepted and counted as the norms; Mistral builds no
+// biases, so attention_bias true is refused rather than counted.
+TEST(ModelTypes, KeysTheModellingCodeIgnores) {
+  std::ifstream in(config_path("qwen3-8b"));
+  nlohmann::json q = nlohmann::json::parse(in);
+  q["use_qk_norm"] = true;
+  q["qkv_bias"] = false;
+  EXPECT_EQ(build_inventory(parse_hf_config(q.dump(), "qwen3")).total().value(), 8190735360u);
+  q["qkv_bias"] = true;
+  expect_error(q.dump(), "qkv_bias");
+  std::ifstream mi(config_path("mistral-7b"));
+  nlohmann::json m = nlohmann::json::parse(mi);
+  m["attention_bias"] = true;
+  expect_error(m.dump(), "attention_bias");
+}
+
 // Keys a config leaves out take the config class's default, not a generic one: transformers'
 // MistralConfig/MixtralConfig num_key_value_heads 8, Qwen3MoeConfig 4, Qwen3Config 32 and
 // head_dim 128; LlamaConfig's None falls back to num_attention_heads.
