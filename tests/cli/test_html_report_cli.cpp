@@ -161,22 +161,6 @@ TEST(HtmlReport, HostileModelNameIsEscaped) {
   EXPECT_EQ(unbalanced(page), "");
 }
 
-// The page's escaping of a command (quotes and ampersands), restated.
-std::string html_escape_for_test(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 TEST(HtmlReport, SearchPlotsEveryLayoutAndThePareto) {
   const Args args = {"--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-80g", "--global-batch", "512", "--top", "8"};
   const std::string page = page_of("search", args);
@@ -194,7 +178,7 @@ TEST(HtmlReport, SearchPlotsEveryLayoutAndThePareto) {
   const auto& first = j.at("layouts").at(0);
   EXPECT_NE(page.find(fmt::format("{:.0f} tokens/s per GPU", first.at("time").at("tokens_per_second_per_gpu").get<double>())),
             std::string::npos);
-  EXPECT_NE(page.find(html_escape_for_test(first.at("command").get<std::string>())), std::string::npos);
+  EXPECT_NE(page.find(moemem::cli::html_escape(first.at("command").get<std::string>())), std::string::npos);
   EXPECT_EQ(occurrences(page, "<circle class=\"miss\""), 0u);
   // Without a named GPU it ranks by the overhead cost, and plots that, misses included.
   const Args untimed = {"--model", "mixtral-8x7b", "--gpus", "64", "--gpu-memory", "80GiB", "--global-batch", "512", "--top", "8"};
