@@ -70,8 +70,9 @@ void add_row(Table& t, const SearchEntry& e, std::int64_t rank, Bytes usable, bo
   row.emplace_back(recompute_text(e));
   row.emplace_back(GibBytes{e.peak.value()});
   row.emplace_back(e.peak_stage);
+  // A shortfall too small to show at two decimals still reads as one (-0.01), never as -0.00.
   const double margin = (static_cast<double>(usable.value()) - static_cast<double>(e.peak.value())) / kBytesPerGiB;
-  row.emplace_back(fmt::format("{:+.2f}", margin));
+  row.emplace_back(margin < 0 && margin > -0.01 ? std::string("-0.01") : fmt::format("{:+.2f}", margin));
   if (timed) {
     row.emplace_back(e.timed ? fmt::format("{:.0f}", e.time.tokens_per_second_per_gpu) : std::string("-"));
     row.emplace_back(e.timed ? fmt::format("{:.1f}%", 100 * e.time.mfu) : std::string("-"));
@@ -358,10 +359,15 @@ void print_json(const SearchResult& r, const RunInfo& run, std::int64_t top, boo
     if (++rank > top) break;
     auto j = entry_json(e, rank, run.command(e));
     j["megatron_command"] = run.megatron(e);
+    j["margin_bytes"] = r.usable.value() - e.peak.value();  // what the table's margin column shows, exact
     if (lines) out << json_text(j) << "\n";
     else feasible.push_back(std::move(j));
   }
-  for (const auto& e : r.pareto) pareto.push_back(entry_json(e, 0, run.command(e)));
+  for (const auto& e : r.pareto) {
+    auto j = entry_json(e, 0, run.command(e));
+    j["margin_bytes"] = r.usable.value() - e.peak.value();
+    pareto.push_back(std::move(j));
+  }
   for (const auto& e : r.infeasible) {
     auto j = entry_json(e, 0, run.command(e));
     j["short_bytes"] = e.peak.value() - r.usable.value();
@@ -431,7 +437,11 @@ void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, st
                          r.feasible, top, r.usable, run.timed(), run.profile.name),
            Format::table, out);
     if (!r.feasible.empty()) out << "#1 as analyze flags: moemem analyze " << run.command(r.feasible.front()) << "\n\n";
-    render(entries_table(fmt::format("Pareto front (peak memory vs {})", by), r.pareto, top, r.usable, run.timed(),
+    render(entries_table(fmt::format("Pareto front (peak memory vs {}){}", by,
+                                     static_cast<std::int64_t>(r.pareto.size()) > top
+                                         ? fmt::format(": the {} leanest of {} (--top)", top, r.pareto.size())
+                                         : ""),
+                         r.pareto, top, r.usable, run.timed(),
                          run.profile.name),
            Format::table, out);
   } else if (all_refused(r)) {
