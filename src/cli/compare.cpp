@@ -19,8 +19,11 @@ namespace moemem::cli {
 
 namespace {
 
-constexpr std::array<const char*, 8> kKeys{"weights", "gradients", "optimizer", "activations",
-                                           "buffers", "fragmentation", "runtime", "total"};
+// The device categories and their total, then host memory (offloaded states, outside the total;
+// 0 in a report from before it had the key).
+constexpr std::array<const char*, 9> kKeys{"weights", "gradients", "optimizer", "activations", "buffers",
+                                           "fragmentation", "runtime", "total", "host"};
+constexpr std::size_t kTotal = 7, kHost = 8;
 
 // One report's per-stage bytes (kKeys order), model, profile and peak.
 struct Side {
@@ -75,6 +78,10 @@ Side read_report(const std::string& path) {
     auto& row = s.stages.emplace_back();
     for (std::size_t k = 0; k < kKeys.size(); ++k) {
       const std::string field = fmt::format("{}.{}", at, kKeys[k]);
+      if (std::string_view(kKeys[k]) == "host" && bytes.is_object() && !bytes.contains("host")) {
+        row[k] = 0;
+        continue;
+      }
       row[k] = count_of(member(bytes, kKeys[k], field), field);
     }
   }
@@ -123,17 +130,18 @@ Table compare_table(const Side& a, const Side& b) {
   Table t;
   t.title = fmt::format("B - A per stage, GiB (2^30 bytes); A = {} ({}), B = {} ({})", a.path, a.model, b.path, b.model);
   t.columns = {"stage", "A total", "B total", "B - A"};
-  for (std::size_t k = 0; k + 1 < kKeys.size(); ++k) t.columns.emplace_back(kKeys[k]);
+  for (std::size_t k = 0; k < kTotal; ++k) t.columns.emplace_back(kKeys[k]);
+  t.columns.emplace_back("host (not in total)");
   const std::size_t n = std::max(a.stages.size(), b.stages.size());
   for (std::size_t i = 0; i < n; ++i) {
     const bool in_a = i < a.stages.size(), in_b = i < b.stages.size();
     std::vector<Cell> row;
     row.emplace_back(static_cast<std::int64_t>(i));
-    const auto total = [](const auto& side, std::size_t s) { return GibBytes{static_cast<std::uint64_t>(side.stages[s].back())}; };
+    const auto total = [](const auto& side, std::size_t s) { return GibBytes{static_cast<std::uint64_t>(side.stages[s][kTotal])}; };
     row.emplace_back(in_a ? Cell(total(a, i)) : Cell(std::string("-")));
     row.emplace_back(in_b ? Cell(total(b, i)) : Cell(std::string("-")));
-    // The total's difference, then each category's (kKeys holds the total last).
-    for (const std::size_t key : {kKeys.size() - 1, 0ul, 1ul, 2ul, 3ul, 4ul, 5ul, 6ul}) {
+    // The total's difference, then each category's, then the host's.
+    for (const std::size_t key : {kTotal, 0ul, 1ul, 2ul, 3ul, 4ul, 5ul, 6ul, kHost}) {
       row.emplace_back(in_a && in_b ? signed_gib(b.stages[i][key] - a.stages[i][key]) : std::string("-"));
     }
     t.rows.push_back(std::move(row));

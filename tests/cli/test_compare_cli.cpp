@@ -71,6 +71,22 @@ TEST(Compare, EveryCategoryOfEveryStageIsBMinusA) {
   EXPECT_NE(table.out.find("peak: A stage"), std::string::npos);
 }
 
+// Host memory (offloaded optimizer states) is compared too, beside the device total it is not in.
+TEST(Compare, HostMemoryIsCompared) {
+  Scratch s;
+  const std::string a_text = analyze_text(kBase), b_text = analyze_text(concat(kBase, {"--optimizer-cpu-offload"}));
+  const auto a = s.write("a.json", a_text), b = s.write("b.json", b_text);
+  const auto r = run_cli({"compare", a, b, "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json c = json::parse(r.out), jb = json::parse(b_text);
+  const auto host = jb["stages"][0]["bytes"]["host"].get<std::int64_t>();
+  ASSERT_GT(host, 0);
+  EXPECT_EQ(c["stages"][0]["diff"]["host"].get<std::int64_t>(), host);
+  const auto csv = run_cli({"compare", a, b, "--format", "csv"});
+  EXPECT_NE(csv.out.find("diff_host_bytes"), std::string::npos);
+  EXPECT_NE(run_cli({"compare", a, b}).out.find("host (not in total)"), std::string::npos);
+}
+
 TEST(Compare, AReportAgainstItselfDiffersByNothing) {
   Scratch s;
   const auto a = s.write("a.json", analyze_text(kBase));
