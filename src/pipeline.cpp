@@ -242,7 +242,12 @@ void in_flight_into(Schedule s, std::int64_t rank, std::int64_t pp, std::int64_t
       // Enough micro-batches to fill the pipeline: a multiple of pp past the warm-up.
       const std::int64_t v = chunks_of_rank;
       const std::int64_t fill = ((pp - rank - 1) * 2 + (v - 1) * pp) / v + 2 * pp;
-      interleaved(rank, pp, v, m.value_or(fill - fill % pp + pp), weights, f);
+      std::int64_t mb = m.value_or(fill - fill % pp + pp);
+      // Past the warm-up (under (v + 1) pp forwards, so within 4 groups of pp micro-batches) the
+      // schedule repeats every group until the last group's remainder: 8 groups and the remainder
+      // hold what any larger count holds, and keep mb x v far from overflowing.
+      if (mb > 8 * pp) mb = 8 * pp + mb % pp;
+      interleaved(rank, pp, v, mb, weights, f);
       break;
     }
     case Schedule::dualpipe: {

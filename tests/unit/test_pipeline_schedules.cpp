@@ -184,3 +184,31 @@ TEST(ScheduleInFlight, NamesRoundTrip) {
 }
 
 }  // namespace
+
+namespace {
+
+// Interleaved 1F1B past a few groups of pp micro-batches repeats until the last group's remainder:
+// a step of 2^40 x pp + 3 micro-batches holds what one of 5 x pp + 3 holds (the latter walked in
+// full), per chunk and with chunks of different weights, and its count neither overflows nor
+// takes time.
+TEST(PipelineSchedules, InterleavedWithHugeMicroBatchCountsHoldsWhatAFewGroupsHold) {
+  using moemem::in_flight;
+  using moemem::Schedule;
+  const std::vector<std::uint64_t> weights = {5, 3, 7, 2};
+  for (const std::int64_t pp : {2, 4, 8}) {
+    for (std::int64_t rank = 0; rank < pp; ++rank) {
+      for (const std::int64_t rem : {0, 1, 3}) {
+        if (rem >= pp) continue;
+        const std::int64_t few = 5 * pp + rem, huge = (std::int64_t{1} << 40) * pp + rem;
+        EXPECT_EQ(in_flight(Schedule::interleaved, rank, pp, 4, huge).per_chunk,
+                  in_flight(Schedule::interleaved, rank, pp, 4, few).per_chunk)
+            << pp << " " << rank << " " << rem;
+        EXPECT_EQ(in_flight(Schedule::interleaved, rank, pp, 4, huge, weights).per_chunk,
+                  in_flight(Schedule::interleaved, rank, pp, 4, few, weights).per_chunk)
+            << pp << " " << rank << " " << rem;
+      }
+    }
+  }
+}
+
+}  // namespace
