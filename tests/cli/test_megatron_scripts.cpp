@@ -236,23 +236,24 @@ TEST(MegatronScripts, LaunchesMegatronRefusesAreRefused) {
            {"--exp-avg-dtype bf16", "--exp-avg-dtype"},
            {"--main-params-dtype fp16", "--main-params-dtype"},
            {"--optimizer-cpu-offload", "--optimizer-cpu-offload"}}) {
-    const auto r = run_cli({"analyze", "--megatron-args", write("refused.args", base + flags + "\n")});
+    // File names of its own: ctest runs each test as its own process, in parallel.
+    const auto r = run_cli({"analyze", "--megatron-args", write("launch_refused.args", base + flags + "\n")});
     EXPECT_EQ(r.code, 2) << flags;
     EXPECT_NE(r.err.find(field), std::string::npos) << flags << ": " << r.err;
   }
   // 4 layers over pp 3 without an uneven split; with the embedding and loss accounted (6 units) it divides.
-  const auto pp3 = run_cli({"analyze", "--megatron-args", write("pp3.args", base + "--pipeline-model-parallel-size 3\n")});
+  const auto pp3 = run_cli({"analyze", "--megatron-args", write("launch_pp3.args", base + "--pipeline-model-parallel-size 3\n")});
   EXPECT_EQ(pp3.code, 2);
   EXPECT_NE(pp3.err.find("--num-layers"), std::string::npos) << pp3.err;
   EXPECT_EQ(run_cli({"analyze", "--megatron-args",
-                     write("pp3el.args", base + "--pipeline-model-parallel-size 3 --account-for-embedding-in-pipeline-split "
+                     write("launch_pp3el.args", base + "--pipeline-model-parallel-size 3 --account-for-embedding-in-pipeline-split "
                                                 "--account-for-loss-in-pipeline-split\n")})
                 .code,
             0);
   // The same settings in the form Megatron accepts.
   for (const std::string ok : {"--bf16", "--fp8-format hybrid", "--recompute-granularity full --recompute-method uniform "
                                "--recompute-num-layers 1", "--use-precision-aware-optimizer --exp-avg-dtype bf16"}) {
-    EXPECT_EQ(run_cli({"analyze", "--megatron-args", write("accepted.args", base + ok + "\n")}).code, 0) << ok;
+    EXPECT_EQ(run_cli({"analyze", "--megatron-args", write("launch_accepted.args", base + ok + "\n")}).code, 0) << ok;
   }
 }
 
