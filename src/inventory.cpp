@@ -552,6 +552,15 @@ Inventory build_inventory(const ModelSpec& m) {
     b.add(p + "shared_head.head.weight", "", Role::mtp_output_head, Placement::mtp, i, m.vocab, h, 1, true);
     b.inv.tensors.back().in_checkpoint = m.mtp_stores_embedding_and_head;
   }
+  // A router's score-correction bias is a buffer, not a parameter, wherever it is trained: the
+  // checkpoint stores it (count keeps it), but the load-balancing rule moves it, not the optimizer.
+  // Megatron-Core's TopKRouter register_buffer('expert_bias'); transformers 5.17's DeepSeek-V3
+  // router (measured: model.parameters() of moonlight-16b-4l holds 192 values fewer than the
+  // checkpoint, its three MoE layers' biases; scripts/measure/hf_step_memory.py). No gradient, no
+  // optimizer state.
+  for (Tensor& t : b.inv.tensors) {
+    if (t.name.ends_with("e_score_correction_bias")) t.trainable = false;
+  }
   return std::move(b.inv);
 }
 

@@ -58,6 +58,10 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
         {"params", {{"non_expert", s.params.non_expert.value()},
                     {"expert", s.params.expert.value()},
                     {"total", (s.params.non_expert + s.params.expert).value()},
+                    // what gets gradients and optimizer states (not the frozen base under LoRA,
+                    // nor the routers' score-correction bias buffers)
+                    {"trainable", {{"non_expert", s.trainable.non_expert.params.value()},
+                                   {"expert", s.trainable.expert.params.value()}}},
                     {"by_module", by_module}}},
         {"bytes", {{"weights", s.bytes.weights.value()},
                    {"gradients", s.bytes.gradients.value()},

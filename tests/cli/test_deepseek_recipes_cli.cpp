@@ -123,7 +123,7 @@ TEST(DeepSeekRecipes, Bf16MomentsHalveTheSecondAndFirstMoments) {
   const json on = analyze_json(v3_run()), off = analyze_json(v3_run({"--recipe-off", "bf16-moments"}));
   ASSERT_FALSE(on.is_null());
   ASSERT_FALSE(off.is_null());
-  const auto& p = on.at("stages").at(1).at("params");
+  const auto& p = on.at("stages").at(1).at("params").at("trainable");
   // ZeRO-1: non-expert states over dp 128, expert states over edp = 128 / 64 = 2; two moments,
   // 2 more bytes each in fp32.
   const std::uint64_t shards = ceil_div(u64(p.at("non_expert")), 128) + ceil_div(u64(p.at("expert")), 2);

@@ -3,6 +3,7 @@
 // main gradients, fp32 master weights and AdamW's moments (the megatron profile's fp32 moments).
 // Every expected number is computed by hand from the models' config.json sizes.
 #include <cstdint>
+#include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,34 @@ TEST(FinetuneCli, Llama8bAllLinearRank16TrainsPeftsCount) {
 
 // The cli contract's model.trainable_params is always there: under full fine-tuning every
 // parameter trains.
+// A router's score-correction bias is a buffer (Megatron-Core's TopKRouter registers expert_bias;
+// HF's DeepSeek-V3 router its e_score_correction_bias): the checkpoint counts it, nothing trains
+// it. PyTorch's own count, measured on an H200 with transformers 5.17
+// (scripts/measure/hf_step_memory.py, tests/data/validation/measured-device.jsonl): the
+// 4-layer Moonlight (one dense layer, three MoE layers of 64 experts) has 2,508,607,488
+// parameters in model.parameters(), 3 x 64 fewer than its checkpoint tensors.
+TEST(FinetuneCli, RouterScoreCorrectionBiasesDoNotTrain) {
+  const std::string moonlight4 = std::string(MOEMEM_TEST_DATA_DIR) + "/validation/models/moonlight-16b-4l.json";
+  for (const char* profile : {"hf", "megatron", "torchtitan"}) {
+    SCOPED_TRACE(profile);
+    const json r = analyze_json({"--model", moonlight4, "--profile", profile, "--micro-batch", "1", "--seq-len", "1024",
+                                 "--recompute", "full"});
+    ASSERT_FALSE(r.is_null());
+    EXPECT_EQ(u64(r.at("model").at("total_params")), 2508607488u + 3 * 64);
+    EXPECT_EQ(u64(r.at("model").at("trainable_params")), 2508607488u);
+  }
+  // Moonlight-16B: 27 layers, the first dense: 26 x 64 biases; every stage's trainable counts add
+  // up to the model's.
+  const json m = analyze_json({"--model", "moonlight-16b", "--pp", "2", "--micro-batch", "1", "--seq-len", "1024"});
+  ASSERT_FALSE(m.is_null());
+  EXPECT_EQ(u64(m.at("model").at("trainable_params")), u64(m.at("model").at("total_params")) - 26 * 64);
+  std::uint64_t stages = 0;
+  for (const auto& st : m.at("stages")) {
+    stages += u64(st.at("params").at("trainable").at("non_expert")) + u64(st.at("params").at("trainable").at("expert"));
+  }
+  EXPECT_EQ(stages, u64(m.at("model").at("trainable_params")));
+}
+
 TEST(FinetuneCli, FullFineTuningTrainsEveryParameter) {
   const json r = analyze_json(llama({}));
   ASSERT_FALSE(r.is_null());

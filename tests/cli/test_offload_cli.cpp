@@ -20,9 +20,10 @@ using moemem::test::activations_cli::expect_exit_2;
 using moemem::test::activations_cli::i64;
 using moemem::test::activations_cli::u64;
 
-// Optimizer-shard elements of stage s: non-expert over dp*cp = 32, expert over edp.
+// Optimizer-shard elements of stage s: non-expert over dp*cp = 32, expert over edp; what trains
+// (the routers' score-correction biases are buffers).
 std::uint64_t shard(const json& r, std::size_t s, bool expert) {
-  const auto& p = r.at("stages").at(s).at("params");
+  const auto& p = r.at("stages").at(s).at("params").at("trainable");
   if (!expert) return ceil_div(u64(p.at("non_expert")), 32);
   return ceil_div(u64(p.at("expert")), static_cast<std::uint64_t>(i64(r.at("parallel").at("edp"))));
 }
