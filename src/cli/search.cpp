@@ -245,7 +245,7 @@ void SearchCommand::setup(CLI::App& root) {
   add_int(*app, "--top", top, "Layouts to print");
   add_int(*app, "--threads", threads, "Threads (0: all cores)");
   app->add_flag("--quiet")->description("No progress line on stderr (shown only when stderr is a terminal, after a second)");
-  app->add_option("--format", format, "table|json|jsonl|csv|html (one self-contained page with charts)")->capture_default_str();
+  app->add_option("--format", format, "table|json|jsonl|csv|markdown|html (one self-contained page with charts)")->capture_default_str();
 }
 
 namespace {
@@ -294,8 +294,9 @@ std::string base_flags(const SearchCommand& c) {
 
 // The flags that need no model, in the order they are checked.
 void check_flags(const SearchCommand& c) {
-  if (c.format != "table" && c.format != "json" && c.format != "jsonl" && c.format != "csv" && c.format != "html") {
-    throw InputError("--format", c.format, "one of table, json, jsonl, csv, html");
+  if (c.format != "table" && c.format != "json" && c.format != "jsonl" && c.format != "csv" && c.format != "markdown" &&
+      c.format != "html") {
+    throw InputError("--format", c.format, "one of table, json, jsonl, csv, markdown, html");
   }
   if (c.gpus < 1) throw InputError("--gpus", std::to_string(c.gpus), "a positive number of GPUs (required)");
   if (c.top < 1 || c.top > 1000000) throw InputError("--top", std::to_string(c.top), "an integer from 1 to 1000000");
@@ -429,21 +430,27 @@ void print_csv(const SearchResult& r, const RunInfo& run, std::int64_t top, std:
   if (all_refused(r)) err << refusals(r);
 }
 
-void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, std::ostream& out) {
-  out << fmt::format("moemem search: {} on {} x {} (profile {}); peak and margin in GiB (2^30 bytes)\n{}\n\n", run.model.name, run.space.gpus, run.gpu.name, run.profile.name, summary_line(r, run));
+// The text table, or the same in Markdown (headings, tables, the command in backticks).
+void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, std::ostream& out, Format f) {
+  const bool md = f == Format::markdown;
+  out << fmt::format("{}moemem search: {} on {} x {} (profile {}); peak and margin in GiB (2^30 bytes)\n{}{}\n\n", md ? "## " : "",
+                     run.model.name, run.space.gpus, run.gpu.name, run.profile.name, md ? "\n" : "", summary_line(r, run));
   if (!r.feasible.empty()) {
     const char* by = run.timed() ? "estimated tokens/s per GPU" : "estimated overhead";
     render(entries_table(fmt::format("Best {} of {} layouts that fit, by {}", std::min<std::int64_t>(top, static_cast<std::int64_t>(r.feasible.size())), r.feasible_count, by),
                          r.feasible, top, r.usable, run.timed(), run.profile.name),
-           Format::table, out);
-    if (!r.feasible.empty()) out << "#1 as analyze flags: moemem analyze " << run.command(r.feasible.front()) << "\n\n";
+           f, out);
+    if (!r.feasible.empty()) {
+      const std::string cmd = "moemem analyze " + run.command(r.feasible.front());
+      out << "#1 as analyze flags: " << (md ? "`" + cmd + "`" : cmd) << "\n\n";
+    }
     render(entries_table(fmt::format("Pareto front (peak memory vs {}){}", by,
                                      static_cast<std::int64_t>(r.pareto.size()) > top
                                          ? fmt::format(": the {} leanest of {} (--top)", top, r.pareto.size())
                                          : ""),
                          r.pareto, top, r.usable, run.timed(),
                          run.profile.name),
-           Format::table, out);
+           f, out);
   } else if (all_refused(r)) {
     out << "No layout: every candidate was refused (the reasons are on stderr).\n\n";
   } else {
@@ -452,7 +459,7 @@ void print_table(const SearchResult& r, const RunInfo& run, std::int64_t top, st
   if (!r.infeasible.empty()) {
     render(entries_table("Nearest layouts that do not fit (negative margin: short by)", r.infeasible, top, r.usable, run.timed(),
                          run.profile.name),
-           Format::table, out);
+           f, out);
   }
   if (run.timed()) {
     out << "tokens/s per GPU and MFU: the step-time model (docs/formulas.md, \"Step time\"); one entry per layout "
@@ -615,7 +622,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
     write_search_html(nlohmann::json::parse(doc.str()), command_line(*app), out);
   } else if (format == "json" || format == "jsonl") print_json(r, run, top, format == "jsonl", out);
   else if (format == "csv") print_csv(r, run, top, out, err);
-  else print_table(r, run, top, out);
+  else print_table(r, run, top, out, format == "markdown" ? Format::markdown : Format::table);
   // Every candidate refused is bad input (a setting no layout can take), not "does not fit":
   // exit 2 with the reasons on stderr (the JSON document carries them too, under "refused").
   if (all_refused(r)) {

@@ -44,6 +44,16 @@ std::string text_of(const Cell& c, bool grouped) {
 
 bool is_text(const Cell& c) { return std::holds_alternative<std::string>(c); }
 
+// A pipe ends a Markdown table cell; a pipeline layout ('Ettt|tttt|ttmL') or a command holds them.
+std::string markdown_cell(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    if (ch == '|') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
 std::string csv_escape(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string out = "\"";
@@ -91,7 +101,7 @@ void render(const Table& t, Format f, std::ostream& out) {
     case Format::markdown: {
       if (!t.title.empty()) out << "### " << t.title << "\n\n";
       out << "|";
-      for (const auto& c : t.columns) out << " " << c << " |";
+      for (const auto& c : t.columns) out << " " << markdown_cell(c) << " |";
       out << "\n|";
       for (std::size_t i = 0; i < t.columns.size(); ++i) {
         const bool left = !t.rows.empty() && i < t.rows[0].size() && is_text(t.rows[0][i]);
@@ -100,7 +110,7 @@ void render(const Table& t, Format f, std::ostream& out) {
       out << "\n";
       for (const auto& row : t.rows) {
         out << "|";
-        for (const auto& c : row) out << " " << text_of(c, true) << " |";
+        for (const auto& c : row) out << " " << markdown_cell(text_of(c, true)) << " |";
         out << "\n";
       }
       out << "\n";

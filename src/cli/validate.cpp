@@ -109,7 +109,7 @@ void ValidateCommand::setup(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--min-mean-error", min_mean_error, "Smallest mean signed error of all records, percent (negative: predictions low)")
       ->capture_default_str();
-  app->add_option("--format", format, "table|json")->capture_default_str();
+  app->add_option("--format", format, "table|json|markdown")->capture_default_str();
   app->add_flag("--throughput", throughput, "The step-time model against published throughput (tokens/s per GPU); "
                                             "thresholds median 15%, max 30% unless given");
 }
@@ -164,7 +164,7 @@ nlohmann::json json_of(const std::vector<ValidationResult>& results, const std::
 }
 
 void print_tables(const std::vector<ValidationResult>& results, const std::vector<ValidationSummary>& summary,
-                  const std::string& title, std::ostream& out) {
+                  const std::string& title, Format f, std::ostream& out) {
   Table t;
   t.title = title;
   t.columns = {"id", "family", "metric", "measured", "predicted", "error %", "largest terms / reason"};
@@ -181,7 +181,7 @@ void print_tables(const std::vector<ValidationResult>& results, const std::vecto
     row.emplace_back(r.predicted ? r.dominant + (r.reason.empty() ? "" : " (" + r.reason + ")") : "not representable: " + r.reason);
     t.rows.push_back(std::move(row));
   }
-  render(t, Format::table, out);
+  render(t, f, out);
   Table s;
   s.title = "Summary: error of the predicted records, percent (per family, per metric, all)";
   s.columns = {"group", "records", "predicted", "median |e|", "max |e|", "mean signed", "signed range"};
@@ -196,14 +196,14 @@ void print_tables(const std::vector<ValidationResult>& results, const std::vecto
     row.emplace_back(fmt::format("{:+.1f} .. {:+.1f}", x.min_signed_error, x.max_signed_error));
     s.rows.push_back(std::move(row));
   }
-  render(s, Format::table, out);
+  render(s, f, out);
 }
 
 }  // namespace
 
 int ValidateCommand::run(std::ostream& out, std::ostream& err) const {
   if (throughput) return validate_throughput(*this, out, err);
-  if (format != "table" && format != "json") throw InputError("--format", format, "table or json");
+  if (format != "table" && format != "json" && format != "markdown") throw InputError("--format", format, "table, json or markdown");
   const Confidence min = parse_confidence(min_confidence, "--min-confidence");
   const Thresholds t{parse_double(max_median_error, "--max-median-error"), parse_double(max_error, "--max-error"),
                      parse_double(max_device_median_error, "--max-device-median-error"),
@@ -230,7 +230,7 @@ int ValidateCommand::run(std::ostream& out, std::ostream& err) const {
     out << json_text(json_of(results, summary, t, source, pass), 2) << "\n";
   } else {
     print_tables(results, summary, fmt::format("Predictions against {} (confidence >= {}), GiB = 2^30 bytes", source, min_confidence),
-                 out);
+                 format == "markdown" ? Format::markdown : Format::table, out);
     if (const ValidationSummary* all = group(summary, "all"); all != nullptr && all->oom_checks > 0) {
       out << fmt::format("runs that ran out of memory: {}, predicted to fit anyway: {}\n", all->oom_checks, all->oom_missed);
     }

@@ -68,7 +68,9 @@ double median_abs(std::vector<double> v) {
 }  // namespace
 
 int validate_throughput(const ValidateCommand& c, std::ostream& out, std::ostream& err) {
-  if (c.format != "table" && c.format != "json") throw InputError("--format", c.format, "table or json");
+  if (c.format != "table" && c.format != "json" && c.format != "markdown") {
+    throw InputError("--format", c.format, "table, json or markdown");
+  }
   // Issue 16's thresholds unless given: median <= 15%, max <= 30%.
   const bool given_median = c.app != nullptr && c.app->count("--max-median-error") > 0;
   const bool given_max = c.app != nullptr && c.app->count("--max-error") > 0;
@@ -125,7 +127,7 @@ int validate_throughput(const ValidateCommand& c, std::ostream& out, std::ostrea
       row.emplace_back(fmt::format("{:.1f}%", 100 * r.mfu));
       t.rows.push_back(std::move(row));
     }
-    render(t, Format::table, out);
+    render(t, c.format == "markdown" ? Format::markdown : Format::table, out);
     out << fmt::format("{} records: median |error| {:.1f}%, max {:.1f}%; thresholds median <= {}%, max <= {}% -> {}\n",
                        results.size(), median, max, max_median, max_error, pass ? "PASS" : "FAIL");
   }

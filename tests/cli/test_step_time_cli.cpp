@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../../src/cli/table.hpp"
 #include "run_cli.hpp"
 
 namespace {
@@ -381,3 +382,45 @@ TEST(StepTimeCli, SearchCommandsCarryGpusPerNode) {
 }
 
 }  // namespace
+
+// The contract lists markdown among every command's formats: search prints its tables as Markdown
+// tables with the same rows as the text table, and the #1 command in backticks; a pipe inside a
+// cell (a pipeline layout) is escaped so that it does not split the cell.
+TEST(StepTimeCli, SearchPrintsMarkdown) {
+  const Args search = {"search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-80g", "--global-batch", "256", "--top", "3"};
+  const auto md = run_cli(concat(search, {"--format", "markdown"}));
+  const auto text = run_cli(search);
+  ASSERT_EQ(md.code, 0) << md.err;
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(md.out.find("## moemem search: mixtral-8x7b on 64 x h100-80g"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("### Best 3 of "), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| # | layout | schedule |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("|---:|---|"), std::string::npos) << md.out;
+  // The first row's layout and the #1 command are the text table's.
+  const auto first = text.out.find("#1 as analyze flags: ");
+  ASSERT_NE(first, std::string::npos);
+  const std::string cmd = text.out.substr(first + 21, text.out.find('\n', first) - first - 21);
+  EXPECT_NE(md.out.find("#1 as analyze flags: `" + cmd + "`"), std::string::npos) << md.out;
+  // Rows: one Markdown line per text row of each table (3 best, the Pareto front's, the misses).
+  const auto rows = [](const std::string& s, const std::string& prefix) {
+    std::size_t n = 0;
+    std::istringstream in(s);
+    for (std::string line; std::getline(in, line);) n += line.rfind(prefix, 0) == 0;
+    return n;
+  };
+  EXPECT_EQ(rows(md.out, "| 1 | "), 3u);
+  EXPECT_EQ(rows(md.out, "| 3 | "), 3u);
+}
+
+TEST(StepTimeCli, MarkdownCellsEscapePipes) {
+  // A pipeline layout in a cell: its pipes are escaped, so the row keeps its two cells.
+  moemem::cli::Table t{"Layouts", {"layout", "peak"}, {{std::string("Ettt|tttt|ttmL"), std::uint64_t{7}}}};
+  std::ostringstream out;
+  moemem::cli::render(t, moemem::cli::Format::markdown, out);
+  EXPECT_EQ(out.str(), "### Layouts\n\n| layout | peak |\n|---|---:|\n| Ettt\\|tttt\\|ttmL | 7 |\n\n");
+  // And in a column's name (validate's "median |e|").
+  moemem::cli::Table v{"", {"median |e|"}, {{std::string("1.6")}}};
+  std::ostringstream vo;
+  moemem::cli::render(v, moemem::cli::Format::markdown, vo);
+  EXPECT_EQ(vo.str(), "| median \\|e\\| |\n|---|\n| 1.6 |\n\n");
+}
