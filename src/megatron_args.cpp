@@ -242,13 +242,22 @@ std::string take_unknown(const Words& w, std::size_t& i) {
 ScriptFlags scan(const Words& w, const std::string& source) {
   ScriptFlags f;
   f.source = source;
+  bool past_first_flag = false;
+  // What the last flag's value depended on: the other words of that value's unknown `$(...)`
+  // (`--nproc_per_node $(python -c "...")` leaves `-c` and the rest behind it) are not flags.
+  std::string value_depends_on;
   for (std::size_t i = 0; i < w.words.size(); ++i) {
     const std::string& flag = w.at(i);
     if (!is_flag(flag)) {
-      // A variable a `read`, `mapfile` or `printf -v` set (shell_builtins.cpp): its flags are
-      // unknown, and a launch run without them would be costed silently wrong.
+      // A variable a `read`, `mapfile` or `printf -v` set (shell_builtins.cpp), or among the
+      // arguments the output of a command moemem does not run (`$(cat extra_args.txt)`): its
+      // flags are unknown, and a launch run without them would be costed silently wrong. (Before
+      // the first flag such a word is the launcher or the program: `$(which python)`.)
       const auto& word = w.words[i];
-      if (word.depends_on.find("(its input is not read)") != std::string::npos) {
+      const bool unread = word.depends_on.find("(its input is not read)") != std::string::npos;
+      const bool command_output = past_first_flag && word.depends_on.rfind("the output of `", 0) == 0 &&
+                                  word.depends_on != value_depends_on;
+      if (unread || command_output) {
         throw InputError(fmt::format("{}: line {}", source, word.line), word.text,
                          fmt::format("words the script gives directly: this one comes from {}, which moemem does not "
                                      "evaluate (write the flags into the variable, e.g. VAR=(--flag value ...), or "
@@ -257,6 +266,7 @@ ScriptFlags scan(const Words& w, const std::string& source) {
       }
       continue;
     }
+    past_first_flag = true;
     const std::string value = w.is_value(i + 1) ? w.at(i + 1) : "";
     if (const auto why = detail::unmodelled(flag, value)) {
       refuse_unknown(w, i, w.is_value(i + 1) ? i + 1 : i, f);
@@ -292,6 +302,7 @@ ScriptFlags scan(const Words& w, const std::string& source) {
     } else {
       f.unrecognised.push_back(take_unknown(w, i));
     }
+    value_depends_on = w.words[i].depends_on;
   }
   return f;
 }

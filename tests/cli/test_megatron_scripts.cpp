@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -273,6 +274,28 @@ TEST(MegatronScripts, VariablesSetFromUnreadInputAreRefusedWhereUsed) {
   }
   // A variable read but never expanded into the launch changes nothing.
   EXPECT_EQ(run_cli({"analyze", "--megatron-args", write("unused.sh", "read -r HOSTS < hostfile\n" + launch + "\n")}).code, 0);
+}
+
+// Among the arguments, the output of a command moemem does not run (`$(cat extra_args.txt)`,
+// directly or through a variable) could be any flags: refused, naming the line. The same output
+// as a flag's value (torchrun's --nproc_per_node $(nvidia-smi -L | wc -l)) is only not read.
+TEST(MegatronScripts, CommandOutputAmongTheArgumentsIsRefused) {
+  const std::string launch = "torchrun --nproc_per_node 8 pretrain_gpt.py " + kModel + "--vocab-size 32000 --seq-length 2048 "
+                             "--micro-batch-size 1 --global-batch-size 8 --bf16 ";
+  for (const auto& [name, text] : {std::pair{"cmdout-direct.sh", launch + "$(cat extra_args.txt)\n"},
+                                   std::pair{"cmdout-variable.sh", "EXTRA=$(cat extra_args.txt)\n" + launch + "$EXTRA\n"},
+                                   std::pair{"cmdout-backticks.sh", launch + "`cat extra_args.txt`\n"}}) {
+    const auto r = run_cli({"analyze", "--megatron-args", write(name, text)});
+    EXPECT_EQ(r.code, 2) << name;
+    EXPECT_NE(r.err.find("line "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("the output of `cat`"), std::string::npos) << r.err;
+  }
+  const auto nproc = run_cli({"analyze", "--megatron-args",
+                              write("cmdout-value.sh", "torchrun --nproc_per_node $(nvidia-smi -L | wc -l) pretrain_gpt.py " + kModel +
+                                                           "--vocab-size 32000 --seq-length 2048 --micro-batch-size 1 "
+                                                           "--global-batch-size 8 --bf16 --tensor-model-parallel-size 2\n")});
+  EXPECT_EQ(nproc.code, 0) << nproc.err;
+  EXPECT_NE(nproc.err.find("not read"), std::string::npos) << nproc.err;
 }
 
 TEST(MegatronScripts, MemoryFlagsWithAMechanismAreModelled) {
