@@ -117,6 +117,25 @@ MegatronVersion parse_megatron_version(std::string_view text) {
                    "0.6 (up to 0.7), 0.12 (0.8 to 0.12) or current (0.13 and later)");
 }
 
+std::string_view name_of(TransformersVersion v) { return v == TransformersVersion::v4 ? "4" : "5"; }
+
+TransformersVersion parse_transformers_version(std::string_view text) {
+  if (text == "4") return TransformersVersion::v4;
+  if (text == "5") return TransformersVersion::v5;
+  throw InputError("--transformers-version", std::string(text),
+                   "4 (4.x: per-expert nn.Linear modules looped over, DeepSeek-V3's router in fp32) or 5 (5.x: "
+                   "3-D expert parameters, grouped_mm by default)");
+}
+
+std::string_view name_of(ExpertsImplementation e) { return e == ExpertsImplementation::eager ? "eager" : "grouped_mm"; }
+
+ExpertsImplementation parse_experts_implementation(std::string_view text) {
+  if (text == "eager") return ExpertsImplementation::eager;
+  if (text == "grouped_mm") return ExpertsImplementation::grouped_mm;
+  throw InputError("--experts-implementation", std::string(text),
+                   "eager (the loop over hit experts) or grouped_mm (transformers 5's default)");
+}
+
 std::string_view name_of(TorchtitanVersion v) {
   switch (v) {
     case TorchtitanVersion::v0_2_0: return "0.2.0";

@@ -203,6 +203,8 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   t.rope_fusion = !r.no_rope_fusion;
   t.megatron_version = r.megatron_version;
   t.torchtitan_version = r.torchtitan_version;
+  t.transformers_version = r.transformers_version;
+  t.experts_implementation = r.experts_implementation;
   t.moe_imbalance = r.moe_imbalance.value_or(1.0);
   t.moe_capacity_factor = r.moe_capacity_factor;
   t.deepep = r.dispatcher == Dispatcher::deepep;

@@ -49,6 +49,8 @@ struct TrainingRequest {
   std::optional<double> hidden_dropout, attention_dropout;  // unset: the profile's default
   MegatronVersion megatron_version = MegatronVersion::current;
   TorchtitanVersion torchtitan_version = TorchtitanVersion::current;
+  TransformersVersion transformers_version = TransformersVersion::v5;
+  std::optional<ExpertsImplementation> experts_implementation;
   Dispatcher dispatcher = Dispatcher::alltoall;
   bool shared_expert_overlap = false;
   bool ep_overlap = false;  // --overlap-moe-expert-parallel-comm

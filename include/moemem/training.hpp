@@ -89,6 +89,17 @@ enum class TorchtitanVersion : std::uint8_t { v0_2_0, v0_2_1, v0_2_2, current };
 [[nodiscard]] std::string_view name_of(TorchtitanVersion v);
 [[nodiscard]] TorchtitanVersion parse_torchtitan_version(std::string_view text);
 
+// transformers releases that differ in what an MoE layer saves (hf profile). 4.x: the loop over
+// hit experts of per-expert nn.Linear modules (4.57 and before), DeepSeek-V3's router in fp32.
+// 5.x: 3-D expert parameters run by grouped_mm by default (config experts_implementation; "eager"
+// is the loop), routers in the activation dtype, gpt-oss's experts without weight copies.
+enum class TransformersVersion : std::uint8_t { v4, v5 };
+[[nodiscard]] std::string_view name_of(TransformersVersion v);
+[[nodiscard]] TransformersVersion parse_transformers_version(std::string_view text);
+enum class ExpertsImplementation : std::uint8_t { eager, grouped_mm };
+[[nodiscard]] std::string_view name_of(ExpertsImplementation e);
+[[nodiscard]] ExpertsImplementation parse_experts_implementation(std::string_view text);
+
 // FSDP2's reshard_after_forward policy as torchtitan sets it: `standard` (its "default": every
 // block resharded after forward but the last, none with pipeline parallelism), always, never.
 enum class ReshardPolicy : std::uint8_t { standard, always, never };
@@ -173,6 +184,10 @@ struct Numerics {
   bool rope_fusion = true;
   MegatronVersion megatron_version = MegatronVersion::current;  // the megatron profile's release
   TorchtitanVersion torchtitan_version = TorchtitanVersion::current;  // the torchtitan profile's release
+  TransformersVersion transformers_version = TransformersVersion::v5;  // the hf profile's release
+  // transformers' experts_implementation (hf profile); unset: the release's default (grouped_mm
+  // on 5.x, the loop on 4.x).
+  std::optional<ExpertsImplementation> experts_implementation;
   std::optional<Recipe> recipe;          // the published recipe the settings come from
   std::uint16_t recipe_techniques = 0;   // its techniques in effect (RecipeTechnique bits)
   CudaGraphs cuda_graphs;  // Megatron's --cuda-graph-impl and --cuda-graph-scope (megatron profile)

@@ -96,6 +96,13 @@ void add_release_options(CLI::App& app, TrainingOptions& o) {
                  "output on the last pipeline stage until the step ends; 0.2.1, 0.2.2 or current free it after its backward; "
                  "from 0.2.2 (current) SDPA takes K and V unrepeated (enable_gqa)")
       ->capture_default_str();
+  app.add_option("--transformers-version", o.numerics.transformers_version,
+                 "transformers release (hf profile): 4 (per-expert modules looped over; DeepSeek-V3's router in fp32) "
+                 "or 5 (3-D expert parameters, grouped_mm by default, routers in bf16)")
+      ->capture_default_str();
+  app.add_option("--experts-implementation", o.numerics.experts_implementation,
+                 "transformers' experts_implementation (hf profile): eager (the loop over hit experts) or grouped_mm "
+                 "(transformers 5's default; not in 4)");
   app.add_option("--hidden-dropout", o.numerics.hidden_dropout,
                  "Dropout after attention and MLP: keeps a one-byte mask each (profile default: megatron 0.1, others 0)");
   app.add_option("--attention-dropout", o.numerics.attention_dropout,
@@ -343,6 +350,9 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.fp8 = given<Fp8Recipe>(o.numerics.fp8, [](const std::string& v) { return parse_fp8_recipe(v); });
   r.megatron_version = parse_megatron_version(o.numerics.megatron_version);
   r.torchtitan_version = parse_torchtitan_version(o.numerics.torchtitan_version);
+  r.transformers_version = parse_transformers_version(o.numerics.transformers_version);
+  r.experts_implementation = given<ExpertsImplementation>(
+      o.numerics.experts_implementation, [](const std::string& v) { return parse_experts_implementation(v); });
   r.hidden_dropout = given<double>(o.numerics.hidden_dropout, [](const std::string& v) { return parse_double_impl(v, "--hidden-dropout"); });
   r.attention_dropout =
       given<double>(o.numerics.attention_dropout, [](const std::string& v) { return parse_double_impl(v, "--attention-dropout"); });

@@ -67,6 +67,8 @@ struct NumericsOptions {
   std::string hidden_dropout, attention_dropout;  // empty: the profile's default
   std::string megatron_version = "current";
   std::string torchtitan_version = "current";
+  std::string transformers_version = "5";
+  std::string experts_implementation;  // empty: the transformers release's default
   std::string cuda_graph_impl = "none", cuda_graph_scope;  // empty scope: the whole layer
 };
 struct MoeOptions {

@@ -210,6 +210,10 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
                       "none with the hf profile (every expert is local: its loop computes b*s*top_k rows whatever the routing)");
   }
   if (auto e = refuse_dropout("hf", t)) return e;
+  if (t.transformers_version == TransformersVersion::v4 && t.experts_implementation == ExpertsImplementation::grouped_mm) {
+    return InputError("--experts-implementation", "grouped_mm",
+                      "eager with --transformers-version 4 (grouped_mm experts came with transformers 5)");
+  }
   if (auto e = refuse_megatron_options("hf", t)) return e;
   if (auto e = refuse_logits_dtype("hf", t, "the loss upcasts the bf16 logits to fp32 itself, as modelled")) return e;
   if (auto e = refuse_fsdp2_options("hf", t, t.accelerate_fsdp())) return e;
@@ -267,11 +271,15 @@ const Profile kHf{
     .assumptions =
         {
             "decoder layers save what HF's modeling code saves under eager autograd (checked tensor by tensor against "
-            "PyTorch on the CPU for llama, qwen3_moe, mixtral, deepseek_v3 and gpt_oss: tests/groundtruth/check_hf.py); the "
-            "MoE blocks loop over experts, b*s*top_k gathered rows in all",
+            "PyTorch on the CPU for llama, qwen3_moe, mixtral, deepseek_v3 and gpt_oss: tests/groundtruth/check_hf.py); "
+            "MoE blocks as transformers 5 (--transformers-version 5, the default) runs them, grouped_mm unless "
+            "--experts-implementation eager (the loop over hit experts), b*s*top_k gathered rows in all, and routers in "
+            "bf16 (checked against what PyTorch saved on a GPU with transformers 5.17: tests/unit/test_hf_profile.cpp); "
+            "--transformers-version 4: 4.x's loop and DeepSeek-V3's fp32 router",
             "gpt_oss: eager attention with sinks (softmax in bf16 over s + 1 columns), the clamped SwiGLU's "
-            "intermediates, and a copy of each hit expert's gate_up_proj and down_proj (indexing the 3-D parameters "
-            "copies them; each product saves its copy): every expert taken as hit; its norms' fp32 weights counted "
+            "intermediates; under transformers 4 a copy of each hit expert's gate_up_proj and down_proj too (indexing "
+            "the 3-D parameters with a tensor copies them; each product saves its copy; every expert taken as hit), "
+            "under 5 none (integer indexing: views); its norms' fp32 weights counted "
             "as bf16 (a few KB); LoRA adapts its attention only (PEFT's target_parameters for the experts not modelled)",
             "RMSNorm keeps an fp32 copy of its input; eager attention keeps the fp32 softmax and its bf16 cast, K and V "
             "repeated to every head; flash-attention-2 keeps q, k, v, output and log-sum-exp; sdpa (no padding mask, "

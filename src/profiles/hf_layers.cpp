@@ -213,6 +213,34 @@ void mla_attention(const HfLayerContext& h, Terms& t) {
 // Rows all routed experts together compute: every token once per chosen expert.
 std::int64_t routed_rows(const HfLayerContext& h) { return h.tokens() * h.c.model.moe.top_k; }
 
+bool transformers5(const HfLayerContext& h) { return h.c.training.transformers_version == TransformersVersion::v5; }
+
+// transformers 5's grouped_mm experts (its default; hf_check refuses it with 4.x).
+bool grouped_mm(const HfLayerContext& h) {
+  return transformers5(h) &&
+         h.c.training.experts_implementation.value_or(ExpertsImplementation::grouped_mm) == ExpertsImplementation::grouped_mm;
+}
+
+// What the experts keep to route rows, by implementation. The loop: torch.where of each hit
+// expert's mask, two int64 index views of one nonzero() result a row. grouped_mm (transformers 5
+// integrations/moe.py, measured on an H200: tests/data/groundtruth/hf-saved-tensors-h200-
+// transformers-5.17.jsonl): the sort's int64 permutations (three a row; gpt-oss four), a bool
+// mask a row and the experts' int32 offsets.
+void expert_routing_indices(const HfLayerContext& h, Terms& t) {
+  const std::int64_t rows = routed_rows(h);
+  if (!grouped_mm(h)) {
+    t.add("experts.token_indices (int64 pairs)", Module::routed_experts, elems({rows, 2}), DType::int64, kNone,
+          "b*s*top_k x 2, int64 (torch.where of each expert's mask)");
+    return;
+  }
+  const std::int64_t perms = h.c.model.model_type == "gpt_oss" ? 4 : 3;
+  t.add("experts.sort_permutations (int64)", Module::routed_experts, elems({rows, perms}), DType::int64, kNone,
+        fmt::format("b*s*top_k x {}, int64 (grouped_mm's sort)", perms));
+  t.add("experts.row_mask (bool)", Module::routed_experts, elems({rows}), DType::int8, kNone, "b*s*top_k x 1, bool");
+  t.add("experts.offsets (int32)", Module::routed_experts, elems({h.c.model.moe.num_routed_experts}), DType::int32, kNone,
+        "experts x 1, int32 (grouped_mm's group offsets)");
+}
+
 // The loop over experts (MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock.forward, DeepseekV3MoE.moe):
 // per hit expert, torch.where on its one-hot mask (the two index vectors are views of one
 // nonzero() result, 2 x int64 a row, saved by the indexing), the gathered input hidden[top_x] (a
@@ -220,12 +248,14 @@ std::int64_t routed_rows(const HfLayerContext& h) { return h.tokens() * h.c.mode
 // (each saves the other: the output, and the indexed weight rows x 1), and index_add_ into the
 // result (saves its source, the weighted output). Summed over experts: top-k rows a token.
 // DeepSeek accumulates in the routing weights' fp32 (final_hidden_states of topk_weights.dtype),
-// so the indexed weight and the weighted output are fp32.
+// so the indexed weight and the weighted output are fp32 (4.x). transformers 5 (measured, as
+// above): the loop keeps the same in the activation dtype, but Mixtral's routing weights in fp32;
+// grouped_mm keeps the sorted input, the SwiGLU and the output with the routing weights, and no
+// weighted copy (the weighting and the scatter back save nothing more).
 void expert_loop(const HfLayerContext& h, Terms& t, bool fp32_weights) {
   const auto& m = h.c.model;
   const std::int64_t rows = routed_rows(h);
-  t.add("experts.token_indices (int64 pairs)", Module::routed_experts, elems({rows, 2}), DType::int64, kNone,
-        "b*s*top_k x 2, int64 (torch.where of each expert's mask)");
+  expert_routing_indices(h, t);
   if (h.saves_input(Role::expert_gate) || h.saves_input(Role::expert_up)) {
     t.add("experts.input (gathered)", Module::routed_experts, elems({rows, m.hidden}), t.a, kNone, "b*s*top_k x h");
   }
@@ -233,11 +263,14 @@ void expert_loop(const HfLayerContext& h, Terms& t, bool fp32_weights) {
          "experts.silu_output", "experts.up_output", "experts.down_input");
   t.add("experts.output", Module::routed_experts, elems({rows, m.hidden}), t.a, kNone,
         "b*s*top_k x h (saved by the product with the routing weight)");
-  const DType w = fp32_weights ? DType::fp32 : t.a;
-  t.add("experts.routing_weight (indexed)", Module::routed_experts, elems({rows}), w, kNone,
-        "b*s*top_k x 1 (routing_weights[top_x, idx])");
-  t.add("experts.weighted_output (index_add_ source)", Module::routed_experts, elems({rows, m.hidden}), w, kNone,
-        "b*s*top_k x h");
+  const bool v5 = transformers5(h);
+  const DType w = !v5 && fp32_weights ? DType::fp32 : t.a;
+  t.add("experts.routing_weight (indexed)", Module::routed_experts, elems({rows}),
+        v5 && m.model_type == "mixtral" ? DType::fp32 : w, kNone, "b*s*top_k x 1 (routing_weights[top_x, idx])");
+  if (!grouped_mm(h)) {
+    t.add("experts.weighted_output (index_add_ source)", Module::routed_experts, elems({rows, m.hidden}), w, kNone,
+          "b*s*top_k x h");
+  }
 }
 
 // MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock: gate (nn.Linear) on the norm's output,
@@ -260,6 +293,30 @@ void softmax_moe(const HfLayerContext& h, Terms& t) {
   expert_loop(h, t, false);
 }
 
+// DeepSeek-V3's router under transformers 5.17, as measured on an H200 (tests/data/groundtruth/
+// hf-saved-tensors-h200-transformers-5.17.jsonl): the linear in the activation dtype on its own
+// copy of the input (b*s x h) and a cast copy of the weight (h x experts); the sigmoid's output;
+// the grouped top-k's int64 indices (b*s x n_group x 2 within the groups, b*s x topk_group of the
+// groups), the bool mask of the kept groups' experts, the int64 top-k indices, the fp32
+// denominator and the top-k weights in the activation dtype.
+void deepseek_router_v5(const HfLayerContext& h, Terms& t) {
+  const auto& m = h.c.model;
+  const std::int64_t tokens = h.tokens(), k = m.moe.top_k, n = m.moe.num_routed_experts;
+  if (h.trains(Role::router)) {
+    t.add("router.input", Module::router, elems({tokens, m.hidden}), t.a, kNone, "b*s x h");
+  }
+  t.add("router.weight (cast copy)", Module::router, elems({m.hidden, n}), t.a, kNone, "h x experts");
+  t.add("router.sigmoid", Module::router, elems({tokens, n}), t.a, kNone, "b*s x experts");
+  t.add("router.group_topk_indices (int64)", Module::router, elems({tokens, std::max<std::int64_t>(m.moe.n_group, 1), 2}), DType::int64, kNone,
+        "b*s x n_group x 2, int64 (each group's top two)");
+  t.add("router.group_indices (int64)", Module::router, elems({tokens, std::max<std::int64_t>(m.moe.topk_group, 1)}), DType::int64, kNone,
+        "b*s x topk_group, int64");
+  t.add("router.expert_mask (bool)", Module::router, elems({tokens, n}), DType::int8, kNone, "b*s x experts, bool");
+  t.add("router.topk_indices", Module::router, elems({tokens, k}), DType::int64, kNone, "b*s x top_k, int64");
+  t.add("router.topk_denominator (fp32)", Module::router, elems({tokens}), DType::fp32, kNone, "b*s x 1, fp32");
+  t.add("router.topk_weights", Module::router, elems({tokens, k}), t.a, kNone, "b*s x top_k");
+}
+
 // DeepseekV3TopkRouter.forward: F.linear(hidden.type(float32), weight.type(float32)) (fp32 copies:
 // the input's saved when the router trains; the weight's, experts x h, always, for the input's
 // gradient), sigmoid (fp32 output), grouped top-k under no_grad, gather (int64 indices), the
@@ -272,15 +329,19 @@ void deepseek_moe(const HfLayerContext& h, Terms& t) {
     t.add("post_attention_layernorm.output (shared experts input)", Module::shared_experts, elems({tokens, m.hidden}), t.a,
           kNone, "b*s x h");
   }
-  if (h.trains(Role::router)) {
-    t.add("router.input (fp32 copy)", Module::router, elems({tokens, m.hidden}), DType::fp32, kNone, "b*s x h, fp32");
+  if (transformers5(h)) {
+    deepseek_router_v5(h, t);
+  } else {
+    if (h.trains(Role::router)) {
+      t.add("router.input (fp32 copy)", Module::router, elems({tokens, m.hidden}), DType::fp32, kNone, "b*s x h, fp32");
+    }
+    t.add("router.weight (fp32 copy)", Module::router, elems({n, m.hidden}), DType::fp32, kNone,
+          "experts x h, fp32 (weight.type(float32) of the bf16 parameter)");
+    t.add("router.sigmoid (fp32)", Module::router, elems({tokens, n}), DType::fp32, kNone, "b*s x experts, fp32");
+    t.add("router.topk_indices", Module::router, elems({tokens, k}), DType::int64, kNone, "b*s x top_k, int64");
+    t.add("router.topk_weights (fp32)", Module::router, elems({tokens, k}), DType::fp32, kNone, "b*s x top_k, fp32");
+    t.add("router.topk_denominator (fp32)", Module::router, elems({tokens}), DType::fp32, kNone, "b*s x 1, fp32");
   }
-  t.add("router.weight (fp32 copy)", Module::router, elems({n, m.hidden}), DType::fp32, kNone,
-        "experts x h, fp32 (weight.type(float32) of the bf16 parameter)");
-  t.add("router.sigmoid (fp32)", Module::router, elems({tokens, n}), DType::fp32, kNone, "b*s x experts, fp32");
-  t.add("router.topk_indices", Module::router, elems({tokens, k}), DType::int64, kNone, "b*s x top_k, int64");
-  t.add("router.topk_weights (fp32)", Module::router, elems({tokens, k}), DType::fp32, kNone, "b*s x top_k, fp32");
-  t.add("router.topk_denominator (fp32)", Module::router, elems({tokens}), DType::fp32, kNone, "b*s x 1, fp32");
   expert_loop(h, t, true);
   if (m.moe.shared_ffn > 0) {
     swiglu(h, t, Module::shared_experts, tokens, m.moe.shared_ffn, Role::shared_down, "shared_experts.gate_output",
@@ -309,17 +370,21 @@ void gpt_oss_moe(const HfLayerContext& h, Terms& t) {
   }
   t.add("router.topk_indices", Module::router, elems({tokens, k}), DType::int64, kNone, "b*s x top_k, int64");
   t.add("router.softmax", Module::router, elems({tokens, k}), t.a, kNone, "b*s x top_k (softmax of the top-k logits)");
-  t.add("experts.hit (int64)", Module::routed_experts, elems({hit}), DType::int64, kNone, "hit experts x 1, int64");
-  t.add("experts.token_indices (int64 pairs)", Module::routed_experts, elems({rows, 2}), DType::int64, kNone,
-        "b*s*top_k x 2, int64 (torch.where of each expert's mask)");
+  const bool v5 = transformers5(h);
+  if (!v5) t.add("experts.hit (int64)", Module::routed_experts, elems({hit}), DType::int64, kNone, "hit experts x 1, int64");
+  expert_routing_indices(h, t);
   // The products save their input for the weights' gradient only when the experts train (not
   // under LoRA, which reaches the attention's nn.Linear modules only); the weight copies always,
   // for the input's gradient.
   if (h.saves_input(Role::expert_gate) || h.saves_input(Role::expert_up)) {
     t.add("experts.input (gathered)", Module::routed_experts, elems({rows, m.hidden}), t.a, kNone, "b*s*top_k x h");
   }
-  t.add("experts.weight_copies (gate_up_proj[e], down_proj[e])", Module::routed_experts, elems({hit, 3 * m.hidden, f}), t.a,
-        kNone, "hit experts x (h x 2f + f x h)");
+  // transformers 5 indexes the 3-D parameters with a Python integer: views, nothing copied
+  // (measured: no weight-sized tensor among what the experts save).
+  if (!v5) {
+    t.add("experts.weight_copies (gate_up_proj[e], down_proj[e])", Module::routed_experts, elems({hit, 3 * m.hidden, f}), t.a,
+          kNone, "hit experts x (h x 2f + f x h)");
+  }
   t.add("experts.gate_up_output", Module::routed_experts, elems({rows, 2 * f}), t.a, kNone, "b*s*top_k x 2f (both clamps' input)");
   t.add("experts.gate_clamped", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f");
   t.add("experts.sigmoid_output", Module::routed_experts, elems({rows, f}), t.a, kNone, "b*s*top_k x f");
@@ -332,8 +397,10 @@ void gpt_oss_moe(const HfLayerContext& h, Terms& t) {
         "b*s*top_k x h (saved by the product with the routing weight)");
   t.add("experts.routing_weight (indexed)", Module::routed_experts, elems({rows}), t.a, kNone,
         "b*s*top_k x 1 (routing_weights[token_idx, expert_idx])");
-  t.add("experts.weighted_output (index_add_ source)", Module::routed_experts, elems({rows, m.hidden}), t.a, kNone,
-        "b*s*top_k x h");
+  if (!grouped_mm(h)) {
+    t.add("experts.weighted_output (index_add_ source)", Module::routed_experts, elems({rows, m.hidden}), t.a, kNone,
+          "b*s*top_k x h");
+  }
 }
 
 // What PEFT's LoRA adds to each adapted linear (peft/tuners/lora/layer.py, Linear.forward:

@@ -128,6 +128,20 @@ inline std::optional<InputError> refuse_routing_without_experts(const ModelSpec&
   return std::nullopt;
 }
 
+// transformers' release and experts implementation, under a profile other than hf.
+inline std::optional<InputError> refuse_transformers_options(std::string_view profile, const TrainingConfig& t) {
+  if (profile == "hf") return std::nullopt;
+  if (t.transformers_version != TransformersVersion::v5) {
+    return InputError("--transformers-version", std::string(name_of(t.transformers_version)),
+                      fmt::format("5 (its default) with the {} profile: the release is an hf-profile setting", profile));
+  }
+  if (t.experts_implementation) {
+    return InputError("--experts-implementation", std::string(name_of(*t.experts_implementation)),
+                      fmt::format("the hf profile (not {}): transformers' experts implementation", profile));
+  }
+  return std::nullopt;
+}
+
 // torchtitan's settings (torch.compile, loss variants, FSDP2 resharding and float8 all-gather,
 // HSDP replicas, a release) under a profile without FSDP2.
 // `hf_fsdp2`: the hf profile under --fsdp1 or --fsdp2, which takes --reshard-after-forward
@@ -137,6 +151,7 @@ inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, 
     return InputError("--torchtitan-version", std::string(name_of(t.torchtitan_version)),
                      fmt::format("current with the {} profile (releases are a torchtitan-profile setting)", profile));
   }
+  if (auto e = refuse_transformers_options(profile, t)) return e;
   if (t.hf_ddp && profile != "hf") {
     return InputError("--ddp", "set", fmt::format("the hf profile (not {}): the Trainer without DeepSpeed or FSDP", profile));
   }

@@ -286,6 +286,7 @@ std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, 
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_dropout("torchtitan", t)) return e;
   if (auto e = refuse_megatron_options("torchtitan", t)) return e;
+  if (auto e = refuse_transformers_options("torchtitan", t)) return e;
   if (t.accelerate_fsdp() || t.fsdp_offload_params || t.hf_ddp) {
     return InputError("--fsdp1/--fsdp2/--fsdp-offload-params/--ddp", "set",
                       "the hf profile (torchtitan always runs FSDP2: the flags select FSDP for Hugging Face code)");

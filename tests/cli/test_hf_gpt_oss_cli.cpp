@@ -1,6 +1,7 @@
 // --profile hf with model_type gpt_oss (issue 15: "the MoE models HF implements (..., gpt_oss)"):
-// GptOss's training loop over experts indexes its 3-D expert parameters, which copies each hit
-// expert's weights, and each product saves its copy. Expected sizes by hand from gpt-oss-20b's
+// under transformers 4.x GptOss's training loop over experts indexes its 3-D expert parameters
+// with a tensor, which copies each hit expert's weights, and each product saves its copy;
+// transformers 5 indexes with an integer (views: nothing copied). Expected sizes by hand from gpt-oss-20b's
 // config (24 layers, hidden 2880, 32 experts of intermediate 2880, top-4, 64 heads of 64), not
 // from running moemem; the per-layer ledger (full and LoRA) is checked against autograd by check_hf.py.
 #include <cstdint>
@@ -29,10 +30,18 @@ Args gpt_oss(const Args& extra) {
 
 TEST(HfGptOss, ExpertLoopKeepsACopyOfEveryHitExpertsWeights) {
   // 256 tokens x top-4 = 1,024 rows reach all 32 experts: per layer 32 x (2880 x 5760 + 2880 x
-  // 2880) bf16 = 32 x 49,766,400 B = 1,592,524,800 B; 24 layers 38,220,595,200 B.
+  // 2880) bf16 = 32 x 49,766,400 B = 1,592,524,800 B; 24 layers 38,220,595,200 B (4.x).
+  const auto a4 = items_of(explain_json(gpt_oss({"--transformers-version", "4"}), 0), "activations");
+  EXPECT_EQ(a4.at("experts.weight_copies (gate_up_proj[e], down_proj[e])"), 38'220'595'200ull);
+  // transformers 5, either experts implementation: no copies.
+  for (const char* impl : {"eager", "grouped_mm"}) {
+    EXPECT_EQ(items_of(explain_json(gpt_oss({"--experts-implementation", impl}), 0), "activations")
+                  .count("experts.weight_copies (gate_up_proj[e], down_proj[e])"),
+              0u)
+        << impl;
+  }
   const auto e = explain_json(gpt_oss({}), 0);
   const auto a = items_of(e, "activations");
-  EXPECT_EQ(a.at("experts.weight_copies (gate_up_proj[e], down_proj[e])"), 38'220'595'200ull);
   // Eager attention with sinks (the default for gpt_oss: HF's GptOss has no sdpa): the softmax in
   // bf16 over 257 columns, 64 x 256 x 257 x 2 = 8,421,376 B a layer, and its int64 row maxima
   // 64 x 256 x 8 = 131,072 B.
@@ -56,9 +65,10 @@ TEST(HfGptOss, LoraAllLinearAdaptsTheAttentionOnly) {
   // 16 x (2880 + 8 x 64) = 54,272 each: 331,776; 24 layers 7,962,624.
   const auto j = analyze_json(gpt_oss({"--finetune", "lora", "--lora-rank", "16"}));
   EXPECT_EQ(j.at("model").at("trainable_params"), 7'962'624);
-  // The frozen experts' products still keep the weight copies (for the input's gradient), but
-  // not their inputs.
-  const auto a = items_of(explain_json(gpt_oss({"--finetune", "lora", "--lora-rank", "16"}), 0), "activations");
+  // The frozen experts' products still keep the weight copies (for the input's gradient, 4.x),
+  // but not their inputs.
+  const auto a = items_of(explain_json(gpt_oss({"--finetune", "lora", "--lora-rank", "16", "--transformers-version", "4"}), 0),
+                          "activations");
   EXPECT_EQ(a.at("experts.weight_copies (gate_up_proj[e], down_proj[e])"), 38'220'595'200ull);
   EXPECT_EQ(a.count("experts.input (gathered)"), 0u);
   EXPECT_EQ(a.count("experts.down_input"), 0u);

@@ -121,8 +121,10 @@ def measure(c, moe, lora, targets, mode, ddp=False):
 
 
 def moemem_terms(exe, name, lora, targets, recompute, ddp=False):
+    # The reference layers follow transformers 4.x's modeling code (the per-expert loop; 5.x's MoE
+    # blocks are checked against a GPU measurement instead, tests/unit/test_hf_profile.cpp).
     args = [exe, "--model", os.path.join(HERE, "configs", f"{name}.json"), "--profile", "hf", "--attention", "eager",
-            "--micro-batch", str(BATCH), "--seq-len", str(SEQ), "--recompute", recompute]
+            "--micro-batch", str(BATCH), "--seq-len", str(SEQ), "--recompute", recompute, "--transformers-version", "4"]
     if lora:
         args += ["--finetune", "lora", "--lora-rank", str(lora), "--lora-targets", targets]
     if ddp:

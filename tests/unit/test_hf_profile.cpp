@@ -1,10 +1,14 @@
 // The hf profile (Hugging Face modeling code): one decoder layer's saved bytes computed by hand
 // from the modeling code's shapes (the same sizes tests/groundtruth/check_hf.py measures with
 // PyTorch autograd), and the settings it refuses, each by name with exit 2.
+#include <cstdint>
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/common.hpp"
 #include "cli/run_cli.hpp"
@@ -77,7 +81,76 @@ TEST(HfProfile, SdpaKernelByHand) {
 //   norms 2 * 12416, q/k/v input 4096, attention (k and v repeated to 4 heads) 28672        57600
 //   total 113408 (autograd: 113408)
 TEST(HfProfile, MixtralMoeLayerByHand) {
-  EXPECT_EQ(layer_bytes("mixtral.json", moemem::LayerKind::moe, {"--attention", "eager"}), 113408u);
+  // transformers 4.x's loop, what the reference layers follow.
+  EXPECT_EQ(layer_bytes("mixtral.json", moemem::LayerKind::moe, {"--attention", "eager", "--transformers-version", "4"}), 113408u);
+}
+
+// transformers 5.17's MoE blocks, router through experts (and shared experts), as PyTorch saved
+// them on an H200: one MoE layer, 1 x 1024 tokens, bf16 autocast, each storage once
+// (scripts/measure/hf_saved_tensors.py; the file holds every saved tensor with its module). The
+// expected bytes are read from the measurement, summed over the layer's mlp modules; moemem counts
+// the router's input under the norm's output.
+std::uint64_t measured_mlp_bytes(const std::string& config, const std::string& impl) {
+  std::ifstream in(std::string(MOEMEM_TEST_DATA_DIR) + "/groundtruth/hf-saved-tensors-h200-transformers-5.17.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto r = nlohmann::json::parse(line);
+    if (r.at("config").get<std::string>().find(config) == std::string::npos || r.at("impl") != impl) continue;
+    std::uint64_t sum = 0;
+    for (const auto& t : r.at("tensors")) {
+      if (t.at("module").get<std::string>().rfind("model.layers.0.mlp", 0) == 0) sum += t.at("bytes").get<std::uint64_t>();
+    }
+    return sum;
+  }
+  ADD_FAILURE() << "no measurement of " << config << " " << impl;
+  return 0;
+}
+
+std::uint64_t moemem_mlp_bytes(const std::string& model, const std::string& impl, const std::string& attention) {
+  CLI::App app;
+  moemem::cli::ModelOptions mo;
+  moemem::cli::LayoutOptions lo;
+  moemem::cli::TrainingOptions to;
+  moemem::cli::add_model_options(app, mo);
+  moemem::cli::add_layout_options(app, lo);
+  moemem::cli::add_training_options(app, to);
+  std::vector<std::string> args = {"--model", model, "--profile", "hf", "--ddp", "--micro-batch", "1", "--seq-len", "1024",
+                                   "--attention", attention, "--experts-implementation", impl};
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  app.parse(reversed);
+  const auto s = moemem::cli::resolve(mo, lo, to);
+  std::uint64_t sum = 0;
+  for (const auto& t : moemem::layer_activation_terms(*s.profile, s.model, s.layout, s.training, moemem::LayerKind::moe)) {
+    const std::string name(t.name);
+    const std::string head = name.substr(0, name.find('.'));
+    if (head == "router" || head == "experts" || head == "shared_experts" || name.rfind("post_attention_layernorm.output", 0) == 0) {
+      sum += t.bytes().value();
+    }
+  }
+  return sum;
+}
+
+TEST(HfProfile, Transformers5MoeBlocksAsMeasuredOnAGpu) {
+  const std::string models = std::string(MOEMEM_TEST_DATA_DIR) + "/validation/models/";
+  const struct {
+    const char* measured;
+    std::string model;
+    const char* attention;
+  } cases[] = {{"qwen3-30b-a3b-4l.json", models + "qwen3-30b-a3b-4l.json", "sdpa"},
+               {"mixtral-8x7b-2l.json", models + "mixtral-8x7b-2l.json", "sdpa"},
+               {"gpt-oss-20b.json", "gpt-oss-20b", "eager"}};
+  for (const auto& c : cases) {
+    for (const char* impl : {"grouped_mm", "eager"}) {
+      SCOPED_TRACE(std::string(c.measured) + " " + impl);
+      EXPECT_EQ(moemem_mlp_bytes(c.model, impl, c.attention), measured_mlp_bytes(c.measured, impl));
+    }
+  }
+  // Moonlight (DeepSeek-V3's router and experts, two shared experts): exact under grouped_mm;
+  // the loop measured 24,736 B (0.014%) less than its rows account for, one storage fewer.
+  const std::string moonlight = models + "moonlight-16b-4l.json";
+  EXPECT_EQ(moemem_mlp_bytes(moonlight, "grouped_mm", "sdpa"), measured_mlp_bytes("moonlight-16b-4l.json", "grouped_mm"));
+  const std::uint64_t loop = measured_mlp_bytes("moonlight-16b-4l.json", "eager");
+  EXPECT_GE(moemem_mlp_bytes(moonlight, "eager", "sdpa"), loop);
+  EXPECT_LE(moemem_mlp_bytes(moonlight, "eager", "sdpa"), loop + loop / 5000);
 }
 
 TEST(HfProfile, RefusesWhatItDoesNotModel) {
@@ -103,6 +176,30 @@ TEST(HfProfile, RefusesWhatItDoesNotModel) {
   const auto glm = run_cli({"analyze", "--model", "glm-4.5-air", "--profile", "hf"});  // glm4_moe: not followed
   EXPECT_EQ(glm.code, 2);
   EXPECT_NE(glm.err.find("model_type"), std::string::npos) << glm.err;
+}
+
+TEST(HfProfile, TransformersReleaseAndExpertsImplementationAreCheckedByName) {
+  const std::string mixtral = kConfigs + "mixtral.json";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--profile", "hf", "--transformers-version", "4", "--experts-implementation", "grouped_mm"}, "--experts-implementation"},
+      {{"--profile", "hf", "--transformers-version", "4.57"}, "--transformers-version"},
+      {{"--profile", "hf", "--experts-implementation", "batched_mm"}, "--experts-implementation"},
+      {{"--profile", "megatron", "--transformers-version", "4"}, "--transformers-version"},
+      {{"--profile", "megatron", "--experts-implementation", "eager"}, "--experts-implementation"},
+      {{"--profile", "torchtitan", "--experts-implementation", "grouped_mm", "--recompute", "full"}, "--experts-implementation"},
+  };
+  for (const auto& [flags, field] : cases) {
+    // torchtitan trains Qwen3-MoE, not Mixtral.
+    std::vector<std::string> args = {"analyze", "--model", flags[1] == "torchtitan" ? kConfigs + "qwen3_moe.json" : mixtral};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.code, 2) << field;
+    EXPECT_NE(r.err.find(field), std::string::npos) << r.err;
+  }
+  // transformers 5's grouped_mm keeps less than its loop, which keeps what 4.x's loop keeps here.
+  const auto moe = [&](std::vector<std::string> flags) { return layer_bytes("mixtral.json", moemem::LayerKind::moe, flags); };
+  EXPECT_LT(moe({"--attention", "eager"}), moe({"--attention", "eager", "--experts-implementation", "eager"}));
+  EXPECT_EQ(moe({"--attention", "eager"}), moe({"--attention", "eager", "--experts-implementation", "grouped_mm"}));
 }
 
 TEST(HfProfile, AnalyzesAPreset) {
