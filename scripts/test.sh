@@ -25,7 +25,7 @@ echo "== moemem validate: the public measurements (docs/validation.md; issue 12'
   --max-device-median-error 14 --min-mean-error -1
 # Training steps measured on one H200 with transformers (scripts/measure/hf_step_memory.py): the
 # hf profile meets issue 12's targets there (validate's defaults), and a ratchet at today's errors
-# (allocated median 0.1%, max 0.4%; all metrics median 1.4%, max 6.0%, mean signed -1.1%).
+# (allocated median 0.1%, max 0.3%; all metrics median 1.4%, max 6.0%, mean signed -1.1%).
 ./build/release/moemem validate --set tests/data/validation/measured-device.jsonl --min-confidence high >/dev/null
 ./build/release/moemem validate --set tests/data/validation/measured-device.jsonl --min-confidence high \
   --max-median-error 2 --max-error 7 --max-device-median-error 3 --min-mean-error -1.5 >/dev/null

@@ -70,6 +70,17 @@ void hf_chunk_activations(const ActivationContext& c, const Chunk& chunk, std::v
   const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;
   const bool full = head_trains(c);
   if (chunk.embedding && full) t.add("embedding.token_ids", Module::embedding, elems({tokens}), DType::int64, 0, "b*s");
+  if (chunk.embedding) {
+    // The rotary embedding's cos and sin, computed once per forward in the activation dtype and
+    // passed to every layer, whose RoPE products save them (one storage each, whatever the layer
+    // count; checkpointed layers keep them as inputs). Their last dimension, as PyTorch saved them
+    // on a GPU with transformers 5.17 (tests/data/groundtruth/hf-saved-tensors-h200-
+    // transformers-5.17.jsonl): the head size (Llama-style; MLA's rope head size), half of it for
+    // gpt-oss's rotation of halves.
+    std::int64_t d = m.mla.kv_lora_rank > 0 ? m.mla.qk_rope_head_dim : m.head_dim;
+    if (m.model_type == "gpt_oss") d = m.head_dim / 2;
+    t.add("rotary.cos_sin", Module::embedding, elems({2, tokens, d}), t.a, 0, "2 x b*s x rotary dim (shared by the layers)");
+  }
   if (!chunk.loss) return;
   t.add("norm.fp32_copy", Module::output_head, elems({tokens, m.hidden}), DType::fp32, 0, "b*s x h, fp32");
   t.add("norm.rsqrt", Module::output_head, elems({tokens}), DType::fp32, 0, "b*s x 1, fp32");
@@ -79,7 +90,11 @@ void hf_chunk_activations(const ActivationContext& c, const Chunk& chunk, std::v
     t.add("lm_head.input", Module::output_head, elems({tokens, m.hidden}), t.a, 0, "b*s x h");
   }
   t.add("loss.log_softmax (fp32)", Module::output_head, elems({tokens, c.padded_vocab}), DType::fp32, 0, "b*s x vocab, fp32");
-  t.add("loss.targets", Module::output_head, elems({tokens}), DType::int64, 0, "b*s, int64");
+  // ForCausalLMLoss pads the labels by one position before shifting them: the targets view a
+  // b x (s + 1) tensor; nll_loss keeps its fp32 total weight (as saved on a GPU, as above).
+  t.add("loss.targets", Module::output_head, elems({c.training.micro_batch, c.training.seq_len + 1}), DType::int64, 0,
+        "b x (s + 1), int64 (the padded labels the shifted targets view)");
+  t.add("loss.total_weight", Module::output_head, elems({1}), DType::fp32, 0, "1 x fp32");
 }
 
 // At the start of backward: nll_loss's gradient and log_softmax's gradient, both fp32 b*s x vocab,

@@ -74,15 +74,23 @@ void swiglu(const HfLayerContext& h, Terms& t, Module mod, std::int64_t rows, st
 // only): PyTorch's flash kernel needs one head size, so scaled_dot_product_attention takes the
 // memory-efficient kernel (_scaled_dot_product_efficient_attention), which saves q, k, v, the output
 // and its log-sum-exp, padded to a multiple of 32 positions (kAlignLSE), and the philox seed and
-// offset. Not checked on the CPU (Debian's torch 1.13 has no scaled_dot_product_attention).
+// offset. Not checked on the CPU (Debian's torch 1.13 has no scaled_dot_product_attention); on a
+// GPU (tests/data/groundtruth/hf-saved-tensors-h200-transformers-5.17.jsonl, Moonlight) two more
+// things showed: v is a view of kv_b_proj's output split into k_nope and v, so what it keeps is
+// that whole output (heads x (qk_nope + v_dim) a token), and the kernel's output is laid out
+// b x heads x s x v_dim, so o_proj's input (its transpose(1, 2).contiguous()) is a copy.
 void sdpa_unequal_heads(const HfLayerContext& h, Terms& t, std::int64_t qk, std::int64_t v_dim) {
   const auto& m = h.c.model;
   const std::int64_t b = h.c.training.micro_batch, s = h.c.training.seq_len, heads = m.num_heads;
   t.add("attn.q", Module::attention, elems({b, s, heads, qk}), t.a, kNone, "b*s x heads x qk_dim");
   t.add("attn.k", Module::attention, elems({b, s, heads, qk}), t.a, kNone, "b*s x heads x qk_dim");
-  t.add("attn.v", Module::attention, elems({b, s, heads, v_dim}), t.a, kNone, "b*s x heads x v_dim");
-  t.add("attn.output (o_proj input)", Module::attention, elems({b, s, heads, v_dim}), t.a, kNone,
-        "b*s x heads x v_dim (o_proj's input is a view of it)");
+  t.add("attn.v (kv_b_proj's output it views)", Module::attention, elems({b, s, heads, m.mla.qk_nope_head_dim + v_dim}), t.a,
+        kNone, "b*s x heads x (qk_nope + v_dim)");
+  t.add("attn.output", Module::attention, elems({b, s, heads, v_dim}), t.a, kNone, "b x heads x s x v_dim");
+  if (h.saves_input(Role::o_proj)) {
+    t.add("attn.o_proj_input", Module::attention, elems({b, s, heads, v_dim}), t.a, kNone,
+          "b*s x heads x v_dim (transpose(1, 2).contiguous(): a copy)");
+  }
   t.add("attn.logsumexp", Module::attention, elems({b, heads, (s + 31) / 32 * 32}), DType::fp32, kNone,
         "b x heads x ceil(s/32)*32, fp32");
   t.add("attn.rng_state", Module::attention, elems({2}), DType::int64, kNone, "philox seed and offset");
