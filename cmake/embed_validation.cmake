@@ -8,6 +8,11 @@ string(APPEND body "#include <string>\n\n#include \"moemem/validate.hpp\"\n\nnam
 string(APPEND body "std::string_view public_measurement_set() {\n  static const std::string text = std::string()")
 moemem_append_jsonl_pieces(body "${text}")
 string(APPEND body ";\n  return text;\n}\n\n")
+# The training steps moemem's developers measured on a GPU (scripts/measure/hf_step_memory.py).
+file(READ ${IN_DEVICE} device_text)
+string(APPEND body "std::string_view device_measurement_set() {\n  static const std::string text = std::string()")
+moemem_append_jsonl_pieces(body "${device_text}")
+string(APPEND body ";\n  return text;\n}\n\n")
 string(APPEND body "std::optional<std::string_view> public_set_model(std::string_view name) {\n")
 file(GLOB models ${MODELS}/*)
 list(SORT models)

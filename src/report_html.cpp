@@ -260,10 +260,13 @@ void summary(std::ostream& out, const nlohmann::json& report) {
                      html::gib(peak_bytes), group_thousands(peak.at("total_bytes").get<std::uint64_t>()));
   const auto it = report.find("uncertainty");
   if (it != report.end() && !it->is_null()) {
-    out << fmt::format("<p class=\"uncertainty\">Accuracy band: on {} published runs measuring {} memory, the measurement "
+    const std::int64_t records = it->at("records").get<std::int64_t>();
+    const std::int64_t own = it->value("own_records", std::int64_t{0});
+    out << fmt::format("<p class=\"uncertainty\">Accuracy band: on {} {} runs measuring {} memory, the measurement "
                        "was {:+.1f}% to {:+.1f}% of moemem's prediction (moemem validate): the peak would read {} to {} GiB "
                        "(the black whiskers).</p>\n",
-                       it->at("records").get<std::int64_t>(), html_escape(it->at("metric").get<std::string>()),
+                       records, own == 0 ? "published" : fmt::format("measured ({} on a GPU by moemem's developers)", own),
+                       html_escape(it->at("metric").get<std::string>()),
                        it->at("low_pct").get<double>(), it->at("high_pct").get<double>(),
                        html::gib(peak_bytes * (1 + it->at("low_pct").get<double>() / 100)),
                        html::gib(peak_bytes * (1 + it->at("high_pct").get<double>() / 100)));

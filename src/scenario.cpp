@@ -293,7 +293,29 @@ Scenario make_scenario(const Request& r) {
   s.training.linear_routers = s.profile->peft_modules && hf_router_is_linear(s.model.model_type);
   s.training.linear_experts = !s.profile->peft_modules || hf_experts_are_linear(s.model.model_type);
   s.inventory = apply_finetune(s.inventory, s.training);  // LoRA: the base frozen, adapters added
+  check_peft_on_experts(*s.profile, s.model, s.training, s.inventory);
   return s;
+}
+
+// transformers 5 holds routed experts as 3-D parameters, which PEFT (0.21) adapts through its own
+// wrapper: on a GPU a Qwen3-MoE layer's all-linear r 16 trained 20,760,576 parameters where one
+// adapter per expert linear gives 17,614,848, and the step allocated 11.6% more than moemem's
+// per-expert adapters (docs/validation.md); bitsandbytes' NF4 replacement (QLoRA) takes nn.Linear
+// modules only. Neither is modelled: refused, not mis-costed.
+void check_peft_on_experts(const Profile& profile, const ModelSpec& m, const TrainingConfig& t, const Inventory& inv) {
+  if (!profile.peft_modules || t.transformers_version != TransformersVersion::v5 || m.moe.num_routed_experts == 0) return;
+  if (t.finetune == Finetune::qlora) {
+    throw InputError("--finetune", "qlora",
+                     "lora or full for an MoE model under transformers 5 (bitsandbytes' 4-bit replacement takes nn.Linear "
+                     "modules, not its 3-D expert parameters; not modelled), or --transformers-version 4");
+  }
+  for (const Tensor& x : inv.tensors) {
+    if (x.adapter == Adapter::none || !x.is_routed_expert) continue;
+    throw InputError("--lora-targets", t.lora_targets,
+                     "targets that leave out the routed experts under transformers 5 (PEFT adapts its 3-D expert "
+                     "parameters through a wrapper moemem does not model: e.g. q_proj,k_proj,v_proj,o_proj), or "
+                     "--transformers-version 4 (one adapter per expert nn.Linear)");
+  }
 }
 
 }  // namespace moemem

@@ -91,4 +91,8 @@ struct Scenario {
 // Everything resolved and checked. Throws InputError naming the field of the first bad setting.
 [[nodiscard]] Scenario make_scenario(const Request& r);
 
+// Refuses LoRA adapters on routed experts and QLoRA of an MoE model under the hf profile with
+// transformers 5 (3-D expert parameters: PEFT's wrapper and bitsandbytes are not modelled).
+void check_peft_on_experts(const Profile& profile, const ModelSpec& m, const TrainingConfig& t, const Inventory& inv);
+
 }  // namespace moemem

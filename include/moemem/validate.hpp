@@ -75,6 +75,10 @@ using RequestBuilder = std::function<Request(const RecordSpec&)>;
 
 // The measurement set compiled into the library (tests/data/validation/measured-public.jsonl).
 [[nodiscard]] std::string_view public_measurement_set();
+// tests/data/validation/measured-device.jsonl, compiled in: training steps measured on a GPU by
+// moemem's developers with scripts/measure/hf_step_memory.py (the records' model files are the
+// public set's).
+[[nodiscard]] std::string_view device_measurement_set();
 // A model file the public set's records name ("models/<file>"), compiled in with it.
 [[nodiscard]] std::optional<std::string_view> public_set_model(std::string_view name);
 

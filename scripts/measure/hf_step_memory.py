@@ -41,8 +41,15 @@ CASES = [
     # the allocator's expandable segments: how much of the checkpointed run's reserve is fragmentation
     dict(id="llama32-3b-sdpa-b8-gc-expandable", config="llama-3.2-3b.json", attn="sdpa", mb=8, seq=2048, gc=True,
          alloc_conf="expandable_segments:True"),
+    # MoE under gradient checkpointing, LoRA on an MoE model, MLA under sdpa
+    dict(id="qwen3-30b-a3b-4l-sdpa-b8-gc", config="qwen3-30b-a3b-4l.json", attn="sdpa", mb=8, seq=2048, gc=True),
+    dict(id="qwen3-30b-a3b-4l-lora16-b4", config="qwen3-30b-a3b-4l.json", attn="sdpa", mb=4, seq=2048, lora=16),
+    dict(id="moonlight-16b-4l-sdpa-b4", config="moonlight-16b-4l.json", attn="sdpa", mb=4, seq=2048),
+    dict(id="moonlight-16b-4l-sdpa-b8-gc", config="moonlight-16b-4l.json", attn="sdpa", mb=8, seq=2048, gc=True),
 ]
 EXTRA = {"qwen3-30b-a3b-4l-sdpa-b4-loop", "llama32-3b-sdpa-b8-gc-expandable"}
+EXTRA2 = {"qwen3-30b-a3b-4l-sdpa-b8-gc", "qwen3-30b-a3b-4l-lora16-b4", "moonlight-16b-4l-sdpa-b4",
+          "moonlight-16b-4l-sdpa-b8-gc"}
 for c in CASES:
     a = ["--model", MODELS + c["config"], "--profile", "hf", "--ddp", "--dp", "1",
          "--micro-batch", str(c["mb"]), "--global-batch", str(c["mb"]), "--seq-len", str(c["seq"]),
@@ -178,8 +185,38 @@ def context_probe():
     return rows
 
 
+def peft_targets(out):
+    """What PEFT's all-linear adapts in each one-layer MoE model (tests/data/groundtruth/configs)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+    rows = []
+    for name in ("qwen3-30b-a3b-1l.json", "mixtral-8x7b-1l.json", "moonlight-16b-1l-moe.json", "gpt-oss-20b-1l.json"):
+        cfg = AutoConfig.from_pretrained("tests/data/groundtruth/configs/" + name)
+        with torch.device("cuda"):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+        adapted = sorted({n.split(".lora_A")[0].split("layers.0.")[-1] for n, _ in model.named_parameters() if ".lora_A" in n})
+        rows.append(dict(config=name, trainable=sum(p.numel() for p in model.parameters() if p.requires_grad),
+                         total=sum(p.numel() for p in model.parameters()), adapted=adapted))
+        del model
+        torch.cuda.empty_cache()
+    with open(out, "a") as f:
+        f.write(json.dumps(dict(id="peft-targets", rows=rows)) + "\n")
+
+
 def main():
     argv = sys.argv[1:]
+    if argv and argv[0] == "--peft-targets":
+        peft_targets(argv[1])
+        return
+    if argv and argv[0] == "--extra2":
+        out = argv[1]
+        subprocess.run([sys.executable, __file__, "--peft-targets", out], timeout=150, check=False)
+        for c in CASES:
+            if c["id"] in EXTRA2:
+                subprocess.run([sys.executable, __file__, "--case", c["id"], out], timeout=150, check=False)
+        return
     if argv and argv[0] == "--context":
         with open(argv[1], "a") as f:
             f.write(json.dumps(dict(id="context-probe", rows=context_probe())) + "\n")

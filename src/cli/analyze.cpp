@@ -313,7 +313,9 @@ std::optional<MetricBand> uncertainty(const std::string& profile) {
 nlohmann::json analyze_json(const MemoryReport& r, const std::optional<GpuChoice>& gpu, const std::optional<MetricBand>& band,
                             bool margin_applied, const std::vector<std::string>& warnings) {
   nlohmann::json j = report_json(r, gpu);
+  // own_records: of the records, those moemem's developers measured on a GPU (the device set).
   j["uncertainty"] = band ? nlohmann::json{{"metric", band->metric}, {"records", band->band.records},
+                                           {"own_records", band->band.own},
                                            {"low_pct", band->band.low_pct}, {"high_pct", band->band.high_pct},
                                            {"margin_applied", margin_applied}}
                           : nlohmann::json();
@@ -525,9 +527,13 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   out << fmt::format("peak: stage {}, {} ({} bytes)\n", r.peak_stage, format_gib(peak.bytes.total()),
                      group_thousands(peak.bytes.total().value()));
   if (band) {
-    out << fmt::format("uncertainty: on {} published {} runs measuring {} memory, the measurement was {:+.1f}% .. "
+    const std::string runs =
+        band->band.own == 0 ? fmt::format("{} published {} runs", band->band.records, r.profile)
+                            : fmt::format("{} {} runs ({} measured on a GPU by moemem's developers)", band->band.records,
+                                          r.profile, band->band.own);
+    out << fmt::format("uncertainty: on {} measuring {} memory, the measurement was {:+.1f}% .. "
                        "{:+.1f}% of moemem's prediction (moemem validate); peak at the upper end {}\n",
-                       band->band.records, r.profile, band->metric, band->band.low_pct, band->band.high_pct,
+                       runs, band->metric, band->band.low_pct, band->band.high_pct,
                        format_gib(Bytes(static_cast<std::uint64_t>(static_cast<double>(peak.bytes.total().value()) *
                                                                    (1.0 + std::max(0.0, band->band.high_pct) / 100.0)))));
   } else {

@@ -105,6 +105,7 @@ int validate_throughput(const ValidateCommand& c, std::ostream& out, std::ostrea
 // predicted records (confidence medium and up). Computed once per process.
 struct Band {
   std::int64_t records = 0;
+  std::int64_t own = 0;  // of them, measured by moemem's developers (the device set)
   double low_pct = 0, high_pct = 0;
 };
 std::optional<Band> measured_band(const std::string& profile, const std::string& metric);

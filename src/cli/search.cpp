@@ -492,6 +492,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   base.linear_routers = profile.peft_modules && hf_router_is_linear(m.model_type);
   base.linear_experts = !profile.peft_modules || hf_experts_are_linear(m.model_type);
   const Inventory inv = apply_finetune(build_inventory(m), base);
+  check_peft_on_experts(profile, m, base, inv);
   const CompiledModel cm = compile_model(m, inv, profile);
 
   SearchSpace space;

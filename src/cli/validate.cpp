@@ -71,15 +71,18 @@ std::optional<Band> measured_band(const std::string& profile, const std::string&
   static const std::map<std::pair<std::string, std::string>, Band> bands = [] {
     std::map<std::pair<std::string, std::string>, Band> out;
     const RequestBuilder build = [](const RecordSpec& spec) { return record_request_of(spec, ""); };
-    for (const auto& r : validate_records(public_measurement_set(), "public set", Confidence::medium, build)) {
-      if (!r.error_pct) continue;
+    const auto add = [&](const ValidationResult& r, bool own) {
+      if (!r.error_pct) return;
       // measured / predicted - 1, from (predicted - measured) / measured = e: 1 / (1 + e) - 1.
       const double off = 100.0 * (1.0 / (1.0 + *r.error_pct / 100.0) - 1.0);
       Band& b = out[{r.profile, r.metric}];
       b.low_pct = b.records == 0 ? off : std::min(b.low_pct, off);
       b.high_pct = b.records == 0 ? off : std::max(b.high_pct, off);
       ++b.records;
-    }
+      b.own += own ? 1 : 0;
+    };
+    for (const auto& r : validate_records(public_measurement_set(), "public set", Confidence::medium, build)) add(r, false);
+    for (const auto& r : validate_records(device_measurement_set(), "device set", Confidence::high, build)) add(r, true);
     return out;
   }();
   const auto it = bands.find({profile, metric});

@@ -367,4 +367,37 @@ TEST(Uncertainty, AnalyzeStatesTheBandAndTheVerdictUsesItsUpperEnd) {
             std::string::npos);
 }
 
+// The hf profile's band comes from the training steps measured on a GPU (the device set, compiled
+// in), computed the same way from validate --set's records; the megatron profile's has none of them.
+TEST(Uncertainty, HfBandFromTheRunsMeasuredOnAGpu) {
+  const std::string set = std::string(MOEMEM_TEST_DATA_DIR) + "/validation/measured-device.jsonl";
+  const auto v = run_cli({"validate", "--set", set, "--min-confidence", "high", "--format", "json", "--max-median-error", "1000",
+                          "--max-error", "1000", "--max-device-median-error", "1000", "--min-mean-error", "-1000"});
+  ASSERT_EQ(v.code, 0) << v.err;
+  double lo = 1e9, hi = -1e9;
+  int n = 0;
+  const json vj = json::parse(v.out);
+  for (const auto& rec : vj.at("records")) {
+    if (rec.at("metric") != "device-used" || rec.at("error_pct").is_null()) continue;
+    const double off = 100.0 * (rec.at("measured_bytes").get<double>() / rec.at("predicted_bytes").get<double>() - 1.0);
+    lo = std::min(lo, off);
+    hi = std::max(hi, off);
+    ++n;
+  }
+  ASSERT_GT(n, 0);
+  const auto a = run_cli({"analyze", "--model", "llama-3.1-8b", "--profile", "hf", "--ddp", "--gpu", "h200-141g", "--format", "json"});
+  ASSERT_EQ(a.code, 0) << a.err;
+  const json u = json::parse(a.out).at("uncertainty");
+  EXPECT_EQ(u.at("metric"), "device-used");
+  EXPECT_EQ(u.at("records").get<int>(), n);
+  EXPECT_EQ(u.at("own_records").get<int>(), n);
+  EXPECT_NEAR(u.at("low_pct").get<double>(), lo, 0.01);
+  EXPECT_NEAR(u.at("high_pct").get<double>(), hi, 0.01);
+  const auto text = run_cli({"analyze", "--model", "llama-3.1-8b", "--profile", "hf", "--ddp"});
+  EXPECT_NE(text.out.find(fmt::format("on {} hf runs ({} measured on a GPU by moemem's developers)", n, n)), std::string::npos)
+      << text.out;
+  const auto m = run_cli({"analyze", "--model", "llama-3.1-8b", "--tp", "2", "--dp", "4", "--format", "json"});
+  EXPECT_EQ(json::parse(m.out).at("uncertainty").at("own_records").get<int>(), 0);
+}
+
 }  // namespace

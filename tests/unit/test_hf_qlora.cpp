@@ -78,9 +78,10 @@ TEST(HfQlora, Llama8bWeightsByHand) {
 // 65,536 + 16,384 = 81,920 each, o 131,072; 8 experts x (w1, w3: 65,536 + 229,376; w2: 229,376 +
 // 65,536) = 7,077,888; sum 7,503,872; x 32 = 240,123,904. The gate: A 16x4096 + B 8x16 = 65,664
 // a layer, 2,101,248 in all: 242,225,152.
+// transformers 4.x's modules (5.x's 3-D experts are refused under LoRA: HfQlora.Transformers5...).
 TEST(HfQlora, PeftAllLinearAdaptsLinearRouters) {
   const json hf = analyze_json({"--model", "mixtral-8x7b", "--profile", "hf", "--finetune", "lora", "--lora-rank", "16",
-                                "--seq-len", "1024"});
+                                "--seq-len", "1024", "--transformers-version", "4"});
   EXPECT_EQ(hf.at("model").at("trainable_params").get<std::uint64_t>(), 242'225'152u);
   const json mg = analyze_json({"--model", "mixtral-8x7b", "--finetune", "lora", "--lora-rank", "16", "--seq-len", "1024",
                                 "--dp", "8", "--ep", "8"});
@@ -88,7 +89,8 @@ TEST(HfQlora, PeftAllLinearAdaptsLinearRouters) {
   // DeepSeek-V3's router is a bare parameter in HF's code: neither adapted nor quantised.
   const std::string ds = std::string(MOEMEM_TEST_DATA_DIR) + "/../groundtruth/configs/deepseek_v3.json";
   bool router_seen = false;
-  for (const auto& e : explain_items({"--model", ds, "--profile", "hf", "--finetune", "qlora", "--lora-rank", "8"})) {
+  for (const auto& e :
+       explain_items({"--model", ds, "--profile", "hf", "--finetune", "qlora", "--lora-rank", "8", "--transformers-version", "4"})) {
     if (e.at("module") == "router" && e.at("category") == "weights") {
       router_seen = true;
       EXPECT_EQ(e.at("detail").get<std::string>().find("NF4"), std::string::npos) << e.dump();
@@ -98,6 +100,36 @@ TEST(HfQlora, PeftAllLinearAdaptsLinearRouters) {
     }
   }
   EXPECT_TRUE(router_seen);
+}
+
+// transformers 5 keeps routed experts as 3-D parameters: PEFT adapts them through a wrapper that
+// trained 20,760,576 parameters in a Qwen3-MoE layer on a GPU (r 16, all-linear) where per-expert
+// adapters give 17,614,848, and bitsandbytes' NF4 replacement takes nn.Linear modules only.
+// Refused by name, with what is modelled instead; search refuses it too.
+TEST(HfQlora, Transformers5ExpertAdaptersAreRefused) {
+  const std::vector<std::string> lora = {"--model", "qwen3-30b-a3b", "--profile", "hf", "--finetune", "lora", "--lora-rank", "16"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"analyze"};
+    a.insert(a.end(), lora.begin(), lora.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_cli(a);
+  };
+  for (const auto& extra : {std::vector<std::string>{}, std::vector<std::string>{"--lora-targets", "gate_proj,up_proj"}}) {
+    const auto r = with(extra);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("--lora-targets"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--transformers-version 4"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(with({"--lora-targets", "q_proj,k_proj,v_proj,o_proj"}).code, 0);
+  EXPECT_EQ(with({"--transformers-version", "4"}).code, 0);
+  const auto qlora = run_cli({"analyze", "--model", "qwen3-30b-a3b", "--profile", "hf", "--finetune", "qlora", "--lora-rank", "16",
+                              "--lora-targets", "q_proj,k_proj,v_proj,o_proj"});
+  EXPECT_EQ(qlora.code, 2);
+  EXPECT_NE(qlora.err.find("--finetune"), std::string::npos) << qlora.err;
+  const auto search = run_cli({"search", "--model", "qwen3-30b-a3b", "--profile", "hf", "--gpus", "8", "--gpu", "h100-80g",
+                               "--global-batch", "8", "--finetune", "lora", "--lora-rank", "16"});
+  EXPECT_EQ(search.code, 2);
+  EXPECT_NE(search.err.find("--lora-targets"), std::string::npos) << search.err;
 }
 
 TEST(HfQlora, RefusedWhereNotModelled) {
