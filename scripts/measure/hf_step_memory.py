@@ -122,6 +122,14 @@ def run_case(c):
             torch.cuda.synchronize()
             steps.append(torch.cuda.max_memory_allocated() / gib)
     torch.cuda.synchronize()
+    if c.get("snapshot"):
+        # The allocator's segments after the steps (reserved stays at its peak: nothing is
+        # released): each segment's size and its blocks' sizes and states, to see where the
+        # reserve that is not allocated sits.
+        segs = [dict(size=s["total_size"], allocated=s["allocated_size"], stream=s["stream"],
+                     blocks=[[b["size"], b["state"]] for b in s["blocks"]]) for s in torch.cuda.memory_snapshot()]
+        with open(c["snapshot"], "w") as f:
+            json.dump(segs, f)
     used = None
     try:
         import pynvml
@@ -207,6 +215,11 @@ def peft_targets(out):
 
 def main():
     argv = sys.argv[1:]
+    if argv and argv[0] == "--snapshot":  # --snapshot ID OUT.jsonl SNAPSHOT.json
+        c = dict(next(c for c in CASES if c["id"] == argv[1]), snapshot=argv[3])
+        with open(argv[2], "a") as f:
+            f.write(json.dumps(run_case(c)) + "\n")
+        return
     if argv and argv[0] == "--peft-targets":
         peft_targets(argv[1])
         return
