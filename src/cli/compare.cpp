@@ -153,12 +153,17 @@ Table compare_table(const Side& a, const Side& b) {
 
 void CompareCommand::setup(CLI::App& root) {
   app = root.add_subcommand("compare", "Per-stage differences between two analyze --format json reports (B - A)");
-  app->add_option("a", a, "The first report (analyze --format json output)")->required();
-  app->add_option("b", b, "The second report")->required();
+  // Not required() by CLI11, whose error would say only "b is required": run() names both.
+  app->add_option("a", a, "The first report (analyze --format json output)");
+  app->add_option("b", b, "The second report");
   add_format_option(*app, format);
 }
 
 void CompareCommand::run(std::ostream& out, std::ostream&) const {
+  if (a.empty() || b.empty()) {
+    throw InputError("compare", a.empty() ? "no report" : fmt::format("one report ({})", a),
+                     "two reports, A.json B.json, each the output of moemem analyze --format json (compare prints B - A)");
+  }
   const Format f = parse_format(format);
   const Side sa = read_report(a), sb = read_report(b);
   if (f == Format::json) {

@@ -110,6 +110,16 @@ TEST(Compare, StagesOnlyOneReportHasAreListedWithoutADifference) {
   EXPECT_EQ(run_cli({"compare", a, b, "--format", "csv"}).code, 0);
 }
 
+// One report or none: exit 2 saying two are needed and what they are (CLI11 said "b is required").
+TEST(Compare, MissingReportsAreNamed) {
+  for (const Args& args : {Args{"compare"}, Args{"compare", "some.json"}}) {
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("two reports, A.json B.json"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("analyze --format json"), std::string::npos) << r.err;
+  }
+}
+
 TEST(Compare, BadFilesExit2NamingThem) {
   Scratch s;
   const auto good = s.write("a.json", analyze_text(kBase));
