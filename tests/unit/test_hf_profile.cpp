@@ -20,8 +20,8 @@ using moemem::test::run_cli;
 
 const std::string kConfigs = std::string(MOEMEM_TEST_DATA_DIR) + "/../groundtruth/configs/";
 
-// Bytes one layer of `kind` keeps for one micro-batch under --profile hf with these flags.
-std::uint64_t layer_bytes(const std::string& config, moemem::LayerKind kind, std::vector<std::string> flags) {
+// The scenario analyze's model, layout and training flags `args` describe.
+moemem::Scenario scenario_of(const std::vector<std::string>& args) {
   CLI::App app;
   moemem::cli::ModelOptions mo;
   moemem::cli::LayoutOptions lo;
@@ -29,11 +29,16 @@ std::uint64_t layer_bytes(const std::string& config, moemem::LayerKind kind, std
   moemem::cli::add_model_options(app, mo);
   moemem::cli::add_layout_options(app, lo);
   moemem::cli::add_training_options(app, to);
-  std::vector<std::string> args = {"--model", kConfigs + config, "--profile", "hf", "--micro-batch", "2", "--seq-len", "16"};
-  args.insert(args.end(), flags.begin(), flags.end());
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a reversed vector
   app.parse(reversed);
-  const auto s = moemem::cli::resolve(mo, lo, to);
+  return moemem::cli::resolve(mo, lo, to);
+}
+
+// Bytes one layer of `kind` keeps for one micro-batch under --profile hf with these flags.
+std::uint64_t layer_bytes(const std::string& config, moemem::LayerKind kind, std::vector<std::string> flags) {
+  std::vector<std::string> args = {"--model", kConfigs + config, "--profile", "hf", "--micro-batch", "2", "--seq-len", "16"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  const auto s = scenario_of(args);
   const auto terms = moemem::layer_activation_terms(*s.profile, s.model, s.layout, s.training, kind);
   return moemem::kept_bytes(terms, s.training.recompute, s.training.recompute_modules).value();
 }
@@ -108,18 +113,8 @@ std::uint64_t measured_mlp_bytes(const std::string& config, const std::string& i
 }
 
 std::uint64_t moemem_mlp_bytes(const std::string& model, const std::string& impl, const std::string& attention) {
-  CLI::App app;
-  moemem::cli::ModelOptions mo;
-  moemem::cli::LayoutOptions lo;
-  moemem::cli::TrainingOptions to;
-  moemem::cli::add_model_options(app, mo);
-  moemem::cli::add_layout_options(app, lo);
-  moemem::cli::add_training_options(app, to);
-  std::vector<std::string> args = {"--model", model, "--profile", "hf", "--ddp", "--micro-batch", "1", "--seq-len", "1024",
-                                   "--attention", attention, "--experts-implementation", impl};
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  app.parse(reversed);
-  const auto s = moemem::cli::resolve(mo, lo, to);
+  const auto s = scenario_of({"--model", model, "--profile", "hf", "--ddp", "--micro-batch", "1", "--seq-len", "1024",
+                              "--attention", attention, "--experts-implementation", impl});
   std::uint64_t sum = 0;
   for (const auto& t : moemem::layer_activation_terms(*s.profile, s.model, s.layout, s.training, moemem::LayerKind::moe)) {
     const std::string name(t.name);
