@@ -242,8 +242,9 @@ void expert_routing_indices(const HfLayerContext& h, Terms& t) {
     return;
   }
   const std::int64_t perms = h.c.model.model_type == "gpt_oss" ? 4 : 3;
+  // (A term keeps its rule as a string_view: a literal, not a formatted temporary.)
   t.add("experts.sort_permutations (int64)", Module::routed_experts, elems({rows, perms}), DType::int64, kNone,
-        fmt::format("b*s*top_k x {}, int64 (grouped_mm's sort)", perms));
+        perms == 4 ? "b*s*top_k x 4, int64 (grouped_mm's sort)" : "b*s*top_k x 3, int64 (grouped_mm's sort)");
   t.add("experts.row_mask (bool)", Module::routed_experts, elems({rows}), DType::int8, kNone, "b*s*top_k x 1, bool");
   t.add("experts.offsets (int32)", Module::routed_experts, elems({h.c.model.moe.num_routed_experts}), DType::int32, kNone,
         "experts x 1, int32 (grouped_mm's group offsets)");

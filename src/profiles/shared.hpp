@@ -4,11 +4,13 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -60,6 +62,11 @@ struct Terms {
            bool kept_under_full = false) {
     out.push_back({name, mod, n, t, kept_under_full, dropped_by, rule, false, false});
   }
+  // A term keeps its rule as a view: a temporary string would dangle (ASan found one), so a
+  // std::string rvalue does not compile.
+  template <class R>
+    requires std::same_as<std::remove_cvref_t<R>, std::string> && (!std::is_lvalue_reference_v<R>)
+  void add(std::string_view, Module, Count, DType, std::uint16_t, R&&, bool = false) = delete;
   // A tensor alive while the layer's forward runs but saved by nothing (`rerun_by`: the selective
   // modules whose recomputation re-creates it).
   void transient(std::string_view name, Module mod, Count n, std::uint16_t rerun_by, std::string_view rule) {
