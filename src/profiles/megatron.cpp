@@ -523,6 +523,7 @@ std::optional<InputError> megatron_tp_divisibility(const ModelSpec& m, const Par
 std::optional<InputError> megatron_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_fsdp2_options(kMegatron.name, t)) return e;
+  if (auto e = refuse_transformers_options(kMegatron.name, t)) return e;
   if (auto e = check_cuda_graphs(m, t)) return e;
   if (auto e = refuse_finetune(kMegatron.name, t, true,
                                {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::lion, OptimizerKind::muon})) {

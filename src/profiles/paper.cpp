@@ -160,6 +160,7 @@ std::optional<InputError> paper_check(const ModelSpec& m, const Layout&, const T
   }
   if (auto e = refuse_routing_without_experts(m, t)) return e;
   if (auto e = refuse_fsdp2_options(kPaper.name, t)) return e;
+  if (auto e = refuse_transformers_options(kPaper.name, t)) return e;
   if (t.attention.value_or(kPaper.default_attention) == AttentionKernel::flash) {
     return InputError("--attention", "flash", fmt::format("eager for the {} profile (it models materialised scores)", kPaper.name));
   }

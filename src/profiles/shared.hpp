@@ -135,9 +135,9 @@ inline std::optional<InputError> refuse_routing_without_experts(const ModelSpec&
   return std::nullopt;
 }
 
-// transformers' release and experts implementation, under a profile other than hf.
+// transformers' release and experts implementation, under a profile other than hf (each such
+// profile's check calls it).
 inline std::optional<InputError> refuse_transformers_options(std::string_view profile, const TrainingConfig& t) {
-  if (profile == "hf") return std::nullopt;
   if (t.transformers_version != TransformersVersion::v5) {
     return InputError("--transformers-version", std::string(name_of(t.transformers_version)),
                       fmt::format("5 (its default) with the {} profile: the release is an hf-profile setting", profile));
@@ -158,7 +158,6 @@ inline std::optional<InputError> refuse_fsdp2_options(std::string_view profile, 
     return InputError("--torchtitan-version", std::string(name_of(t.torchtitan_version)),
                      fmt::format("current with the {} profile (releases are a torchtitan-profile setting)", profile));
   }
-  if (auto e = refuse_transformers_options(profile, t)) return e;
   if (t.hf_ddp && profile != "hf") {
     return InputError("--ddp", "set", fmt::format("the hf profile (not {}): the Trainer without DeepSpeed or FSDP", profile));
   }
