@@ -91,7 +91,7 @@ const std::set<std::string, std::less<>> kSwitches = {
     "--untie-embeddings-and-output-weights", "--moe-router-enable-expert-bias", "--qk-layernorm", "--add-qkv-bias",
     "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap", "--recompute-activations",
     "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--tp-comm-overlap", "--no-rope-fusion",
-    "--no-gradient-accumulation-fusion",
+    "--no-gradient-accumulation-fusion", "--no-create-attention-mask-in-dataloader",
     "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--enable-shared-expert", "--no-position-embedding",
     "--use-rotary-position-embeddings", "--optimizer-cpu-offload", "--enable-cuda-graph", "--external-cuda-graph",
     "--accumulate-allreduce-grads-in-fp32",
@@ -462,6 +462,7 @@ const std::pair<const char*, Setting<bool> M::*> kSwitchSettings[] = {
     {"--tp-comm-overlap", &M::tp_comm_overlap},
     {"--no-rope-fusion", &M::no_rope_fusion},
     {"--no-gradient-accumulation-fusion", &M::no_grad_accum_fusion},
+    {"--no-create-attention-mask-in-dataloader", &M::no_attention_mask},
 };
 
 // FP8: --fp8-format (e4m3 or hybrid) turns it on, --fp8-recipe picks the scaling (Megatron's

@@ -64,6 +64,7 @@ void apply_training(const MegatronSettings& s, TrainingRequest& t, const Given& 
   put(s.tp_comm_overlap, "--tp-comm-overlap", given, t.tp_comm_overlap);
   put(s.no_rope_fusion, "--no-rope-fusion", given, t.no_rope_fusion);
   put(s.no_grad_accum_fusion, "--no-gradient-accumulation-fusion", given, t.no_grad_accum_fusion);
+  put(s.no_attention_mask, "--no-create-attention-mask-in-dataloader", given, t.no_dataloader_attention_mask);
   put(s.cuda_graph_impl, "--cuda-graph-impl", given, t.cuda_graphs.impl);
   put(s.cuda_graph_scope, "--cuda-graph-scope", given, t.cuda_graphs.scope);
   put(s.vocab_multiple, "--make-vocab-size-divisible-by", given, t.vocab_multiple);

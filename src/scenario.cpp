@@ -214,6 +214,7 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   t.delay_wgrad = r.delay_wgrad;
   t.tp_comm_overlap = r.tp_comm_overlap;
   t.gradient_accumulation_fusion = !r.no_grad_accum_fusion;
+  t.dataloader_attention_mask = !r.no_dataloader_attention_mask;
   t.cuda_graphs = r.cuda_graphs;
   t.overhead = r.overhead;
   t.fragmentation_pct = r.fragmentation_pct;

@@ -78,6 +78,7 @@ struct MegatronSettings {
   Setting<bool> tp_comm_overlap;          // --tp-comm-overlap
   Setting<bool> no_rope_fusion;           // --no-rope-fusion
   Setting<bool> no_grad_accum_fusion;     // --no-gradient-accumulation-fusion
+  Setting<bool> no_attention_mask;        // --no-create-attention-mask-in-dataloader
   Setting<CudaGraphImpl> cuda_graph_impl;  // --cuda-graph-impl (also from --enable/--external-cuda-graph)
   Setting<std::uint8_t> cuda_graph_scope;  // --cuda-graph-scope (also from --cuda-graph-modules)
   // Vocabulary, attention, MoE, MTP.

@@ -48,6 +48,15 @@ struct LossPeak {
   std::string_view rule;  // what the allocated bytes are (for the ledger)
 };
 
+// What the data loader hands one micro-batch on a rank that receives the batch, beyond the tensors
+// the chunk's layers save: `forward` is alive while that micro-batch runs forward; `at_load` is
+// alive, before its forward has allocated anything, while the batch is being split for context
+// parallelism (0: nothing more than `forward`).
+struct InputBatch {
+  Bytes forward, at_load;
+  std::string_view rule;
+};
+
 // A complete accounting strategy. Built with designated initialisers (src/profiles/*.cpp), so the
 // fields are grouped by what they decide; each profile spells out every field.
 struct Profile {
@@ -106,6 +115,10 @@ struct Profile {
   // The state model keeps default_precision whatever is asked (torchtitan's FSDP2): a dtype flag
   // that differs from it is refused when the request is resolved.
   bool fixed_precision = false;
+  // The batch a rank receives for one micro-batch (nullptr: not modelled): `embedding` for the
+  // ranks holding the embedding or MTP depths (token and position ids), `loss` for those holding
+  // the loss (labels and loss mask).
+  InputBatch (*input_batch)(const ActivationContext&, bool embedding, bool loss) = nullptr;
 };
 
 [[nodiscard]] const Profile& get_profile(std::string_view name);

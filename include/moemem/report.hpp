@@ -25,7 +25,21 @@ struct LayerTransient {
   Bytes recomputed, unsaved;
   std::size_t unsaved_class = 0;  // whose unsaved terms (a layer class, model.hpp layer_class)
   bool rerun = false;  // selective: only the unsaved terms the recomputed modules re-create
+  // The largest unsaved terms of any one layer's forward in the chunk (what a forward holds beside
+  // the data loader's batch), and whose they are.
+  Bytes forward_unsaved;
+  std::size_t forward_class = 0;
   [[nodiscard]] Bytes total() const { return recomputed + unsaved; }
+};
+
+// The data loader's batch beside the micro-batches in flight (Profile::input_batch), with what one
+// layer's forward holds then.
+struct BatchMoment {
+  Bytes batch, unsaved;
+  Bytes in_forward;  // the batch as a forward holds it (split for context parallelism)
+  std::size_t unsaved_class = 0;
+  std::string_view rule;
+  [[nodiscard]] Bytes total() const { return batch + unsaved; }
 };
 
 struct StageBytes {
@@ -67,6 +81,7 @@ struct StageReport {
   Bytes activations_per_microbatch;                   // sum of chunk_activations
   LayerTransient transient;                           // one layer computing or recomputed
   Bytes cp_ring_buffers;                              // ring attention's K/V in flight, one layer
+  BatchMoment input_batch;  // the data loader's batch of the micro-batch in forward (stages receiving it)
   Bytes combined_forward;  // EP all-to-all overlap: a layer of the next micro-batch's forward beside the backward
   Bytes fp8_weight_copies;                            // part of bytes.weights
   Count fp8_weight_params;                            // parameters whose GEMMs run in FP8

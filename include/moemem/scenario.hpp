@@ -58,6 +58,7 @@ struct TrainingRequest {
   bool tp_comm_overlap = false;  // --tp-comm-overlap
   bool no_rope_fusion = false;   // --no-rope-fusion
   bool no_grad_accum_fusion = false;  // --no-gradient-accumulation-fusion
+  bool no_dataloader_attention_mask = false;  // --no-create-attention-mask-in-dataloader
   std::optional<double> fragmentation_pct;
   std::optional<Bytes> cuda_context, nccl_per_group;
   FsdpSettings fsdp;

@@ -182,6 +182,10 @@ struct Numerics {
   // Megatron's --no-rope-fusion (apply_rope_fusion False): RoPE runs unfused and keeps its cos and
   // sin tensors for backward (megatron profile).
   bool rope_fusion = true;
+  // Megatron's create_attention_mask_in_dataloader (on unless --no-create-attention-mask-in-dataloader):
+  // the ranks that receive the batch hold a [b, 1, s, s] boolean mask while a micro-batch runs
+  // forward (megatron profile).
+  bool dataloader_attention_mask = true;
   MegatronVersion megatron_version = MegatronVersion::current;  // the megatron profile's release
   TorchtitanVersion torchtitan_version = TorchtitanVersion::current;  // the torchtitan profile's release
   TransformersVersion transformers_version = TransformersVersion::v5;  // the hf profile's release

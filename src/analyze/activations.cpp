@@ -120,12 +120,20 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
     if (candidate.total() > best.total()) best = candidate;
   };
   const bool full = t.recompute == Recompute::full;
-  for (std::int64_t l = 0; l < n; ++l) consider({Bytes{}, of(kind_at(l)).unsaved, kind_at(l), false});
+  Bytes forward;
+  std::size_t forward_class = 0;
+  for (std::int64_t l = 0; l < n; ++l) {
+    consider({Bytes{}, of(kind_at(l)).unsaved, kind_at(l), false, Bytes{}, 0});
+    if (of(kind_at(l)).unsaved > forward) {
+      forward = of(kind_at(l)).unsaved;
+      forward_class = kind_at(l);
+    }
+  }
   if (!full) {
     for (const std::size_t k : c.cm.classes) {
       const auto& kb = of(k);
       if (counts.mode[k] > 0) {
-        consider({Bytes(kb.all.value() - kb.kept.value()), kb.rerun_unsaved, k, true});
+        consider({Bytes(kb.all.value() - kb.kept.value()), kb.rerun_unsaved, k, true, Bytes{}, 0});
       }
     }
   } else {
@@ -149,6 +157,8 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
       consider(group);
     }
   }
+  best.forward_unsaved = forward;
+  best.forward_class = forward_class;
   return best;
 }
 
@@ -325,6 +335,26 @@ void stage_activations(const EvalContext& c, const ChunkActivations& chunks, Byt
     }
   }
   for (const auto ci : st.chunks) st.combined_forward = std::max(st.combined_forward, chunks.combined_forward[idx(ci)]);
+  // The data loader's batch, on the chunks that receive one, beside the micro-batches in flight
+  // (the one in forward among them): while that micro-batch runs forward, with one layer's unsaved
+  // terms; or, split for context parallelism, in full before that forward has allocated anything
+  // of its own (its chunk's tensors, counted among those in flight, are not there yet).
+  if (c.profile.input_batch != nullptr) {
+    for (std::size_t i = 0; i < st.chunks.size(); ++i) {
+      const auto& ch = c.layout.chunks[idx(st.chunks[i])];
+      if (!ch.embedding && !ch.loss && ch.mtp_depths == 0) continue;
+      const InputBatch b = c.profile.input_batch(c.activation_context(), ch.embedding || ch.mtp_depths > 0,
+                                                 ch.loss || ch.mtp_depths > 0);
+      const LayerTransient& lt = chunks.transient[idx(st.chunks[i])];
+      const std::uint64_t own = st.chunk_activations[i].value();
+      const Bytes at_load(b.at_load.value() > own ? b.at_load.value() - own : 0);
+      const Bytes forward = b.forward + lt.forward_unsaved;
+      if (std::max(forward, at_load) > st.input_batch.total()) {
+        st.input_batch = forward >= at_load ? BatchMoment{b.forward, lt.forward_unsaved, b.forward, lt.forward_class, b.rule}
+                                            : BatchMoment{at_load, Bytes{}, b.forward, 0, b.rule};
+      }
+    }
+  }
   // The loss's backward comes after the last forward and before any layer's recomputation: the
   // larger of it and the layer transient enters.
   if (c.profile.loss_peak != nullptr && st.has_head) st.loss = c.profile.loss_peak(c.activation_context());
@@ -417,6 +447,13 @@ void record_layer_transient(const EvalContext& c, const LayerTransient& lt, Ledg
   }
 }
 
+void record_input_batch(Bytes batch, std::string_view rule, Ledger& ledger) {
+  if (batch.value() == 0) return;
+  ledger.add(Category::activations, batch, [&] {
+    return ledger_item("input", "data loader batch", fmt::format("{}, one micro-batch in forward", rule));
+  });
+}
+
 void record_ring_buffers(const StageReport& st, Ledger& ledger) {
   if (st.cp_ring_buffers.value() > 0) {
     ledger.add(Category::activations, st.cp_ring_buffers, [] {
@@ -451,20 +488,29 @@ void record_activations(const EvalContext& c, const StageReport& st, Ledger& led
     if (ledger.detail()) record_chunk_terms(c, st.chunks[i], mb, ledger);
     else ledger.add(Category::activations, times(st.chunk_activations[i], mb, "activation bytes"), [] { return LedgerItem{}; });
   }
-  if (st.loss.allocated > st.transient.total()) {
+  // One moment beyond the micro-batches in flight: the loss's backward, a layer computing or
+  // recomputed, or a forward beside the data loader's batch, whichever is largest. Under the EP
+  // all-to-all overlap a forward runs beside every backward, its batch with it.
+  const bool combined = st.combined_forward.value() > 0;
+  const Bytes batch_moment = combined ? Bytes{} : st.input_batch.total();
+  if (st.loss.allocated > st.transient.total() && st.loss.allocated >= batch_moment) {
     ledger.add(Category::activations, st.loss.allocated, [&] {
       return ledger_item("output_head", "loss backward transient",
                          fmt::format("{} (more than the recomputation transient)", st.loss.rule));
     });
+  } else if (batch_moment > st.transient.total()) {
+    record_input_batch(st.input_batch.batch, st.input_batch.rule, ledger);
+    record_layer_transient(c, LayerTransient{Bytes{}, st.input_batch.unsaved, st.input_batch.unsaved_class, false, Bytes{}, 0}, ledger);
   } else {
     record_layer_transient(c, st.transient, ledger);
   }
-  if (st.combined_forward.value() > 0) {
+  if (combined) {
     ledger.add(Category::activations, st.combined_forward, [] {
       return ledger_item("pipeline", "next micro-batch's layer in forward",
                          "EP all-to-all overlap: one layer's saved (under full recomputation: all it saves until "
                          "its segment ends) and unsaved tensors, beside the backward (combined 1F1B)");
     });
+    record_input_batch(st.input_batch.in_forward, st.input_batch.rule, ledger);
   }
   record_ring_buffers(st, ledger);
   record_offloaded(c, st, ledger);

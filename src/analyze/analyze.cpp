@@ -253,6 +253,7 @@ void StageReport::reset(std::int64_t s) {
   chunk_in_flight.clear();
   transient = LayerTransient{};
   activations_per_microbatch = cp_ring_buffers = combined_forward = fp8_weight_copies = Bytes{};
+  input_batch = BatchMoment{};
   fp8_weight_params = nf4_params = Count{};
   nf4_bytes = Bytes{};
   in_flight_microbatches = model_chunks = 1;

@@ -76,6 +76,10 @@ nlohmann::json report_json(const MemoryReport& r, const std::optional<GpuChoice>
                    {"host", s.bytes.host.value()}}},
         {"fp8_weight_copies", s.fp8_weight_copies.value()},
         {"cp_ring_buffers", s.cp_ring_buffers.value()},
+        // the data loader's batch as a forward holds it, and the moment it sets: the batch (or, split
+        // for context parallelism, the whole batch before that forward) with one layer's unsaved terms
+        {"input_batch", s.input_batch.in_forward.value()},
+        {"input_batch_transient", s.input_batch.total().value()},
         {"activations_per_microbatch", s.activations_per_microbatch.value()},
         {"recompute_transient", s.transient.total().value()},
         {"loss_transient", s.loss.allocated.value()},

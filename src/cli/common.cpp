@@ -204,6 +204,9 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_flag("--no-gradient-accumulation-fusion", o.moe.no_grad_accum_fusion,
                "Weight gradients returned to autograd, not added into main_grad by the GEMM: no cached "
                "placeholders (megatron)");
+  app.add_flag("--no-create-attention-mask-in-dataloader", o.moe.no_attention_mask,
+               "No b x s x s boolean attention mask from the data loader on the ranks that receive the batch "
+               "(Megatron creates one by default; megatron)");
   app.add_option("--moe-capacity-factor", o.moe.moe_capacity_factor, "Expert capacity, times the average tokens (excess dropped)");
   app.add_option("--moe-token-dispatcher", o.moe.dispatcher, "alltoall|allgather|deepep (DeepEP keeps a communication buffer; allgather gathers the etp x ep group's tokens)")
       ->capture_default_str();
@@ -366,6 +369,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.tp_comm_overlap = o.moe.tp_comm_overlap;
   r.no_rope_fusion = o.moe.no_rope_fusion;
   r.no_grad_accum_fusion = o.moe.no_grad_accum_fusion;
+  r.no_dataloader_attention_mask = o.moe.no_attention_mask;
   r.cuda_graphs.impl = parse_cuda_graph_impl(o.numerics.cuda_graph_impl, "--cuda-graph-impl");
   if (!o.numerics.cuda_graph_scope.empty()) {
     if (r.cuda_graphs.impl == CudaGraphImpl::none) {

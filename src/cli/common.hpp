@@ -78,6 +78,7 @@ struct MoeOptions {
   bool delay_wgrad = false, tp_comm_overlap = false;
   bool no_rope_fusion = false;
   bool no_grad_accum_fusion = false;
+  bool no_attention_mask = false;
 };
 struct OverheadOptions {
   std::string overhead = "low";

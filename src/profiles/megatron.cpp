@@ -494,6 +494,34 @@ LossPeak megatron_loss_peak(const ActivationContext& c) {
           "bf16 copy of the logits' fp32 gradient"};
 }
 
+// The batch of one micro-batch on a rank that receives it (Megatron-LM d98e8a64 pretrain_gpt.py
+// get_batch: the first and last pipeline stages and MTP ranks; megatron/core/utils.py
+// get_batch_on_this_tp_rank): position ids (int64) where the embedding or MTP is, labels (int64)
+// and the loss mask (fp32) where the loss is, each b x s; and, unless
+// --no-create-attention-mask-in-dataloader, the [b, 1, s, s] boolean mask the GPT dataset builds
+// (megatron/core/datasets/gpt_dataset.py _get_ltor_masks_and_position_ids: torch.tril(...) < 0.5),
+// copied or broadcast to every tp rank. get_batch_on_this_cp_rank then keeps this rank's s/cp
+// slice of each (the mask along its query dimension: [b, 1, s/cp, s]) and the full tensors are
+// freed. The token ids are the embedding's saved term. Nothing here is saved for backward under
+// the fused attention kernels, which take the causal mask type and not the tensor; forward_step
+// drops the batch when it returns.
+InputBatch megatron_input_batch(const ActivationContext& c, bool embedding, bool loss) {
+  const auto& p = c.layout.config;
+  const std::int64_t b = c.training.micro_batch, s = c.training.seq_len;
+  const auto batch = [&](std::int64_t rows) {
+    Bytes x;
+    if (embedding) x += bytes_of(elems({b, rows}), DType::int64);  // position ids
+    if (loss) x += bytes_of(elems({b, rows}), DType::int64) + bytes_of(elems({b, rows}), DType::fp32);
+    if (c.training.dataloader_attention_mask) x += bytes_of(elems({b, rows, s}), DType::int8);
+    return x;
+  };
+  const Bytes local = batch(s / p.cp);
+  return {local, p.cp > 1 ? batch(s) : Bytes{},
+          c.training.dataloader_attention_mask
+              ? "the data loader's batch: b x s x s boolean attention mask (Megatron's default), position ids, labels, loss mask"
+              : "the data loader's batch: position ids, labels, loss mask (--no-create-attention-mask-in-dataloader)"};
+}
+
 // Megatron-Core's tensor-parallel divisibility of the MLP sizes: ColumnParallelLinear splits its
 // output and RowParallelLinear its input over the tp group with divide(), which asserts that the
 // size divides (megatron/core/tensor_parallel/layers.py). So the dense MLP's intermediate size
@@ -628,5 +656,6 @@ const Profile kMegatron{
                  .cuda_context = Bytes::from_gib(0.52),
                  .nccl_communicators = true,
                  .gemm_workspaces = true},
+    .input_batch = megatron_input_batch,
 };
 }  // namespace moemem::profiles

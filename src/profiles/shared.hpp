@@ -197,6 +197,7 @@ inline std::optional<InputError> refuse_megatron_options(std::string_view profil
   if (t.tp_comm_overlap) return InputError("--tp-comm-overlap", "set", only);
   if (t.cpu_offload_layers > 0) return InputError("--cpu-offloading-num-layers", std::to_string(t.cpu_offload_layers), only);
   if (!t.rope_fusion) return InputError("--no-rope-fusion", "set", only);
+  if (!t.dataloader_attention_mask) return InputError("--no-create-attention-mask-in-dataloader", "set", only);
   if (!t.gradient_accumulation_fusion) return InputError("--no-gradient-accumulation-fusion", "set", only);
   if (t.shared_expert_overlap) return InputError("--moe-shared-expert-overlap", "set", only);
   // Megatron pads the vocabulary to a multiple of this x tp; torchtitan's and Hugging Face's

@@ -40,11 +40,12 @@ inline json analyze_json(const Args& args) {
 
 inline std::uint64_t u64(const json& j) { return j.get<std::uint64_t>(); }
 inline std::int64_t i64(const json& j) { return j.get<std::int64_t>(); }
-// What a stage holds at its peak beyond its micro-batches' saved activations: the larger of the
-// layer transient (a layer computing or recomputed: MoE dispatch copies, recomputed tensors) and
-// the loss's backward transient.
+// What a stage holds at its peak beyond its micro-batches' saved activations: the largest of the
+// layer transient (a layer computing or recomputed: MoE dispatch copies, recomputed tensors), the
+// loss's backward transient and a forward beside the data loader's batch (no EP overlap).
 inline std::uint64_t stage_transient(const json& stage) {
-  return std::max(u64(stage.at("recompute_transient")), u64(stage.at("loss_transient")));
+  return std::max({u64(stage.at("recompute_transient")), u64(stage.at("loss_transient")),
+                   u64(stage.at("input_batch_transient"))});
 }
 
 // Exit 2, nothing on stdout, and an error naming every word of `words`.
