@@ -183,9 +183,19 @@ struct Builder {
       add(moe + "experts.gate_up_proj", "up", Role::expert_up, pl, layer, f, h, n);
       add(moe + "experts.down_proj", "", Role::expert_down, pl, layer, h, f, n);
     } else {
-      add(moe + (mixtral ? "experts.*.w1.weight" : "experts.*.gate_proj.weight"), "", Role::expert_gate, pl, layer, f, h, n);
+      // A Megatron launch without --swiglu (or --quick-geglu) has ungated experts: linear_fc1 is ffn
+      // wide, not 2 ffn (megatron/core/transformer/moe/experts.py TEGroupedMLP: fc1's output doubles
+      // only under gated_linear_unit); with biased linear layers (no --disable-bias-linear) each
+      // expert's fc1 and fc2 carry a bias (bias=add_bias_linear).
+      if (m.gated_mlp) {
+        add(moe + (mixtral ? "experts.*.w1.weight" : "experts.*.gate_proj.weight"), "", Role::expert_gate, pl, layer, f, h, n);
+      }
       add(moe + (mixtral ? "experts.*.w3.weight" : "experts.*.up_proj.weight"), "", Role::expert_up, pl, layer, f, h, n);
+      if (m.mlp_bias) {
+        add(moe + "experts.*.fc1.bias", "", Role::expert_gate_up_bias, pl, layer, m.gated_mlp ? dim(2, f, "2 x expert ffn") : f, 1, n);
+      }
       add(moe + (mixtral ? "experts.*.w2.weight" : "experts.*.down_proj.weight"), "", Role::expert_down, pl, layer, h, f, n);
+      if (m.mlp_bias) add(moe + "experts.*.fc2.bias", "", Role::expert_down_bias, pl, layer, h, 1, n);
     }
     if (e.shared_ffn > 0) {
       const std::int64_t sf = e.shared_ffn;
@@ -193,9 +203,11 @@ struct Builder {
       const std::string sh = moe + (qwen                               ? "shared_expert."
                                     : m.naming == NamingStyle::hunyuan ? "shared_mlp."
                                                                        : "shared_experts.");
-      add(sh + "gate_proj.weight", "", Role::shared_gate, pl, layer, sf, h);
+      if (m.gated_mlp) add(sh + "gate_proj.weight", "", Role::shared_gate, pl, layer, sf, h);
       add(sh + "up_proj.weight", "", Role::shared_up, pl, layer, sf, h);
+      if (m.mlp_bias) add(sh + "fc1.bias", "", Role::mlp_up_bias, pl, layer, m.gated_mlp ? dim(2, sf, "2 x shared ffn") : sf, 1);
       add(sh + "down_proj.weight", "", Role::shared_down, pl, layer, h, sf);
+      if (m.mlp_bias) add(sh + "fc2.bias", "", Role::mlp_down_bias, pl, layer, h, 1);
       if (e.shared_expert_gate) add(moe + "shared_expert_gate.weight", "", Role::shared_expert_gate, pl, layer, 1, h);
     }
   }

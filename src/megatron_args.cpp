@@ -86,7 +86,8 @@ const std::map<std::string, std::string, std::less<>> kValueFlags = {
 // or change nothing moemem models.
 const std::set<std::string, std::less<>> kSwitches = {
     "--sequence-parallel", "--use-distributed-optimizer", "--account-for-embedding-in-pipeline-split",
-    "--account-for-loss-in-pipeline-split", "--bf16", "--use-precision-aware-optimizer", "--use-flash-attn", "--swiglu",
+    "--account-for-loss-in-pipeline-split", "--bf16", "--use-precision-aware-optimizer", "--use-flash-attn", "--swiglu", "--quick-geglu",
+    "--moe-layer-recompute",
     "--disable-bias-linear", "--multi-latent-attention", "--group-query-attention",
     "--untie-embeddings-and-output-weights", "--moe-router-enable-expert-bias", "--qk-layernorm", "--add-qkv-bias",
     "--moe-grouped-gemm", "--moe-enable-deepep", "--moe-shared-expert-overlap", "--recompute-activations",
@@ -493,6 +494,19 @@ void read_mapped(const ScriptFlags& f, MegatronSettings& s) {
     s.recompute = FromScript<Recompute>{Recompute::selective, it->second};
     if (!s.recompute_modules) s.recompute_modules = FromScript<std::uint16_t>{kRecomputeCoreAttn, it->second};
   }
+  // --moe-layer-recompute (TransformerConfig.__post_init__, d98e8a64): selective granularity with
+  // "moe" added to the modules (core_attn, TransformerConfig's default, when none are given);
+  // Megatron raises with full granularity.
+  if (const auto it = f.switches.find("--moe-layer-recompute"); it != f.switches.end()) {
+    if (s.recompute && s.recompute->value == Recompute::full) {
+      throw InputError(f.field("--moe-layer-recompute"), "with --recompute-granularity full",
+                       "selective granularity (TransformerConfig raises: \"Do not set --moe-layer-recompute with full "
+                       "recompute granularity\")");
+    }
+    s.recompute = FromScript<Recompute>{Recompute::selective, it->second};
+    const std::uint16_t given = s.recompute_modules ? s.recompute_modules->value : std::uint16_t{kRecomputeCoreAttn};
+    s.recompute_modules = FromScript<std::uint16_t>{static_cast<std::uint16_t>(given | kRecomputeMoe), it->second};
+  }
   // --grad-reduce-in-bf16: the gradient buffers (main grads) in bf16.
   if (const auto it = f.switches.find("--grad-reduce-in-bf16"); it != f.switches.end() && !s.main_grads_dtype) {
     s.main_grads_dtype = FromScript<DType>{DType::bf16, it->second};
@@ -589,6 +603,13 @@ void refuse_invalid_launch(const ScriptFlags& f) {
                        "--use-precision-aware-optimizer with it (validate_args: the hybrid device optimizer reuses "
                        "that path)");
     }
+  } else if (!f.switches.contains("--use-distributed-optimizer") && !f.switches.contains("--use-megatron-fsdp") &&
+             !f.switches.contains("--use-torch-fsdp2")) {
+    // megatron/core/optimizer/__init__.py get_megatron_optimizer (d98e8a64): "--use-precision-aware-optimizer
+    // only supported with distributed optimizer".
+    throw InputError(f.field("--use-precision-aware-optimizer"), "without --use-distributed-optimizer",
+                     "--use-distributed-optimizer with it (get_megatron_optimizer raises otherwise; frameworks that "
+                     "force it on, such as slime, need it written in the script moemem reads)");
   }
 }
 

@@ -156,7 +156,9 @@ ModelSpec megatron_model(const ScriptFlags& f, std::string& vocab_missing, std::
   m.tie_embeddings = !f.switches.contains("--untie-embeddings-and-output-weights");
   // Megatron's defaults, unless the script says otherwise: GeLU MLP (no --swiglu), biases on every
   // linear layer (no --disable-bias-linear), LayerNorm, learned absolute position embeddings.
-  m.gated_mlp = f.switches.contains("--swiglu");
+  // --quick-geglu is gated too (argument_utils.py core_transformer_config_from_args:
+  // gated_linear_unit = True, activation quick_gelu).
+  m.gated_mlp = f.switches.contains("--swiglu") || f.switches.contains("--quick-geglu");
   // validate_args: without --ffn-hidden-size, 4h, or under --swiglu int((4h * 2/3) / 64) * 64 (a
   // multiple of 64 near the GeLU MLP's parameters): floor(h / 24) * 64 in integers.
   m.dense_ffn = f.get_int("--ffn-hidden-size").value_or(m.gated_mlp ? (m.hidden / 24) * 64 : 4 * m.hidden);

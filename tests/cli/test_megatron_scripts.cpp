@@ -236,7 +236,12 @@ TEST(MegatronScripts, LaunchesMegatronRefusesAreRefused) {
            {"--recompute-granularity full --recompute-method uniform", "--recompute-num-layers"},
            {"--exp-avg-dtype bf16", "--exp-avg-dtype"},
            {"--main-params-dtype fp16", "--main-params-dtype"},
-           {"--optimizer-cpu-offload", "--optimizer-cpu-offload"}}) {
+           {"--optimizer-cpu-offload", "--optimizer-cpu-offload"},
+           // get_megatron_optimizer: precision-aware only with the distributed optimizer.
+           {"--use-precision-aware-optimizer --exp-avg-dtype bf16", "--use-precision-aware-optimizer"},
+           // TransformerConfig.__post_init__: not with full granularity.
+           {"--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --moe-layer-recompute",
+            "--moe-layer-recompute"}}) {
     // File names of its own: ctest runs each test as its own process, in parallel.
     const auto r = run_cli({"analyze", "--megatron-args", write("launch_refused.args", base + flags + "\n")});
     EXPECT_EQ(r.code, 2) << flags;
@@ -253,7 +258,8 @@ TEST(MegatronScripts, LaunchesMegatronRefusesAreRefused) {
             0);
   // The same settings in the form Megatron accepts.
   for (const std::string ok : {"--bf16", "--fp8-format hybrid", "--recompute-granularity full --recompute-method uniform "
-                               "--recompute-num-layers 1", "--use-precision-aware-optimizer --exp-avg-dtype bf16"}) {
+                               "--recompute-num-layers 1",
+                               "--use-distributed-optimizer --use-precision-aware-optimizer --exp-avg-dtype bf16"}) {
     EXPECT_EQ(run_cli({"analyze", "--megatron-args", write("launch_accepted.args", base + ok + "\n")}).code, 0) << ok;
   }
 }
@@ -305,7 +311,7 @@ TEST(MegatronScripts, MemoryFlagsWithAMechanismAreModelled) {
   EXPECT_EQ(legacy.at("training").at("recompute"), "selective");
   // --optimizer-cpu-offload with its fraction: that share of the optimizer shard on the host.
   const json offload =
-      analyze_json({"--megatron-args", write("of.args", base + "--use-precision-aware-optimizer --optimizer-cpu-offload "
+      analyze_json({"--megatron-args", write("of.args", base + "--use-distributed-optimizer --use-precision-aware-optimizer --optimizer-cpu-offload "
                                                               "--optimizer-offload-fraction 0.5\n")});
   ASSERT_FALSE(offload.is_null());
   EXPECT_GT(offload.at("stages").at(0).at("bytes").at("host").get<std::uint64_t>(), 0u);
@@ -380,6 +386,50 @@ TEST(MegatronScripts, ModelZooRecipeReadsItsModelArgs) {
   EXPECT_EQ(j.at("parallel").at("sp"), true);
   const auto bad = run_cli({"analyze", "--megatron-args", write("bad.yaml", "MODEL_ARGS:\n  - [unclosed\n")});
   EXPECT_EQ(bad.code, 2);
+}
+
+}  // namespace
+
+namespace {
+
+// Routed experts follow Megatron's gated_linear_unit (--swiglu, --quick-geglu): TEGroupedMLP's
+// fc1 is 2 ffn wide only then (moe/experts.py); with biased linear layers each expert's fc1 and
+// fc2 carry biases. Counted by hand for 4 layers of 8 experts, h 1024, ffn 4096.
+TEST(MegatronScripts, ExpertGatingAndBiasesFollowTheScript) {
+  const std::string moe =
+      "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --ffn-hidden-size 4096 --position-embedding-type rope "
+      "--normalization RMSNorm --untie-embeddings-and-output-weights --vocab-size 32000 --num-experts 8 "
+      "--tensor-model-parallel-size 1 ";
+  const auto params = [&](const std::string& name, const std::string& extra) {
+    const json j = analyze_json({"--megatron-args", write(name, moe + extra + "\n"), "--dp", "8", "--ep", "8"});
+    return j.is_null() ? std::uint64_t{0} : j.at("model").at("total_params").get<std::uint64_t>();
+  };
+  const std::uint64_t ungated = params("gelu.args", "--disable-bias-linear");
+  const std::uint64_t swiglu = params("swiglu.args", "--disable-bias-linear --swiglu");
+  const std::uint64_t geglu = params("geglu.args", "--disable-bias-linear --quick-geglu");
+  const std::uint64_t biased = params("bias.args", "");
+  ASSERT_GT(ungated, 0u);
+  // The gate half of fc1: 4 layers x 8 experts x 4096 x 1024.
+  EXPECT_EQ(swiglu - ungated, 4ull * 8 * 4096 * 1024);
+  EXPECT_EQ(geglu, swiglu);
+  // Per layer: qkv bias 3 x 1024, proj bias 1024, 8 experts' fc1 bias 4096 and fc2 bias 1024.
+  EXPECT_EQ(biased - ungated, 4ull * (3 * 1024 + 1024 + 8 * 4096 + 8 * 1024));
+}
+
+// --moe-layer-recompute (TransformerConfig.__post_init__): selective, with moe added to the modules.
+TEST(MegatronScripts, MoeLayerRecomputeIsSelectiveRecomputationOfTheMoeLayer) {
+  const std::string moe = kModel + "--vocab-size 32000 --num-experts 8 --tensor-model-parallel-size 1 ";
+  const json flag = analyze_json({"--megatron-args", write("mlr.args", moe + "--moe-layer-recompute\n"), "--dp", "8", "--ep", "8"});
+  const json inline_modules = analyze_json({"--megatron-args", write("mlr2.args", moe + "\n"), "--dp", "8", "--ep", "8",
+                                            "--recompute", "selective", "--recompute-modules", "core_attn,moe"});
+  ASSERT_FALSE(flag.is_null());
+  ASSERT_FALSE(inline_modules.is_null());
+  EXPECT_EQ(flag.at("training").at("recompute"), "selective");
+  EXPECT_EQ(flag.at("peak").at("total_bytes"), inline_modules.at("peak").at("total_bytes"));
+  const json none = analyze_json({"--megatron-args", write("mlr3.args", moe + "\n"), "--dp", "8", "--ep", "8"});
+  ASSERT_FALSE(none.is_null());
+  EXPECT_LT(flag.at("stages").at(0).at("bytes").at("activations").get<std::uint64_t>(),
+            none.at("stages").at(0).at("bytes").at("activations").get<std::uint64_t>());
 }
 
 }  // namespace
