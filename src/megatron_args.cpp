@@ -625,6 +625,15 @@ MegatronSettings parse_megatron_args(std::string_view text, const std::string& s
   read_attention(f, s);
   read_dispatcher(f, s);
   read_world_size(f, s);
+  // A layer pattern replaces the layers Megatron builds (and derives --num-layers): refused before
+  // the model is read as a GPT stack.
+  for (const auto& u : f.unmodelled) {
+    if (u.flag == "--hybrid-override-pattern" || u.flag == "--hybrid-layer-pattern" || u.flag == "--is-hybrid-model" ||
+        u.flag == "--spec") {
+      throw InputError(fmt::format("{}: {}", source, u.flag), u.value,
+                       fmt::format("a launch without it: {} changes memory and is not modelled yet", u.what));
+    }
+  }
   if (f.has("--num-layers") || f.has("--hidden-size")) s.model = detail::megatron_model(f, s.vocab_missing, s.notes);
   const Setting<std::int64_t> vpp = vpp_from_layers(f);
   read_settings(f, s);

@@ -19,6 +19,10 @@ struct Unmodelled {
   std::string_view what;
 };
 
+constexpr std::string_view kHybrid =
+    "a hybrid layer pattern (Mamba-2 / linear-attention layers; moemem models Nemotron-H, Qwen3-Next and Qwen3.5 "
+    "from their config.json: --model with the layout inline)";
+
 // Flags that change memory where moemem has no mechanism for it yet.
 constexpr std::array kUnmodelled = {
     Unmodelled{"--fp4-format", "FP4 training"},
@@ -37,6 +41,16 @@ constexpr std::array kUnmodelled = {
     Unmodelled{"--cuda-graph-retain-backward-graph", "CUDA graphs that keep their saved tensors after backward"},
     // Every expert's input padded to its capacity (dropping MoE), not the routed tokens.
     Unmodelled{"--moe-pad-expert-input-to-capacity", "expert inputs padded to capacity"},
+    // A hybrid stack (Mamba-2 or Gated DeltaNet mixers, MLP-only or MoE-only blocks) from a layer
+    // pattern (arguments.py: the pattern derives --num-layers), or a layer spec of another module:
+    // costed as GPT layers they were about twice the memory. moemem models Nemotron-H and
+    // Qwen3-Next/Qwen3.5 from their config.json (--model) with the layout given inline.
+    Unmodelled{"--hybrid-override-pattern", kHybrid},
+    Unmodelled{"--hybrid-layer-pattern", kHybrid},
+    Unmodelled{"--is-hybrid-model", kHybrid},
+    Unmodelled{"--spec", "a custom layer spec (its modules are not GPT's; give the model's config.json with --model)"},
+    // TransformerConfig.attention_output_gate: linear_qkv also emits a per-head gate.
+    Unmodelled{"--attention-output-gate", "the attention output gate in a launch script (give the model's config.json with --model)"},
 };
 
 // Prefixes and names of flags that do not change a GPU's memory: learning rate and its

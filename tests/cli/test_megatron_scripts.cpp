@@ -433,3 +433,23 @@ TEST(MegatronScripts, MoeLayerRecomputeIsSelectiveRecomputationOfTheMoeLayer) {
 }
 
 }  // namespace
+
+namespace {
+
+// A hybrid layer pattern replaces Megatron's GPT layers (and derives --num-layers): refused by
+// name before the script is read as a GPT stack (it was costed as one, about twice the memory).
+TEST(MegatronScripts, HybridPatternsAndCustomSpecsAreRefusedByName) {
+  for (const auto& [name, flags] : std::vector<std::pair<std::string, std::string>>{
+           {"hy1.sh", "--hidden-size 1024 --num-attention-heads 8 --hybrid-layer-pattern M-M-*-"},
+           {"hy2.sh", "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --is-hybrid-model "
+                      "--hybrid-override-pattern M-*-"},
+           {"hy3.sh", "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --spec pkg.models get_spec"}}) {
+    const auto r = run_cli({"analyze", "--megatron-args", write(name, "torchrun pretrain_gpt.py " + flags +
+                                                                          " --vocab-size 32000 --tensor-model-parallel-size 1\n")});
+    EXPECT_EQ(r.code, 2) << flags;
+    EXPECT_NE(r.err.find("not modelled yet"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--model"), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
