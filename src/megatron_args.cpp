@@ -301,6 +301,9 @@ ScriptFlags scan(const Words& w, const std::string& source) {
     } else if (detail::ignored_flag(flag)) {
       f.ignored.push_back(take_unknown(w, i));
     } else {
+      if (!f.slime && (flag == "--rollout-batch-size" || flag == "--actor-num-nodes" || flag == "--actor-num-gpus-per-node")) {
+        f.slime = Provenance{w.words[i].line, flag};
+      }
       f.unrecognised.push_back(take_unknown(w, i));
     }
     value_depends_on = w.words[i].depends_on;
@@ -507,6 +510,14 @@ void read_mapped(const ScriptFlags& f, MegatronSettings& s) {
     const std::uint16_t given = s.recompute_modules ? s.recompute_modules->value : std::uint16_t{kRecomputeCoreAttn};
     s.recompute_modules = FromScript<std::uint16_t>{static_cast<std::uint16_t>(given | kRecomputeMoe), it->second};
   }
+  // A slime launch (THUDM/slime train.py, known by its rollout and actor flags): slime's
+  // _set_default_megatron_args (slime/backends/megatron_utils/arguments.py) turns the distributed
+  // optimizer on whatever the script says.
+  if (f.slime && !s.distributed_optimizer) {
+    s.distributed_optimizer = FromScript<bool>{true, *f.slime};
+    s.notes.push_back(fmt::format("line {}: {} marks a slime launch: the distributed optimizer is on, as slime's "
+                                  "_set_default_megatron_args sets it", f.slime->line, f.slime->text));
+  }
   // --grad-reduce-in-bf16: the gradient buffers (main grads) in bf16.
   if (const auto it = f.switches.find("--grad-reduce-in-bf16"); it != f.switches.end() && !s.main_grads_dtype) {
     s.main_grads_dtype = FromScript<DType>{DType::bf16, it->second};
@@ -604,7 +615,7 @@ void refuse_invalid_launch(const ScriptFlags& f) {
                        "that path)");
     }
   } else if (!f.switches.contains("--use-distributed-optimizer") && !f.switches.contains("--use-megatron-fsdp") &&
-             !f.switches.contains("--use-torch-fsdp2")) {
+             !f.switches.contains("--use-torch-fsdp2") && !f.slime) {
     // megatron/core/optimizer/__init__.py get_megatron_optimizer (d98e8a64): "--use-precision-aware-optimizer
     // only supported with distributed optimizer".
     throw InputError(f.field("--use-precision-aware-optimizer"), "without --use-distributed-optimizer",

@@ -31,6 +31,7 @@ struct ScriptFlags {
   std::vector<std::string> cuda_graph_modules;
   std::map<std::string, Provenance, std::less<>> cuda_graph_modules_from;
   std::optional<Provenance> fp16;
+  std::optional<Provenance> slime;  // a slime launch's rollout or actor flag (train.py's own)
   std::map<std::string, std::int64_t> counts;  // moemem flag -> times a value flag gives it
   std::vector<MegatronSettings::Unmodelled> unmodelled;
   std::vector<std::string> ignored, unrecognised, notes;

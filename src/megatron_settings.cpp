@@ -100,9 +100,14 @@ void refuse_incomplete(const MegatronSettings& s, const Given& given) {
 
   const bool named = given.contains("--model");
   if (!s.model && !named) {
+    // A file the script sources but moemem could not read is the usual reason: say which.
+    std::string unread;
+    for (const auto& n : s.notes) {
+      if (n.find(" not read (") != std::string::npos) unread += "; " + n;
+    }
     throw InputError(fmt::format("--megatron-args {}", s.source), "no model",
                      "a script that gives its model (--num-layers, --hidden-size, --num-attention-heads, ...), or "
-                     "--model");
+                     "--model" + unread);
   }
   if (s.model && s.model->vocab == 0 && !named) {
     throw InputError(fmt::format("{}: --vocab-size", s.source), "missing",

@@ -228,6 +228,39 @@ Status Shell::run_declare(const Command& c, std::size_t at) {
   return Status{};
 }
 
+std::optional<Value> Shell::printf_known(const std::vector<Field>& args) {
+  for (std::size_t k = 3; k < args.size(); ++k) {
+    if (!args[k].depends_on.empty()) return std::nullopt;
+  }
+  const std::string& format = args[3].text.s;
+  std::size_t specifiers = 0;
+  for (std::size_t k = 0; k < format.size(); ++k) {
+    if (format[k] != '%') continue;
+    if (k + 1 >= format.size() || (format[k + 1] != 's' && format[k + 1] != 'd' && format[k + 1] != '%')) return std::nullopt;
+    if (format[k + 1] != '%') ++specifiers;
+    ++k;
+  }
+  std::string out;
+  std::size_t next = 4;
+  do {
+    for (std::size_t k = 0; k < format.size(); ++k) {
+      if (format[k] != '%') {
+        out += format[k];
+        continue;
+      }
+      const char spec = format[++k];
+      if (spec == '%') out += '%';
+      else if (next < args.size()) out += args[next++].text.s;
+      else if (spec == 'd') out += '0';
+    }
+    charge(out.size(), args.front().text.line_at(0));
+  } while (specifiers > 0 && next < args.size());
+  Value v;
+  for (const char ch : out) v.text.add(ch, args.front().text.line_at(0));
+  v.depends_on = taint_;
+  return v;
+}
+
 std::optional<Status> Shell::run_capture(const std::vector<Field>& args) {
   namespace fs = std::filesystem;
   const std::string& name = args.front().text.s;
@@ -243,8 +276,15 @@ std::optional<Status> Shell::run_capture(const std::vector<Field>& args) {
   std::string out;
   if (name == "yq") return run_yq(args);
   if (name == "tr" || name == "envsubst") return Status{};  // in a pipe: the text passes on (word splitting reads \n as a space)
+  if (name == "cd" && rest.size() == 1) {  // prints nothing; pwd then prints the directory
+    const fs::path to(rest.front());
+    cwd_ = (to.is_relative() && cwd_ ? fs::path(*cwd_) / to : to).lexically_normal().string();
+    return Status{};
+  }
   if (name == "echo") {
     for (std::size_t k = 0; k < rest.size(); ++k) out += (k > 0 ? " " : "") + rest[k];
+  } else if (name == "pwd" && rest.empty() && cwd_) {
+    out = *cwd_;
   } else if ((name == "dirname" || name == "basename" || name == "readlink" || name == "realpath") && rest.size() == 1) {
     const fs::path p(rest.front());
     out = name == "dirname" ? (p.has_parent_path() ? p.parent_path().string() : ".")
@@ -312,6 +352,14 @@ std::optional<Status> Shell::run_builtin(const std::vector<Field>& args, const C
   }
   if (name == "shopt" || name == "alias") {
     return Status{};
+  }
+  // printf -v NAME FORMAT ARGS... with every argument known and a format of %s, %d and %% only:
+  // bash's formatting, the format reused while arguments remain.
+  if (name == "printf" && args.size() > 3 && args[1].text.s == "-v") {
+    if (auto v = printf_known(args)) {
+      vars[args[2].text.s] = Var{{std::move(*v)}, {}, false};
+      return Status{};
+    }
   }
   // Builtins that set variables from input moemem does not read (a here-document, a pipe, a
   // file): read NAME..., mapfile/readarray [NAME] (MAPFILE by default), printf -v NAME. Each

@@ -94,6 +94,9 @@ class Shell {
   Shared& sh_;
   std::string path_;       // $0: the script first run
   std::string source_;     // the file being read, for error messages
+  // A directory `cd` moved to inside a $(...) (the `$(cd DIR && pwd)` idiom for a script's own
+  // directory): what `pwd` prints there; unset, pwd's output is not known.
+  std::optional<std::string> cwd_;
   std::string taint_;      // inside a branch taken without knowing whether it would be
   int depth_ = 0;
   int nesting_ = 0;  // ${...}, $((...)), tests and parentheses being evaluated
@@ -114,6 +117,9 @@ class Shell {
   Status run_for(const Command& c);
   std::optional<Status> run_builtin(const std::vector<Field>& args, const Command& c, std::size_t at);
   std::optional<Status> run_capture(const std::vector<Field>& args);
+  // printf -v's value when its arguments are known and its format is %s/%d/%% only.
+  std::optional<Value> printf_known(const std::vector<Field>& args);
+  Status run_c_for(const Command& c);
   std::optional<Status> run_yq(const std::vector<Field>& args);
   Status run_declare(const Command& c, std::size_t at);
   Status run_file(const Field& file, const std::vector<Field>& args, bool same_shell, std::int64_t line);

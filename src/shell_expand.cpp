@@ -189,9 +189,18 @@ struct Shell::Expander {
       return;
     }
     if (join || !quoted || no_split) {
+      // "$*" and "${a[*]}" join with IFS's first character (none when IFS is empty), else a space.
+      std::string sep = " ";
+      if (quoted && join) {
+        if (const auto ifs = sh.vars.find("IFS"); ifs != sh.vars.end() && !ifs->second.items.empty()) {
+          sep = ifs->second.items.front().text.s.substr(0, 1);
+        }
+      }
       Value all;
       for (std::size_t k = 0; k < items.size(); ++k) {
-        if (k > 0) all.text.add(' ', line);
+        if (k > 0) {
+          for (const char ch : sep) all.text.add(ch, line);
+        }
         sh.check_limits(all.text.s.size() + items[k].text.s.size(), 0, line);
         all.text.add(items[k].text);
         if (all.depends_on.empty()) all.depends_on = items[k].depends_on;
@@ -433,6 +442,12 @@ std::optional<std::vector<Value>> Shell::lookup(const std::string& name, const s
   if (name == "@" || name == "*") return positional;
   if (name == "0") return std::vector<Value>{num(path_)};
   if (name == "?") return std::vector<Value>{num("0")};
+  // bash's BASH_SOURCE[0]: the file being read (a sourced file while it runs), unless the script
+  // assigns the name itself.
+  if (name == "BASH_SOURCE" && !vars.contains(name) && (index_text.empty() || index_text == "0") &&
+      source_ != "arguments") {
+    return std::vector<Value>{num(source_)};
+  }
   if (name == "$" || name == "!" || name == "-") return std::nullopt;
   if (std::isdigit(static_cast<unsigned char>(name[0]))) {
     const std::size_t n = static_cast<std::size_t>(std::stoul(name.substr(0, 6)));

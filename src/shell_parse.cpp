@@ -190,7 +190,8 @@ class Lexer {
     if (command_start_ && w == "[[") in_cond_ = true;
     if (w == "]]") in_cond_ = false;
     emit(Tk::word, w, at);
-    command_start_ = kCommandStarters.contains(w);
+    // After `for`, `((` opens a C-style loop's header, as at a command's start.
+    command_start_ = kCommandStarters.contains(w) || w == "for";
   }
 
   // NAME=( or NAME+=( : an array assignment follows.
@@ -393,6 +394,14 @@ class Parser {
   void parse_for(Command& c) {
     c.kind = Command::Kind::for_;
     ++i_;
+    if (peek().kind == Tk::arith) {  // for ((init; test; step)): c.name stays empty
+      c.words.push_back(t_[i_++]);
+      while (at_op(";") || peek().kind == Tk::newline) ++i_;
+      expect_word("do");
+      c.bodies.push_back(list({"done"}));
+      expect_word("done");
+      return;
+    }
     if (peek().kind != Tk::word) fail(peek(), "for without a variable");
     c.name = peek().text;
     ++i_;

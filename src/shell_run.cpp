@@ -148,7 +148,96 @@ Status Shell::run_case(const Command& c) {
   return Status{};
 }
 
+// for ((init; test; step)) with the forms launch scripts use: init NAME=EXPR, test an arithmetic
+// expression, step NAME++, ++NAME, NAME--, --NAME, NAME+=EXPR, NAME-=EXPR or NAME=EXPR. Run while
+// every value is known, within the shell's command limit; otherwise the loop is not run (noted).
+Status Shell::run_c_for(const Command& c) {
+  const std::string& header = c.words.front().text;
+  const std::int64_t line = c.words.front().line;
+  std::vector<std::string> parts;
+  std::size_t from = 0;
+  for (std::size_t k = 0; k <= header.size(); ++k) {
+    if (k == header.size() || header[k] == ';') {
+      parts.push_back(header.substr(from, k - from));
+      from = k + 1;
+    }
+  }
+  const auto trim = [](std::string x) {
+    while (!x.empty() && std::isspace(static_cast<unsigned char>(x.front()))) x.erase(x.begin());
+    while (!x.empty() && std::isspace(static_cast<unsigned char>(x.back()))) x.pop_back();
+    return x;
+  };
+  const auto not_run = [&](const std::string& why) {
+    sh_.run->notes.push_back(fmt::format("{}: a for (({})) loop, not run ({})", where(c.line), header, why));
+    return Status{Status::Kind::unknown, fmt::format("the for loop on line {}", c.line)};
+  };
+  if (parts.size() != 3) return not_run("not init; test; step");
+  const auto value_of = [&](const std::string& expr) -> std::optional<std::int64_t> {
+    std::string depends;
+    const auto v = arith(expr.empty() ? "1" : expr, line, depends);
+    if (!v || !depends.empty()) return std::nullopt;
+    return v;
+  };
+  const auto set = [&](const std::string& name, std::int64_t v) {
+    Value x;
+    for (const char ch : std::to_string(v)) x.text.add(ch, line);
+    x.depends_on = taint_;
+    vars[name] = Var{{x}, {}, false};
+  };
+  // NAME op EXPR, NAME++ and the like: false when the form is not one of them or a value is unknown.
+  const auto step = [&](const std::string& raw) -> bool {
+    const std::string e = trim(raw);
+    if (e.empty()) return true;
+    std::string name = e;
+    std::int64_t delta = 0;
+    bool absolute = false;
+    std::string rhs;
+    if (e.size() > 2 && (e.starts_with("++") || e.starts_with("--"))) {
+      name = e.substr(2);
+      delta = e[0] == '+' ? 1 : -1;
+    } else if (e.size() > 2 && (e.ends_with("++") || e.ends_with("--"))) {
+      name = e.substr(0, e.size() - 2);
+      delta = e.back() == '+' ? 1 : -1;
+    } else if (const auto eq = e.find('='); eq != std::string::npos && eq > 0) {
+      const char op = e[eq - 1];
+      name = trim(e.substr(0, op == '+' || op == '-' ? eq - 1 : eq));
+      rhs = e.substr(eq + 1);
+      absolute = op != '+' && op != '-';
+      const auto r = value_of(rhs);
+      if (!r) return false;
+      delta = op == '-' ? -*r : *r;
+    } else {
+      return false;
+    }
+    name = trim(name);
+    if (name.empty() || !std::all_of(name.begin(), name.end(), is_name_char)) return false;
+    std::int64_t now = 0;
+    if (!absolute) {
+      const auto cur = value_of(name);
+      if (!cur) return false;
+      now = *cur;
+    }
+    std::int64_t next = 0;
+    if (__builtin_add_overflow(now, delta, &next)) return false;
+    set(name, next);
+    return true;
+  };
+  if (!step(parts[0])) return not_run("its start is not known");
+  Status s;
+  for (std::int64_t n = 0;; ++n) {
+    if (n > kMaxShellCommands) return not_run("too many iterations");
+    const auto test = value_of(trim(parts[1]));
+    if (!test) return not_run("its test is not known");
+    if (*test == 0) break;
+    s = run_list(c.bodies.front());
+    if (exiting_ || returning_) break;
+    if (!step(parts[2])) return not_run("its step is not known");
+  }
+  return s;
+}
+
 Status Shell::run_for(const Command& c) {
+  if (c.name.empty()) return run_c_for(c);
   std::vector<Field> items;
   for (const Token& w : c.words) {
     for (auto& f : expand(w)) items.push_back(std::move(f));

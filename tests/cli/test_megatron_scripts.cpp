@@ -272,7 +272,7 @@ TEST(MegatronScripts, VariablesSetFromUnreadInputAreRefusedWhereUsed) {
                              "--micro-batch-size 1 --global-batch-size 8 --bf16 ";
   for (const std::string head : {"read -r -d '' MEM <<'EOT'\n--recompute-granularity selective\nEOT\n",
                                  "mapfile -t MEM < <(printf '%s\\n' --use-distributed-optimizer)\n",
-                                 "printf -v MEM '%s' '--use-distributed-optimizer'\n"}) {
+                                 "printf -v MEM '%s' \"$(cat extra_args.txt)\"\n"}) {
     const auto r = run_cli({"analyze", "--megatron-args", write("unread.sh", head + launch + "$MEM\n")});
     EXPECT_EQ(r.code, 2) << head;
     EXPECT_NE(r.err.find("line "), std::string::npos) << r.err;
@@ -450,6 +450,56 @@ TEST(MegatronScripts, HybridPatternsAndCustomSpecsAreRefusedByName) {
     EXPECT_NE(r.err.find("not modelled yet"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("--model"), std::string::npos) << r.err;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// slime's model files (scripts/models/*.sh) build --moe-layer-freq with a C-style loop and
+// printf -v, and their run scripts source them from "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")"
+// && pwd)": each evaluated as bash does ("${arr[*]}" joined with IFS's first character).
+TEST(MegatronScripts, SlimeStyleModelFilesAreEvaluated) {
+  const std::string dir = ::testing::TempDir() + "/slime_style";
+  std::filesystem::create_directories(dir + "/models");
+  {
+    std::ofstream m(dir + "/models/moe.sh");
+    m << "NLAYERS=6\nFIRST_K_DENSE_REPLACE=2\narr=()\nfor ((i=0; i<NLAYERS; i++)); do\n"
+         "  if (( i < FIRST_K_DENSE_REPLACE )); then\n    arr+=(0)\n  else\n    arr+=(1)\n  fi\ndone\n"
+         "printf -v MOE_LAYER_FREQ \"[%s]\" \"$(IFS=', '; echo \"${arr[*]}\")\"\n"
+         "MODEL_ARGS=(--num-layers 6 --hidden-size 1024 --ffn-hidden-size 2048 --num-attention-heads 8 --swiglu "
+         "--disable-bias-linear --position-embedding-type rope --vocab-size 32000 --num-experts 8 "
+         "--moe-layer-freq $MOE_LAYER_FREQ)\n";
+  }
+  {
+    std::ofstream r(dir + "/run.sh");
+    r << "SCRIPT_DIR=\"$(cd -- \"$(dirname -- \"${BASH_SOURCE[0]}\")\" &>/dev/null && pwd)\"\n"
+         "source \"${SCRIPT_DIR}/models/moe.sh\"\n"
+         "torchrun pretrain_gpt.py ${MODEL_ARGS[@]} --tensor-model-parallel-size 1 --expert-model-parallel-size 8\n";
+  }
+  const json j = analyze_json({"--megatron-args", dir + "/run.sh", "--dp", "8"});
+  ASSERT_FALSE(j.is_null());
+  // 2 dense layers (fc1 2 x 2048, fc2) and 4 MoE layers of 8 such experts and a router, by hand:
+  // the embedding 32000 x 1024 (tied to the head: Megatron's default), final LayerNorm (weight and
+  // bias: Megatron's default normalization); per layer qkv 3 x 1024^2, proj 1024^2, two LayerNorms.
+  const std::uint64_t h = 1024, f = 2048, mlp = 3 * h * f;
+  const std::uint64_t per_layer = 4 * h * h + 4 * h;
+  const std::uint64_t expected = 32000 * h + 2 * h + 6 * per_layer + 2 * mlp + 4 * (8 * mlp + 8 * h);
+  EXPECT_EQ(j.at("model").at("total_params").get<std::uint64_t>(), expected);
+  EXPECT_EQ(j.at("training").at("zero"), 0);
+  // slime's train.py (its rollout and actor flags) turns the distributed optimizer on, so its
+  // precision-aware optimizer without --use-distributed-optimizer is a launch slime runs.
+  {
+    std::ofstream r(dir + "/slime.sh");
+    r << "source \"$(dirname \"${BASH_SOURCE[0]}\")/models/moe.sh\"\n"
+         "ray job submit -- python3 train.py ${MODEL_ARGS[@]} --tensor-model-parallel-size 1 "
+         "--expert-model-parallel-size 8 --actor-num-nodes 1 --actor-num-gpus-per-node 8 --rollout-batch-size 32 "
+         "--use-precision-aware-optimizer\n";
+  }
+  const json slime = analyze_json({"--megatron-args", dir + "/slime.sh", "--dp", "8"});
+  ASSERT_FALSE(slime.is_null());
+  EXPECT_EQ(slime.at("training").at("zero"), 1);
+  EXPECT_TRUE(has_assumption(slime, "marks a slime launch")) << slime.at("assumptions");
 }
 
 }  // namespace
