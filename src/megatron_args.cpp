@@ -629,7 +629,16 @@ void refuse_invalid_launch(const ScriptFlags& f) {
 MegatronSettings parse_megatron_args(std::string_view text, const std::string& source) {
   const std::optional<std::string> yaml = detail::modelzoo_yaml_args(text, source);
   detail::ShellRun run = detail::run_shell(yaml ? std::string_view(*yaml) : text, source);
+  std::vector<std::string> shell_notes = run.notes;
   const ScriptFlags f = scan(launch_words(std::move(run.words)), source);
+  // Not one Megatron flag: the script stopped before its launch (an exit on a variable its
+  // environment sets) or launches through something moemem does not read. Never a default layout.
+  if (f.values.empty() && f.switches.empty()) {
+    std::string why;
+    for (const auto& n : shell_notes) why += "; " + n;
+    throw InputError(fmt::format("--megatron-args {}", source), "no Megatron flags",
+                     "a script whose launch command moemem reaches, with Megatron-LM's flags" + why);
+  }
   refuse_invalid_launch(f);
   MegatronSettings s;
   s.source = source;

@@ -316,6 +316,7 @@ std::optional<Status> Shell::run_builtin(const std::vector<Field>& args, const C
   if (name == "exit" || name == "return") {
     if (!taint_.empty() || capture != nullptr) return unknown(taint_);
     (name == "exit" ? exiting_ : returning_) = true;
+    if (name == "exit") sh_.run->notes.push_back(fmt::format("{}: exit (the script stops here)", where(c.line)));
     return Status{};
   }
   if (name == "shift") {

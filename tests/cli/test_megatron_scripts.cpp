@@ -503,3 +503,19 @@ TEST(MegatronScripts, SlimeStyleModelFilesAreEvaluated) {
 }
 
 }  // namespace
+
+namespace {
+
+// A script that stops before its launch (an exit on a variable its environment would set) gives no
+// Megatron flag: refused, with the line it stopped at, even with --model (it was costed at tp 1 pp 1).
+TEST(MegatronScripts, AScriptThatExitsBeforeItsLaunchIsRefused) {
+  const std::string path = write("exits.sh", "if [ -z \"$BASE_FOLDER\" ]; then\n  echo need BASE_FOLDER\n  exit 1\nfi\n"
+                                             "torchrun pretrain_gpt.py " + kModel +
+                                                 "--vocab-size 32000 --tensor-model-parallel-size 4\n");
+  const auto r = run_cli({"analyze", "--megatron-args", path, "--model", "llama-3.1-8b", "--dp", "2"});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("no Megatron flags"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("line 3: exit"), std::string::npos) << r.err;
+}
+
+}  // namespace
