@@ -66,7 +66,7 @@ constexpr std::array<std::string_view, 44> kIgnoredPrefixes = {
     "--logging-level", "--timing-log-", "--profile", "--rotary-", "--mscale", "--norm-epsilon", "--distributed-",
     "--manual-gc", "--mtp-loss-scaling-factor", "--moe-aux-loss-coeff"};
 
-constexpr std::array<std::string_view, 36> kIgnoredNames = {
+constexpr std::array<std::string_view, 38> kIgnoredNames = {
     // torchrun's and srun's own flags (the launcher, not the model)
     "--node_rank", "--node-rank", "--master_addr", "--master-addr", "--master_port", "--master-port", "--mpi",
     "--rdzv-endpoint",
@@ -78,7 +78,12 @@ constexpr std::array<std::string_view, 36> kIgnoredNames = {
     "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--use-rope-scaling",
     "--te-rng-tracker", "--patch-tokenizer-type", "--dataset", "--train-mode", "--rerun-mode",
     // eager steps before capture (TransformerConfig.cuda_graph_warmup_steps): when, not what, is kept
-    "--cuda-graph-warmup-steps"};
+    "--cuda-graph-warmup-steps",
+    // the router's GEMM in fp32 saves its bf16 input and weight as before (moe_utils.py
+    // RouterGatingLinearFunction at d98e8a64); its fp32 scores are what moemem counts anyway
+    "--moe-router-dtype",
+    // balanced routing, which moemem assumes unless --moe-imbalance says otherwise
+    "--moe-router-force-load-balancing"};
 
 }  // namespace
 
