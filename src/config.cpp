@@ -634,8 +634,11 @@ void set_mtp_layers(ModelSpec& m, std::optional<std::int64_t> mtp) {
   if (!mtp) return;
   if (*mtp < 0 || *mtp > 16) throw InputError("--mtp", std::to_string(*mtp), "an integer from 0 to 16");
   // DeepSeek-V3's MTP module; GLM-4.5 stores the same module (parse_glm4_moe), ERNIE-4.5 and MiMo-V2-Flash their own.
+  if (*mtp > 1 && m.model_type == "qwen3_next") {
+    throw InputError("--mtp", std::to_string(*mtp), "0 or 1 for qwen3_next (its checkpoints' one mtp.* layer)");
+  }
   if (*mtp > 0 && m.attention != AttentionKind::mla && m.model_type != "glm4_moe" && m.model_type != "ernie4_5_moe" &&
-      m.model_type != "mimo_v2_flash") {
+      m.model_type != "mimo_v2_flash" && m.model_type != "qwen3_next") {
     throw InputError("--mtp", std::to_string(*mtp), "0 for models without DeepSeek-style MTP modules");
   }
   m.mtp_layers = *mtp;

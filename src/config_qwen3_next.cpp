@@ -60,9 +60,12 @@ void parse_linear_mixers(const json& j, const std::string& source, ModelSpec& m)
 // value heads by key head), conv1d of linear_conv_kernel_dim. MLP: Qwen2-MoE's sparse block
 // (router, experts of moe_intermediate_size, a shared expert of shared_expert_intermediate_size
 // with its sigmoid shared_expert_gate) unless the layer is in mlp_only_layers or off the
-// decoder_sparse_step, then a dense MLP of intermediate_size. The released checkpoints also ship
-// a multi-token-prediction block (mtp.*) that transformers drops on load
-// (_keys_to_ignore_on_load_unexpected); the model and its parameter count are without it.
+// decoder_sparse_step, then a dense MLP of intermediate_size. The released Instruct and Thinking
+// checkpoints also ship a multi-token-prediction block (mtp.*: the one Qwen3.5 describes with
+// mtp_num_hidden_layers, vLLM qwen3_next_mtp.py) that transformers drops on load
+// (_keys_to_ignore_on_load_unexpected). No key of Qwen3NextConfig says whether a checkpoint has
+// it (Qwen3-Coder-Next, the same config, does not): mtp_num_hidden_layers (0 or 1) or --mtp says
+// so; absent, none, as transformers builds the model.
 void parse_qwen3_next(const json& j, const std::string& source, ModelSpec& m, Keys& used) {
   parse_gqa_common(j, source, m, used);
   // Qwen3NextConfig's own defaults where a key is absent: 2 key/value heads and head_dim 256
@@ -76,7 +79,8 @@ void parse_qwen3_next(const json& j, const std::string& source, ModelSpec& m, Ke
   for (const char* k : {"attention_bias", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                         "decoder_sparse_step", "mlp_only_layers", "shared_expert_intermediate_size", "layer_types",
                         "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
-                        "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"}) {
+                        "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+                        "mtp_num_hidden_layers"}) {
     used.insert(k);
   }
   if (get_bool(j, "attention_bias", source, false)) {
@@ -94,6 +98,8 @@ void parse_qwen3_next(const json& j, const std::string& source, ModelSpec& m, Ke
   m.moe.shared_expert_gate = m.moe.shared_ffn > 0;
   m.moe.num_shared_experts = m.moe.shared_ffn > 0 ? 1 : 0;
   set_qwen_moe_layers(j, source, m);
+  m.mtp_layers = get_int(j, "mtp_num_hidden_layers", source, 0, 0, 1);
+  m.mtp_stores_embedding_and_head = false;
 }
 
 }  // namespace moemem::config_detail

@@ -549,8 +549,10 @@ Inventory build_inventory(const ModelSpec& m) {
     b.decoder_layer(fmt::format("mtp_block.{}.", k), i, Placement::mtp, mtp_kind);
   }
   for (std::int64_t k = 0; k < m.mtp_layers && m.naming == NamingStyle::mimo_v2; ++k) b.mimo_mtp_layer(k);
-  if (m.mtp_layers > 0 && m.naming == NamingStyle::qwen3_5) b.qwen3_5_mtp();  // one layer at most (config_qwen3_5.cpp)
-  const bool own_mtp = m.naming == NamingStyle::ernie || m.naming == NamingStyle::mimo_v2 || m.naming == NamingStyle::qwen3_5;
+  // Qwen3.5's MTP block, and Qwen3-Next's (the same module): one layer at most (config_qwen3_5.cpp).
+  const bool qwen_mtp = m.naming == NamingStyle::qwen3_5 || m.model_type == "qwen3_next";
+  if (m.mtp_layers > 0 && qwen_mtp) b.qwen3_5_mtp();
+  const bool own_mtp = m.naming == NamingStyle::ernie || m.naming == NamingStyle::mimo_v2 || qwen_mtp;
   for (std::int64_t k = 0; k < m.mtp_layers && !own_mtp; ++k) {
     const std::int64_t i = m.num_layers + k;
     const std::string p = fmt::format("layers.{}.", i);

@@ -34,9 +34,12 @@ json next_config() { return json::parse(text_of(config_path("qwen3-next-80b-a3b"
 //   shared expert 3 x 512 x 2048 = 3,145,728; shared_expert_gate 2048. Sum 1,614,809,088.
 // - Two RMSNorms per layer, 4,096. Layers: 1,213,864,704 + 327,161,856 + 48 x 1,614,813,184 =
 //   79,052,059,392; embedding and lm_head 2 x 151936 x 2048 = 622,329,856; final norm 2048.
-// Total 79,674,391,296: the figure published for this architecture (Qwen3-Coder-Next's
-// config, same sizes; SOURCES.md), the model transformers builds (the checkpoint's mtp.* block
-// is dropped on load).
+// Without the MTP block, 79,674,391,296: Qwen3-Coder-Next's published total (the same config,
+// no mtp.* in its checkpoint; SOURCES.md), the model transformers builds. The Instruct and
+// Thinking checkpoints (the preset's) store one MTP layer: mtp.fc 2048 x 4096 = 8,388,608,
+// mtp.pre_fc_norm_embedding/_hidden and mtp.norm 3 x 2048, one full-attention MoE layer
+// 27,263,488 + 1,614,809,088 + 4,096: 1,650,471,424, and 81,324,862,720 in all, the Hub's
+// safetensors total for both (SOURCES.md).
 TEST(Qwen3Next, CountIsExactAgainstThePublishedTotal) {
   const ModelSpec m = load_model("qwen3-next-80b-a3b");
   EXPECT_EQ(m.model_type, "qwen3_next");
@@ -45,8 +48,13 @@ TEST(Qwen3Next, CountIsExactAgainstThePublishedTotal) {
   EXPECT_EQ(m.mixer_at(2), MixerKind::gated_delta_net);
   EXPECT_EQ(m.mixer_at(3), MixerKind::attention);
   EXPECT_EQ(m.mixer_at(47), MixerKind::attention);
-  EXPECT_EQ(m.mtp_layers, 0);
-  const Inventory inv = build_inventory(m);
+  EXPECT_EQ(m.mtp_layers, 1);
+  EXPECT_EQ(build_inventory(m).total().value(), 81324862720u);
+  json coder = next_config();
+  coder.erase("mtp_num_hidden_layers");
+  const ModelSpec no_mtp = parse_hf_config(coder.dump(), "coder-next.json");
+  EXPECT_EQ(no_mtp.mtp_layers, 0);
+  const Inventory inv = build_inventory(no_mtp);
   EXPECT_EQ(tensor(inv, "layers.0.linear_attn.in_proj_qkvz.weight").rows, 12288);
   EXPECT_EQ(tensor(inv, "layers.0.linear_attn.conv1d.weight").params().value(), 32768u);
   EXPECT_EQ(tensor(inv, "layers.0.linear_attn.out_proj.weight").cols, 4096);
@@ -65,10 +73,10 @@ TEST(Qwen3Next, CountIsExactAgainstThePublishedTotal) {
   EXPECT_EQ(module_total(inv, Module::router), 48ull * 1048576);
   EXPECT_EQ(inv.total().value(), 79674391296u);
   // Active: 10 of 512 experts: 79,674,391,296 - 48 x 502 x 3,145,728 = 3,874,929,408 ("A3B").
-  EXPECT_EQ(active_params(inv, m).value(), 3874929408u);
+  EXPECT_EQ(active_params(inv, no_mtp).value(), 3874929408u);
   // Without num_key_value_heads and head_dim, Qwen3NextConfig's defaults (2 and 256, the 80B's
   // own) apply, not heads and hidden / heads: the same total.
-  json bare = next_config();
+  json bare = coder;
   bare.erase("num_key_value_heads");
   bare.erase("head_dim");
   EXPECT_EQ(build_inventory(parse_hf_config(bare.dump(), "n.json")).total().value(), 79674391296u);
@@ -128,7 +136,10 @@ TEST(Qwen3Next, MlpOnlyLayersAreDense) {
 TEST(Qwen3Next, AnalysisAndCountWork) {
   const auto count = run_cli({"count", "--model", "qwen3-next-80b-a3b"});
   EXPECT_EQ(count.code, 0) << count.err;
-  EXPECT_NE(count.out.find("79,674,391,296"), std::string::npos) << count.out;
+  EXPECT_NE(count.out.find("81,324,862,720"), std::string::npos) << count.out;
+  // --mtp 0 leaves the block out (Qwen3-Coder-Next's checkpoint); more than one is refused.
+  EXPECT_NE(run_cli({"count", "--model", "qwen3-next-80b-a3b", "--mtp", "0"}).out.find("79,674,391,296"), std::string::npos);
+  EXPECT_EQ(run_cli({"count", "--model", "qwen3-next-80b-a3b", "--mtp", "2"}).code, 2);
   const auto a = run_cli({"analyze", "--model", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--ep", "8", "--dp", "8"});
   EXPECT_EQ(a.code, 0) << a.err;
   const auto s = run_cli({"search", "--model", "qwen3-next-80b-a3b", "--gpus", "16", "--gpu", "h100-80g", "--global-batch", "64"});
