@@ -119,6 +119,10 @@ struct Profile {
   // ranks holding the embedding or MTP depths (token and position ids), `loss` for those holding
   // the loss (labels and loss mask).
   InputBatch (*input_batch)(const ActivationContext&, bool embedding, bool loss) = nullptr;
+  // Full recomputation reruns a group on the very input tensor it kept (Megatron's
+  // CheckpointFunction detaches the saved inputs: a view, no copy), so the rerun re-creates all the
+  // group saves but that input (false: counted again, as before for the other profiles).
+  bool recompute_reuses_input = false;
 };
 
 [[nodiscard]] const Profile& get_profile(std::string_view name);

@@ -148,7 +148,10 @@ LayerTransient chunk_transient(const EvalContext& c, const Chunk& ch, const Chun
       if (every && !groups.every_checkpoints(g)) continue;
       LayerTransient group;
       for (std::int64_t l = g; l < std::min(groups_end, g + size); ++l) {
-        group.recomputed += of(kind_at(l)).all;
+        // The group's first input is the checkpoint's saved input, which the rerun reads in place
+        // (counted among the kept activations): what it re-creates is the rest.
+        const Bytes input = l == g && c.profile.recompute_reuses_input ? of(kind_at(l)).input : Bytes{};
+        group.recomputed += Bytes(of(kind_at(l)).all.value() - std::min(input.value(), of(kind_at(l)).all.value()));
         if (of(kind_at(l)).unsaved > group.unsaved) {
           group.unsaved = of(kind_at(l)).unsaved;
           group.unsaved_class = kind_at(l);

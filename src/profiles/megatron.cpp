@@ -657,5 +657,8 @@ const Profile kMegatron{
                  .nccl_communicators = true,
                  .gemm_workspaces = true},
     .input_batch = megatron_input_batch,
+    // megatron/core/tensor_parallel/random.py CheckpointFunction.backward: detach_variable(inputs)
+    // and run_function on them, so the kept input is not copied by the rerun.
+    .recompute_reuses_input = true,
 };
 }  // namespace moemem::profiles
