@@ -222,6 +222,8 @@ void AnalyzeCommand::setup(CLI::App& root, const char* name) {
                 is_explain ? "Accepted as analyze's flag; explain gives no fit verdict, so it changes nothing"
                            : "Fit verdict on the prediction alone (default: the upper end of the band measured runs fell in, "
                              "from moemem validate's public set)");
+  app->add_option("--max-memory-fraction", max_memory_fraction,
+                  "Usable share of GPU memory for the fit verdict (search's flag of the same name; default 1)");
   app->add_option("--megatron-args", megatron.path,
                   "A Megatron-LM launch script or argument file: its layout, batch, recompute, precision and "
                   "architecture flags (flags given here as well take precedence)")
@@ -423,6 +425,11 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   }
   const Evaluation e = make_scenario(to_request(model, layout, training, megatron));
   auto gpu = gpu_choice(training);
+  const double fraction = parse_double(max_memory_fraction, "--max-memory-fraction");
+  if (!(fraction > 0 && fraction <= 1)) {
+    throw InputError("--max-memory-fraction", max_memory_fraction, "a fraction in (0, 1]");
+  }
+  if (gpu) gpu->fraction = fraction;
   auto warnings = model_warnings(e.model, model, err);
   warn_inert_recompute_modules(e, warnings, err);
   if (is_explain && no_margin) {
@@ -546,7 +553,8 @@ void AnalyzeCommand::run(std::ostream& out, std::ostream& err) const {
   if (gpu) {
     const auto fits = fit(r, gpu->usable());
     const auto& pf = fits[static_cast<std::size_t>(r.peak_stage)];
-    out << fmt::format("{}: {}{} ({}); peak stage {} by {:.2f} GiB\n", gpu->name, format_gib(gpu->capacity),
+    out << fmt::format("{}: {}{}{} ({}); peak stage {} by {:.2f} GiB\n", gpu->name, format_gib(gpu->capacity),
+                       gpu->fraction < 1 ? fmt::format(" x {} usable", gpu->fraction) : "",
                        gpu->margin_pct > 0 ? fmt::format(", {} with the +{:.1f}% margin", format_gib(gpu->usable()), gpu->margin_pct) : "",
                        pf.fits ? "every stage fits" : "DOES NOT FIT", pf.fits ? "fits" : "exceeds",
                        std::abs(gib_of(pf.headroom_bytes)));

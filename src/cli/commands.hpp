@@ -21,6 +21,7 @@ struct AnalyzeCommand {
   std::string format = "table";
   std::optional<std::int64_t> explain;  // a stage to itemise (analyze --explain N, explain --stage N)
   bool no_margin = false;               // fit verdict on the prediction alone, without the validation band
+  std::string max_memory_fraction = "1";  // --max-memory-fraction: the usable share of the GPU (search's flag)
   bool time = false;                    // --time: itemise the step-time estimate instead (docs/formulas.md, "Step time")
   bool is_explain = false;              // the `explain` subcommand (--stage or --time required)
   std::int64_t gpus_per_node = 8;       // the step-time model's node (search's --gpus-per-node)

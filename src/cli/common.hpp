@@ -2,6 +2,7 @@
 // the library's plain structs. All parsing of user text happens here, with named errors.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -159,9 +160,12 @@ struct GpuChoice {
   std::string name;
   Bytes capacity;
   double margin_pct = 0;  // the validation band's upper end: totals may be this much higher
-  // The capacity a predicted total must fit in so that total x (1 + margin) fits the GPU.
+  double fraction = 1.0;   // --max-memory-fraction: the share of the capacity a run may use (search's)
+  // The capacity a predicted total must fit in so that total x (1 + margin) fits the GPU's usable
+  // share, rounded as search rounds it (floor of capacity x fraction).
   [[nodiscard]] Bytes usable() const {
-    return Bytes(static_cast<std::uint64_t>(static_cast<double>(capacity.value()) / (1.0 + margin_pct / 100.0)));
+    const double share = std::floor(static_cast<double>(capacity.value()) * fraction);
+    return Bytes(static_cast<std::uint64_t>(share / (1.0 + margin_pct / 100.0)));
   }
 };
 std::optional<GpuChoice> gpu_choice(const TrainingOptions& to);

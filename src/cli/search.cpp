@@ -128,7 +128,7 @@ std::string split_flags(const ModelSpec& m, const SearchEntry& e, bool megatron 
 }
 
 // The analyze flags of one result: the settings search was given, then the layout's.
-std::string entry_command(const std::string& base, const ModelSpec& m, const SearchEntry& e) {
+std::string entry_command(const std::string& base, const ModelSpec& m, const SearchEntry& e, double fraction) {
   const auto& p = e.parallel;
   std::string cmd = fmt::format("{} --tp {} --pp {} --dp {} --cp {} --ep {} --etp {}{}", base, p.tp, p.pp, p.dp, p.cp, p.ep,
                                 p.etp_degree(), p.sp ? " --sp" : "");
@@ -141,8 +141,9 @@ std::string entry_command(const std::string& base, const ModelSpec& m, const Sea
     cmd += fmt::format(" --recompute {}", name_of(e.training.recompute));
   }
   // Search judges a fit by the prediction against capacity x --max-memory-fraction, without the
-  // accuracy band analyze adds by default: --no-margin makes analyze judge by the prediction too.
-  return cmd + " --no-margin";
+  // accuracy band analyze adds by default: --no-margin makes analyze judge by the prediction too,
+  // and the same fraction the same usable memory.
+  return cmd + (fraction < 1 ? fmt::format(" --max-memory-fraction {}", fraction) : "") + " --no-margin";
 }
 
 // The Megatron-LM launch flags of a result's layout, batch, optimizer sharding and recomputation
@@ -329,7 +330,9 @@ struct RunInfo {
   int threads = 1;
   std::vector<std::string> warnings;  // config keys not understood
   std::string base;                   // base_flags: each result's command starts with them
-  [[nodiscard]] std::string command(const SearchEntry& e) const { return entry_command(base, model, e); }
+  [[nodiscard]] std::string command(const SearchEntry& e) const {
+    return entry_command(base, model, e, space.max_memory_fraction);
+  }
   [[nodiscard]] nlohmann::json megatron(const SearchEntry& e) const {
     const std::string m = megatron_command(model, e, space.base.seq_len, profile.name);
     return m.empty() ? nlohmann::json() : nlohmann::json(m);

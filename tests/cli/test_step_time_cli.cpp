@@ -424,3 +424,30 @@ TEST(StepTimeCli, MarkdownCellsEscapePipes) {
   moemem::cli::render(v, moemem::cli::Format::markdown, vo);
   EXPECT_EQ(vo.str(), "| median \\|e\\| |\n|---|\n| 1.6 |\n\n");
 }
+
+namespace {
+
+// A result's command gives search's verdict: it carries the usable share search judged by
+// (--max-memory-fraction), so the nearest layouts that do not fit in 95% do not fit in analyze
+// either, and the ones search kept do (a miss between 95% and 100% read as fitting before).
+TEST(StepTimeCli, ResultCommandsCarrySearchsMemoryFraction) {
+  const auto j = json_of({"search", "--model", "qwen3-30b-a3b", "--gpus", "16", "--gpu", "h100-80g", "--global-batch", "64",
+                          "--threads", "2", "--top", "2", "--format", "json"});
+  ASSERT_FALSE(j.at("nearest_infeasible").empty());
+  for (const char* list : {"nearest_infeasible", "layouts"}) {
+    for (const auto& l : j.at(list)) {
+      const std::string cmd = l.at("command").get<std::string>();
+      EXPECT_NE(cmd.find("--max-memory-fraction 0.95"), std::string::npos) << cmd;
+      const auto a = json_of(concat(words(cmd), {"--format", "json"}));
+      EXPECT_EQ(a.at("peak").at("total_bytes"), l.at("peak_bytes")) << cmd;
+      bool all_fit = true;
+      for (const auto& s : a.at("stages")) all_fit = all_fit && s.at("fits").get<bool>();
+      EXPECT_EQ(all_fit, std::string(list) == "layouts") << cmd;
+    }
+  }
+  const auto bad = run_cli({"analyze", "--model", "qwen3-30b-a3b", "--gpu", "h100-80g", "--max-memory-fraction", "1.5"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--max-memory-fraction"), std::string::npos) << bad.err;
+}
+
+}  // namespace
