@@ -222,6 +222,24 @@ std::string parse_error_text(const CLI::ParseError& e) {
 
 // Parses the command line and reads a Megatron script; returns the exit code when the run
 // ends here (help, or bad input).
+// A flag given an empty value (a shell variable that expanded to nothing: --gpu "$GPU") is refused
+// by name: for the string options an empty value was their "not given", so --gpu '' silently
+// dropped the fit check. Options whose value is optional (--megatron-args) keep their rule.
+void refuse_empty_values(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    for (CLI::Option* opt : sub->get_options()) {
+      if (opt->get_expected_min() < 1 || opt->get_name().empty()) continue;
+      const std::string name = opt->get_name();
+      opt->check(CLI::Validator(
+          [name](std::string& v) -> std::string {
+            if (v.empty()) throw InputError(name, "", "a non-empty value (an empty one is what an unset shell variable gives)");
+            return {};
+          },
+          "", "non-empty"));
+    }
+  }
+}
+
 std::optional<int> parse(CLI::App& app, Commands& c, int argc, const char* const* argv, std::ostream& out,
                          std::ostream& err, Embedding& embedding) {
   try {
@@ -263,6 +281,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   app.set_version_flag("--version", std::string("moemem ") + MOEMEM_VERSION, "The moemem version (CMake's project version)");
   Commands commands;
   commands.setup(app);
+  refuse_empty_values(app);
   if (misspelt_command(argc, argv, err)) return kExitBadInput;
   if (const auto code = parse(app, commands, argc, argv, out, err, embedding)) return *code;
   try {

@@ -64,7 +64,14 @@ TEST(LayoutInputs, AnEmptyGroupRepeatedIsEmptyAndFast) {
 // An empty value read as the option not given (the even split), silently.
 TEST(LayoutInputs, EmptyLayoutAndSplitAreRefused) {
   expect_exit_2({"analyze", "--pp", "2", "--pipeline-model-parallel-layout", ""}, {"--pipeline-model-parallel-layout", "non-empty"});
-  expect_exit_2({"analyze", "--pp", "2", "--layers-per-stage", ""}, {"--layers-per-stage", "comma-separated"});
+  expect_exit_2({"analyze", "--pp", "2", "--layers-per-stage", ""}, {"--layers-per-stage", "non-empty"});
+  // An empty value was "not given" for the string options: --gpu "$GPU" with GPU unset dropped
+  // the fit check silently. Every option that takes a value refuses it, in every command.
+  for (const char* cmd : {"analyze", "explain", "search"}) {
+    expect_exit_2({cmd, "--model", "llama-3.1-8b", "--gpu", ""}, {"--gpu", "non-empty"});
+    expect_exit_2({cmd, "--model", "llama-3.1-8b", "--recompute", ""}, {"--recompute", "non-empty"});
+  }
+  expect_exit_2({"analyze", "--model", "llama-3.1-8b", "--gpu-memory", ""}, {"--gpu-memory", "non-empty"});
 }
 
 // Megatron's arguments.py turns sequence parallelism off at tp 1 ("Disabling sequence parallelism
