@@ -66,8 +66,15 @@ Problem first_last_split(const ModelSpec& m, const ParallelConfig& p, std::int64
   const std::int64_t fixed_stages = (first >= 0 ? 1 : 0) + (last >= 0 ? 1 : 0);
   const std::int64_t rest = m.num_layers - std::max<std::int64_t>(first, 0) - std::max<std::int64_t>(last, 0);
   const std::int64_t middle = n - fixed_stages;
-  if (n < fixed_stages || rest < 0 || (middle == 0 && rest != 0) || (middle > 0 && rest % middle != 0)) {
-    return InputError("--decoder-first/last-pipeline-num-layers", fmt::format("first {} last {}", first, last),
+  if (n < 2) {  // Megatron's first/last-stage counts split a pipeline
+    return InputError(first >= 0 ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers",
+                      std::to_string(first >= 0 ? first : last), "a pipeline of 2 or more stages (--pp)");
+  }
+  if (rest < 0 || (middle == 0 && rest != 0) || (middle > 0 && rest % middle != 0)) {
+    const std::string given = first >= 0 && last >= 0 ? fmt::format("first {} last {}", first, last)
+                              : first >= 0             ? fmt::format("first {}", first)
+                                                       : fmt::format("last {}", last);
+    return InputError("--decoder-first/last-pipeline-num-layers", given,
                       fmt::format("counts leaving the other {} stages an equal share of the remaining {} of {} layers",
                                   std::max<std::int64_t>(middle, 0), rest, m.num_layers));
   }

@@ -216,8 +216,7 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
   app.add_option("--nccl-per-group", o.overheads.nccl_per_group,
                  "NCCL memory per further process-group dimension, e.g. 0.4GiB (profile default)");
   add_fsdp2_options(app, o);
-  app.add_option("--dp-replicate", o.fsdp.dp_replicate, "torchtitan: HSDP replicas (parameters shard over dp/dp-replicate x cp)")
-      ->capture_default_str();
+  add_int(app, "--dp-replicate", o.fsdp.dp_replicate, "torchtitan: HSDP replicas (parameters shard over dp/dp-replicate x cp)");
   app.add_option("--gpu", o.gpu.gpu, "GPU whose memory to check against: h100-80g|h800-80g|h200-141g|a100-80g|b200-192g");
   app.add_option("--gpu-memory", o.gpu.gpu_memory, "GPU memory to check against, e.g. 80GiB");
   app.add_option("--finetune", o.finetune.finetune,

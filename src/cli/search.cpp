@@ -482,6 +482,9 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
   const auto gpu = gpu_choice(training);
   if (!gpu) throw InputError("--gpu/--gpu-memory", "missing", "the GPU to fit on (--gpu NAME or --gpu-memory SIZE)");
   if (!training.batch.global_batch) throw InputError("--global-batch", "missing", "the sequences per optimizer step");
+  if (*training.batch.global_batch < 1) {
+    throw InputError("--global-batch", std::to_string(*training.batch.global_batch), "a positive number of sequences per step");
+  }
   if (!training.accelerate_config.empty()) {
     throw InputError("--accelerate-config", training.accelerate_config,
                      "analyze or explain (search takes --fsdp1, --fsdp2 or --ddp and searches the recomputation itself)");

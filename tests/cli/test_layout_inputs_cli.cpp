@@ -102,3 +102,19 @@ TEST(LayoutInputs, ReportCarriesTheContractsBandAndWarnings) {
 }
 
 }  // namespace
+
+namespace {
+
+// Messages that name what was typed (a metamorphic sweep found each one naming something else).
+TEST(LayoutInputs, ErrorsNameTheFlagAndTheValueGiven) {
+  expect_exit_2({"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--dp", "4", "--dp-replicate", "0x10"},
+                {"--dp-replicate", "0x10", "an integer"});
+  expect_exit_2({"search", "--model", "mixtral-8x7b", "--gpu", "h100-80g", "--gpus", "8", "--global-batch", "0"},
+                {"--global-batch", "'0'"});
+  expect_exit_2({"analyze", "--model", "llama-3.1-8b", "--pp", "4", "--decoder-last-pipeline-num-layers", "3"},
+                {"'last 3'"});
+  expect_exit_2({"analyze", "--model", "llama-3.1-8b", "--decoder-first-pipeline-num-layers", "32"},
+                {"--decoder-first-pipeline-num-layers", "2 or more stages"});
+}
+
+}  // namespace
