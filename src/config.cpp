@@ -38,7 +38,11 @@ const std::set<std::string, std::less<>> kNoMemoryEffect = {
     "pretraining_tp", "quantization_config", "router_aux_loss_coef", "output_router_logits",
     "sliding_window", "use_sliding_window", "max_window_layers", "tie_word_embeddings",
     "_name_or_path", "layer_types", "attn_implementation", "rope_type", "partial_rotary_factor",
-    "moe_router_dtype", "router_jitter_noise", "num_nextn_predict_layers_note"};
+    "moe_router_dtype", "router_jitter_noise", "num_nextn_predict_layers_note",
+    // transformers 5 writes rope_theta, rope_type and partial_rotary_factor into one dict (read
+    // nowhere for memory, as those keys are not); Gemma 3's sliding-window layer period, which
+    // layer_types (checked) spells out.
+    "rope_parameters", "_sliding_window_pattern"};
 
 }  // namespace
 

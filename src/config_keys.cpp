@@ -141,7 +141,20 @@ std::string nearest_type(std::string_view type) {
 }
 
 void refuse_type(const std::string& field, const std::string& type) {
-  throw InputError(field, type, fmt::format("one of: {} (nearest: {})", supported_types(), nearest_type(type)));
+  // Language models of multimodal families whose text config is a supported type's architecture
+  // (transformers modeling_qwen3_vl(_moe): Qwen3-VL's text decoder is Qwen3's / Qwen3-MoE's, its
+  // M-RoPE sections adding no tensor): the type to give, not the nearest name, which can be a
+  // different architecture (qwen3_5_moe_text's hybrid layers counted +2.6% on Qwen3-VL-30B).
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 2> kSameArchitecture = {
+      {{"qwen3_vl_moe_text", "qwen3_moe"}, {"qwen3_vl_text", "qwen3"}}};
+  for (const auto& [text, same] : kSameArchitecture) {
+    if (type == text) {
+      throw InputError(field, type,
+                       fmt::format("one of: {} ({}'s decoder is {}'s architecture: give model_type {} to count it)",
+                                   supported_types(), type, same, same));
+    }
+  }
+  throw InputError(field, type, fmt::format("one of: {} (nearest by name: {})", supported_types(), nearest_type(type)));
 }
 
 void refuse_tensor_keys(const nlohmann::json& j, const KeySet& used, const std::string& source,

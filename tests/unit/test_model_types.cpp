@@ -273,11 +273,14 @@ TEST(ModelTypes, GptOss) {
 // Issue 14: an unknown model_type is refused with the supported list and the nearest type.
 TEST(ModelTypes, AnUnknownTypeNamesTheNearestSupportedOne) {
   const std::string rest = R"(, "vocab_size": 1000, "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4})";
-  expect_error(R"({"model_type": "qwen3_mo")" + rest, "nearest: qwen3_moe");
-  expect_error(R"({"model_type": "deepseekv3")" + rest, "nearest: deepseek_v3");
-  expect_error(R"({"model_type": "Llama")" + rest, "nearest: llama");
+  expect_error(R"({"model_type": "qwen3_mo")" + rest, "nearest by name: qwen3_moe");
+  expect_error(R"({"model_type": "deepseekv3")" + rest, "nearest by name: deepseek_v3");
+  expect_error(R"({"model_type": "Llama")" + rest, "nearest by name: llama");
   expect_error(R"({"model_type": "mixtral_x")" + rest, "one of: deepseek, deepseek_v2");
-  expect_error(R"({"model_type": "glm4_moe_light")" + rest, "nearest: glm4_moe_lite");
+  expect_error(R"({"model_type": "glm4_moe_light")" + rest, "nearest by name: glm4_moe_lite");
+  // A text decoder of a supported architecture under another family's name: that type, not the
+  // nearest name (qwen3_5_moe_text, a hybrid model, counted Qwen3-VL-30B's decoder 2.6% high).
+  expect_error(R"({"model_type": "qwen3_vl_moe_text")" + rest, "give model_type qwen3_moe");
 }
 
 // Issue 14: keys that add tensors the type's reader does not model are refused by name, never
