@@ -356,7 +356,9 @@ void read_dispatcher(const ScriptFlags& f, MegatronSettings& s) {
     const RawFlag* backend = f.find("--moe-flex-dispatcher-backend");
     const std::string b = backend != nullptr ? backend->value : "deepep";
     if (b != "deepep" && b != "hybridep") {
-      throw InputError(f.field("--moe-flex-dispatcher-backend"), b, "deepep or hybridep");
+      throw InputError(f.field("--moe-flex-dispatcher-backend"), b,
+                       b == "ncclep" ? "deepep or hybridep (Megatron's ncclep backend keeps buffers moemem does not model yet)"
+                                     : "deepep or hybridep (or ncclep, which moemem does not model yet)");
     }
     s.dispatcher = FromScript<Dispatcher>{Dispatcher::deepep, d->from};
     if (b == "hybridep") s.notes.push_back("--moe-flex-dispatcher-backend hybridep: its buffer is modelled as DeepEP's");
