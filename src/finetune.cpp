@@ -131,6 +131,10 @@ void quantize(const std::vector<Tensor>& base, std::size_t first, std::size_t la
 Inventory apply_finetune(const Inventory& base, const FinetuneSettings& s) {
   if (s.finetune == Finetune::full) return base;
   if (s.lora_rank < 1) throw InputError("--lora-rank", std::to_string(s.lora_rank), "a rank of at least 1 with --finetune lora or qlora");
+  // A bound like the parallel degrees': adapter sizes (rank x width) stay far inside 64 bits.
+  if (s.lora_rank > (std::int64_t{1} << 20)) {
+    throw InputError("--lora-rank", std::to_string(s.lora_rank), "a rank of at most 1048576");
+  }
   if (!(s.lora_dropout >= 0 && s.lora_dropout < 1)) {
     throw InputError("--lora-dropout", fmt::format("{}", s.lora_dropout), "a probability from 0 up to (not including) 1");
   }

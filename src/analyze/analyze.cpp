@@ -339,6 +339,15 @@ void cost_stages(const detail::EvalContext& c, EvalCache* cache, std::span<Stage
     // Each layer's tensors fit (chunk_activations checks them), but a stage's sum of them over
     // its layers and micro-batches in flight does not: the input that scales it is named, not the
     // ledger line where the sum overflowed.
+    // With the micro-batches per step given (--global-batch), the schedule may hold all of them
+    // (GPipe): that count is named too.
+    if (c.t.global_batch) {
+      throw InputError("--micro-batch/--seq-len/--global-batch",
+                       fmt::format("{} x {}, global batch {}", c.t.micro_batch, c.t.seq_len, *c.t.global_batch),
+                       fmt::format("a batch, sequence and micro-batch count whose per-GPU byte totals fit in 64 bits "
+                                   "(a stage's {} overflows)",
+                                   e.field()));
+    }
     throw InputError("--micro-batch/--seq-len", fmt::format("{} x {}", c.t.micro_batch, c.t.seq_len),
                      fmt::format("a batch and sequence whose per-GPU byte totals fit in 64 bits (a stage's {} overflows)",
                                  e.field()));

@@ -115,6 +115,11 @@ TEST(LayoutInputs, ErrorsNameTheFlagAndTheValueGiven) {
                 {"'last 3'"});
   expect_exit_2({"analyze", "--model", "llama-3.1-8b", "--decoder-first-pipeline-num-layers", "32"},
                 {"--decoder-first-pipeline-num-layers", "2 or more stages"});
+  // GPipe holds every micro-batch of the step: the global batch is among what overflows.
+  expect_exit_2({"analyze", "--model", "llama-3.1-8b", "--pp", "4", "--schedule", "gpipe", "--global-batch", "1099511627776"},
+                {"--global-batch", "1099511627776"});
+  expect_exit_2({"analyze", "--model", "llama-3.1-8b", "--finetune", "lora", "--lora-rank", "2147483648"},
+                {"--lora-rank", "2147483648", "at most 1048576"});
 }
 
 }  // namespace
