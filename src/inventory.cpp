@@ -205,9 +205,7 @@ struct Builder {
                                                                        : "shared_experts.");
       if (m.gated_mlp) add(sh + "gate_proj.weight", "", Role::shared_gate, pl, layer, sf, h);
       add(sh + "up_proj.weight", "", Role::shared_up, pl, layer, sf, h);
-      if (m.mlp_bias) add(sh + "fc1.bias", "", Role::mlp_up_bias, pl, layer, m.gated_mlp ? dim(2, sf, "2 x shared ffn") : sf, 1);
       add(sh + "down_proj.weight", "", Role::shared_down, pl, layer, h, sf);
-      if (m.mlp_bias) add(sh + "fc2.bias", "", Role::mlp_down_bias, pl, layer, h, 1);
       if (e.shared_expert_gate) add(moe + "shared_expert_gate.weight", "", Role::shared_expert_gate, pl, layer, 1, h);
     }
   }

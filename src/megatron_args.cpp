@@ -651,7 +651,7 @@ MegatronSettings parse_megatron_args(std::string_view text, const std::string& s
   // the model is read as a GPT stack.
   for (const auto& u : f.unmodelled) {
     if (u.flag == "--hybrid-override-pattern" || u.flag == "--hybrid-layer-pattern" || u.flag == "--is-hybrid-model" ||
-        u.flag == "--spec") {
+        u.flag == "--hybrid-attention-ratio" || u.flag == "--hybrid-mlp-ratio" || u.flag == "--spec") {
       throw InputError(fmt::format("{}: {}", source, u.flag), u.value,
                        fmt::format("a launch without it: {} changes memory and is not modelled yet", u.what));
     }

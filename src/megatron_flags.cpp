@@ -48,6 +48,8 @@ constexpr std::array kUnmodelled = {
     Unmodelled{"--hybrid-override-pattern", kHybrid},
     Unmodelled{"--hybrid-layer-pattern", kHybrid},
     Unmodelled{"--is-hybrid-model", kHybrid},
+    Unmodelled{"--hybrid-attention-ratio", kHybrid},
+    Unmodelled{"--hybrid-mlp-ratio", kHybrid},
     Unmodelled{"--spec", "a custom layer spec (its modules are not GPT's; give the model's config.json with --model)"},
     // TransformerConfig.attention_output_gate: linear_qkv also emits a per-head gate.
     Unmodelled{"--attention-output-gate", "the attention output gate in a launch script (give the model's config.json with --model)"},

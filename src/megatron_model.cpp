@@ -103,6 +103,11 @@ void set_moe(const ScriptFlags& f, ModelSpec& m) {
                      "a positive integer (the experts' width when --moe-ffn-hidden-size is not given)");
   }
   m.moe.num_shared_experts = m.moe.shared_ffn > 0 ? std::max<std::int64_t>(1, m.moe.shared_ffn / m.moe.expert_ffn) : 0;
+  // SharedExpertMLP (moe/shared_experts.py) asserts add_bias_linear is off.
+  if (m.moe.shared_ffn > 0 && !f.switches.contains("--disable-bias-linear")) {
+    throw InputError(f.field("--disable-bias-linear"), "missing",
+                     "--disable-bias-linear with shared experts (Megatron's SharedExpertMLP refuses biased linear layers)");
+  }
   m.moe.router_bias = f.switches.contains("--moe-router-enable-expert-bias");
   const RawFlag* freq = f.find("--moe-layer-freq");
   const auto moe_layers = freq == nullptr ? std::vector<bool>(static_cast<std::size_t>(m.num_layers), true)
@@ -161,7 +166,8 @@ ModelSpec megatron_model(const ScriptFlags& f, std::string& vocab_missing, std::
   m.gated_mlp = f.switches.contains("--swiglu") || f.switches.contains("--quick-geglu");
   // validate_args: without --ffn-hidden-size, 4h, or under --swiglu int((4h * 2/3) / 64) * 64 (a
   // multiple of 64 near the GeLU MLP's parameters): floor(h / 24) * 64 in integers.
-  m.dense_ffn = f.get_int("--ffn-hidden-size").value_or(m.gated_mlp ? (m.hidden / 24) * 64 : 4 * m.hidden);
+  // (the 2/3 default width is --swiglu's alone: validate_args leaves --quick-geglu at 4h)
+  m.dense_ffn = f.get_int("--ffn-hidden-size").value_or(f.switches.contains("--swiglu") ? (m.hidden / 24) * 64 : 4 * m.hidden);
   const bool biases = !f.switches.contains("--disable-bias-linear");
   const std::string norm = text_or(f, "--normalization", "LayerNorm");
   if (norm != "LayerNorm" && norm != "RMSNorm") throw InputError(f.field("--normalization"), norm, "LayerNorm or RMSNorm");

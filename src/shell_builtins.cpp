@@ -232,7 +232,11 @@ std::optional<Value> Shell::printf_known(const std::vector<Field>& args) {
   for (std::size_t k = 3; k < args.size(); ++k) {
     if (!args[k].depends_on.empty()) return std::nullopt;
   }
-  const std::string& format = args[3].text.s;
+  std::size_t at = 3;
+  if (args[at].text.s == "--") ++at;  // printf -v NAME -- FORMAT ...
+  if (at >= args.size()) return std::nullopt;
+  const std::string& format = args[at].text.s;
+  if (format.find('\\') != std::string::npos) return std::nullopt;  // escapes are not evaluated
   std::size_t specifiers = 0;
   for (std::size_t k = 0; k < format.size(); ++k) {
     if (format[k] != '%') continue;
@@ -241,7 +245,7 @@ std::optional<Value> Shell::printf_known(const std::vector<Field>& args) {
     ++k;
   }
   std::string out;
-  std::size_t next = 4;
+  std::size_t next = at + 1;
   do {
     for (std::size_t k = 0; k < format.size(); ++k) {
       if (format[k] != '%') {
@@ -253,8 +257,8 @@ std::optional<Value> Shell::printf_known(const std::vector<Field>& args) {
       else if (next < args.size()) out += args[next++].text.s;
       else if (spec == 'd') out += '0';
     }
-    charge(out.size(), args.front().text.line_at(0));
   } while (specifiers > 0 && next < args.size());
+  charge(out.size(), args.front().text.line_at(0));
   Value v;
   for (const char ch : out) v.text.add(ch, args.front().text.line_at(0));
   v.depends_on = taint_;

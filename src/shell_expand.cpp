@@ -189,9 +189,11 @@ struct Shell::Expander {
       return;
     }
     if (join || !quoted || no_split) {
-      // "$*" and "${a[*]}" join with IFS's first character (none when IFS is empty), else a space.
+      // "$*" and "${a[*]}" join with IFS's first character (none when IFS is empty), else a space:
+      // honoured inside $(...) only (the `$(IFS=,; echo "${a[*]}")` idiom), where an IFS set for
+      // the join cannot leak (no `local` scoping here; a script-wide IFS is read as the default).
       std::string sep = " ";
-      if (quoted && join) {
+      if (quoted && join && sh.capture != nullptr) {
         if (const auto ifs = sh.vars.find("IFS"); ifs != sh.vars.end() && !ifs->second.items.empty()) {
           sep = ifs->second.items.front().text.s.substr(0, 1);
         }
@@ -442,6 +444,7 @@ std::optional<std::vector<Value>> Shell::lookup(const std::string& name, const s
   if (name == "@" || name == "*") return positional;
   if (name == "0") return std::vector<Value>{num(path_)};
   if (name == "?") return std::vector<Value>{num("0")};
+  if (name == "IFS" && !vars.contains(name)) return std::vector<Value>{num(" \t\n")};  // bash's default
   // bash's BASH_SOURCE[0]: the file being read (a sourced file while it runs), unless the script
   // assigns the name itself.
   if (name == "BASH_SOURCE" && !vars.contains(name) && (index_text.empty() || index_text == "0") &&

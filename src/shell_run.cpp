@@ -3,6 +3,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -167,9 +168,13 @@ Status Shell::run_c_for(const Command& c) {
     while (!x.empty() && std::isspace(static_cast<unsigned char>(x.back()))) x.pop_back();
     return x;
   };
+  // A loop whose start, test or step is not known runs its body once under that taint: what it
+  // sets and the words it reaches depend on the unknown, so a flag built from them is refused.
   const auto not_run = [&](const std::string& why) {
-    sh_.run->notes.push_back(fmt::format("{}: a for (({})) loop, not run ({})", where(c.line), header, why));
-    return Status{Status::Kind::unknown, fmt::format("the for loop on line {}", c.line)};
+    const std::string reason = fmt::format("the for loop on line {} ({})", c.line, why);
+    sh_.run->notes.push_back(fmt::format("{}: a for (({})) loop, not evaluated ({})", where(c.line), header, why));
+    with_taint(reason, c.bodies.front());
+    return Status{Status::Kind::unknown, reason};
   };
   if (parts.size() != 3) return not_run("not init; test; step");
   const auto value_of = [&](const std::string& expr) -> std::optional<std::int64_t> {
@@ -204,7 +209,7 @@ Status Shell::run_c_for(const Command& c) {
       rhs = e.substr(eq + 1);
       absolute = op != '+' && op != '-';
       const auto r = value_of(rhs);
-      if (!r) return false;
+      if (!r || (op == '-' && *r == std::numeric_limits<std::int64_t>::min())) return false;
       delta = op == '-' ? -*r : *r;
     } else {
       return false;

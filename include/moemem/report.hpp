@@ -39,6 +39,7 @@ struct BatchMoment {
   Bytes in_forward;  // the batch as a forward holds it (split for context parallelism)
   std::size_t unsaved_class = 0;
   std::string_view rule;
+  bool whole = false;  // the whole batch while it is split for context parallelism
   [[nodiscard]] Bytes total() const { return batch + unsaved; }
 };
 

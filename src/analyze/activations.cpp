@@ -350,11 +350,18 @@ void stage_activations(const EvalContext& c, const ChunkActivations& chunks, Byt
                                                  ch.loss || ch.mtp_depths > 0);
       const LayerTransient& lt = chunks.transient[idx(st.chunks[i])];
       const std::uint64_t own = st.chunk_activations[i].value();
+      // Under the EP all-to-all overlap the batch sits beside a backward: the whole batch while it
+      // is split, else the forward's (the micro-batch's own tensors are counted in flight anyway).
+      if (st.combined_forward.value() > 0) {
+        const Bytes beside = std::max(b.forward, b.at_load);
+        if (beside > st.input_batch.total()) st.input_batch = BatchMoment{beside, Bytes{}, b.forward, 0, b.rule, b.at_load > b.forward};
+        continue;
+      }
       const Bytes at_load(b.at_load.value() > own ? b.at_load.value() - own : 0);
       const Bytes forward = b.forward + lt.forward_unsaved;
       if (std::max(forward, at_load) > st.input_batch.total()) {
-        st.input_batch = forward >= at_load ? BatchMoment{b.forward, lt.forward_unsaved, b.forward, lt.forward_class, b.rule}
-                                            : BatchMoment{at_load, Bytes{}, b.forward, 0, b.rule};
+        st.input_batch = forward >= at_load ? BatchMoment{b.forward, lt.forward_unsaved, b.forward, lt.forward_class, b.rule, false}
+                                            : BatchMoment{at_load, Bytes{}, b.forward, 0, b.rule, true};
       }
     }
   }
@@ -450,10 +457,14 @@ void record_layer_transient(const EvalContext& c, const LayerTransient& lt, Ledg
   }
 }
 
-void record_input_batch(Bytes batch, std::string_view rule, Ledger& ledger) {
-  if (batch.value() == 0) return;
-  ledger.add(Category::activations, batch, [&] {
-    return ledger_item("input", "data loader batch", fmt::format("{}, one micro-batch in forward", rule));
+void record_input_batch(const BatchMoment& b, Ledger& ledger) {
+  if (b.batch.value() == 0) return;
+  ledger.add(Category::activations, b.batch, [&] {
+    return ledger_item("input", "data loader batch",
+                       b.whole ? fmt::format("{}, whole while it is split for context parallelism (beside its slices), "
+                                             "before that micro-batch's forward",
+                                             b.rule)
+                               : fmt::format("{}, one micro-batch in forward", b.rule));
   });
 }
 
@@ -502,7 +513,7 @@ void record_activations(const EvalContext& c, const StageReport& st, Ledger& led
                          fmt::format("{} (more than the recomputation transient)", st.loss.rule));
     });
   } else if (batch_moment > st.transient.total()) {
-    record_input_batch(st.input_batch.batch, st.input_batch.rule, ledger);
+    record_input_batch(st.input_batch, ledger);
     record_layer_transient(c, LayerTransient{Bytes{}, st.input_batch.unsaved, st.input_batch.unsaved_class, false, Bytes{}, 0}, ledger);
   } else {
     record_layer_transient(c, st.transient, ledger);
@@ -513,7 +524,7 @@ void record_activations(const EvalContext& c, const StageReport& st, Ledger& led
                          "EP all-to-all overlap: one layer's saved (under full recomputation: all it saves until "
                          "its segment ends) and unsaved tensors, beside the backward (combined 1F1B)");
     });
-    record_input_batch(st.input_batch.in_forward, st.input_batch.rule, ledger);
+    record_input_batch(st.input_batch, ledger);
   }
   record_ring_buffers(st, ledger);
   record_offloaded(c, st, ledger);

@@ -175,6 +175,7 @@ std::string megatron_command(const ModelSpec& m, const SearchEntry& e, std::int6
   if (e.training.precision.weights == DType::bf16) cmd += " --bf16";
   else if (e.training.precision.weights == DType::fp16) cmd += " --fp16";
   if (e.training.zero == 1) cmd += " --use-distributed-optimizer";
+  if (!e.training.dataloader_attention_mask) cmd += " --no-create-attention-mask-in-dataloader";
   // TransformerConfig raises for full recomputation without a method and a layer count.
   if (e.training.recompute == Recompute::full) {
     cmd += fmt::format(" --recompute-granularity full --recompute-method {} --recompute-num-layers {}",
@@ -220,6 +221,8 @@ void SearchCommand::setup(CLI::App& root) {
   app->add_option("--moe-token-dispatcher", training.moe.dispatcher, "alltoall|allgather|deepep")->capture_default_str();
   app->add_flag("--overlap-moe-expert-parallel-comm", training.moe.ep_overlap,
                 "EP all-to-all overlapped with another micro-batch's compute (Megatron's 1F1B A2A overlap)");
+  app->add_flag("--no-create-attention-mask-in-dataloader", training.moe.no_attention_mask,
+                "No b x s x s boolean attention mask from the data loader (Megatron creates one by default; megatron)");
   app->add_option("--max-memory-fraction", max_memory_fraction, "Usable share of GPU memory (headroom)")
       ->capture_default_str();
   add_int(*app, "--gpus-per-node", gpus_per_node, "GPUs per node (TP/EP beyond it cross nodes)");
@@ -287,6 +290,7 @@ std::string base_flags(const SearchCommand& c) {
   if (t.fsdp.reshard_after_forward != "default") out += " --reshard-after-forward " + t.fsdp.reshard_after_forward;
   if (t.moe.dispatcher != "alltoall") out += " --moe-token-dispatcher " + t.moe.dispatcher;
   if (t.moe.ep_overlap) out += " --overlap-moe-expert-parallel-comm";
+  if (t.moe.no_attention_mask) out += " --no-create-attention-mask-in-dataloader";
   if (t.finetune.finetune != "full") out += " --finetune " + t.finetune.finetune;
   if (t.finetune.lora_rank) out += fmt::format(" --lora-rank {}", *t.finetune.lora_rank);
   if (!t.finetune.lora_targets.empty()) out += " --lora-targets " + t.finetune.lora_targets;

@@ -516,7 +516,10 @@ InputBatch megatron_input_batch(const ActivationContext& c, bool embedding, bool
     return x;
   };
   const Bytes local = batch(s / p.cp);
-  return {local, p.cp > 1 ? batch(s) : Bytes{},
+  // While the batch is split, index_select's slices are made beside the whole tensors, the token
+  // ids among them (their slice is the embedding's saved term).
+  const Bytes whole = p.cp > 1 ? batch(s) + local + (embedding ? bytes_of(elems({b, s}), DType::int64) : Bytes{}) : Bytes{};
+  return {local, whole,
           c.training.dataloader_attention_mask
               ? "the data loader's batch: b x s x s boolean attention mask (Megatron's default), position ids, labels, loss mask"
               : "the data loader's batch: position ids, labels, loss mask (--no-create-attention-mask-in-dataloader)"};

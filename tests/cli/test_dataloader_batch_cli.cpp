@@ -94,3 +94,27 @@ TEST(DataloaderBatchCli, OtherProfilesRefuseTheFlag) {
 }
 
 }  // namespace
+
+namespace {
+
+// While the batch is split for context parallelism, the slices are made beside the whole tensors:
+// at that moment the stage holds the whole batch, its slices and the whole token ids.
+TEST(DataloaderBatchCli, TheWholeBatchIsHeldBesideItsSlices) {
+  const json j = analyze_json(llama({"--cp", "8"}, 1024 * 1024 / 8));
+  ASSERT_FALSE(j.is_null());
+  const auto& s = j.at("stages").at(0);
+  const std::uint64_t seq = 1024 * 1024 / 8, slice = seq / 8;
+  const std::uint64_t whole = seq * seq + seq * 20 + slice * seq + slice * 20 + seq * 8;
+  EXPECT_GE(u64(s.at("input_batch_transient")) + u64(s.at("activations_per_microbatch")), whole);
+  // search takes the flag too, and its commands carry it.
+  const auto r = moemem::test::run_cli({"search", "--model", "llama-3.1-8b", "--gpus", "8", "--gpu", "h200-141g",
+                                        "--global-batch", "8", "--seq-len", "8192", "--threads", "2", "--top", "1",
+                                        "--no-create-attention-mask-in-dataloader", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json found = json::parse(r.out);
+  ASSERT_FALSE(found.at("layouts").empty());
+  EXPECT_NE(found.at("layouts").at(0).at("command").get<std::string>().find("--no-create-attention-mask-in-dataloader"),
+            std::string::npos);
+}
+
+}  // namespace

@@ -519,3 +519,62 @@ TEST(MegatronScripts, AScriptThatExitsBeforeItsLaunchIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// A diff review's findings on the evaluator, each a silent wrong figure before its fix.
+TEST(MegatronScripts, ShellLoopsAndJoinsStayHonest) {
+  const std::string launch = "torchrun pretrain_gpt.py --hidden-size 256 --num-attention-heads 4 --vocab-size 1000 "
+                             "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 "
+                             "--tensor-model-parallel-size 1 --bf16 ";
+  // A loop whose bound is not known taints what it sets: refused, not costed with the value before it.
+  const auto unknown = run_cli({"analyze", "--megatron-args",
+                                write("cfor_unknown.sh", "N=$(nproc)\nNL=1\nfor ((i=0; i<N; i++)); do NL=$((NL+1)); done\n" +
+                                                             launch + "--num-layers $NL\n"),
+                                "--dp", "8"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("for loop on line 3"), std::string::npos) << unknown.err;
+  // IFS saved and restored around a join: bash's default IFS comes back, the flags split as words.
+  const json restored = analyze_json({"--megatron-args",
+                                      write("ifs_restore.sh", "OLDIFS=\"$IFS\"\nIFS=,\nIFS=\"$OLDIFS\"\n"
+                                                              "R=\"--recompute-granularity full --recompute-method uniform "
+                                                              "--recompute-num-layers 1\"\n" +
+                                                                  launch + "--num-layers 2 $R\n"),
+                                      "--dp", "8"});
+  ASSERT_FALSE(restored.is_null());
+  EXPECT_EQ(restored.at("training").at("recompute"), "full");
+  // printf -v NAME -- FORMAT ARGS: the -- ends the options.
+  const json dashdash = analyze_json(
+      {"--megatron-args", write("printf_dd.sh", "printf -v L -- '%s' 3\n" + launch + "--num-layers $L\n"), "--dp", "8"});
+  ASSERT_FALSE(dashdash.is_null());
+  const json three = analyze_json({"--megatron-args", write("three.sh", launch + "--num-layers 3\n"), "--dp", "8"});
+  EXPECT_EQ(dashdash.at("model").at("total_params"), three.at("model").at("total_params"));
+}
+
+// --quick-geglu is gated, but the 2/3 default width is --swiglu's alone (validate_args).
+TEST(MegatronScripts, QuickGegluKeepsMegatronsDefaultWidth) {
+  const std::string base = "--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --disable-bias-linear "
+                           "--position-embedding-type rope --vocab-size 32000 --tensor-model-parallel-size 1 ";
+  const json geglu = analyze_json({"--megatron-args", write("qg.args", base + "--quick-geglu\n")});
+  const json explicit_ffn = analyze_json({"--megatron-args", write("qg4h.args", base + "--quick-geglu --ffn-hidden-size 4096\n")});
+  ASSERT_FALSE(geglu.is_null());
+  EXPECT_EQ(geglu.at("model").at("total_params"), explicit_ffn.at("model").at("total_params"));
+}
+
+// Launches Megatron refuses or moemem cannot cost: refused by name.
+TEST(MegatronScripts, BiasedSharedExpertsAndHybridRatiosAreRefused) {
+  const std::string moe = "--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --swiglu --vocab-size 32000 "
+                          "--position-embedding-type rope --num-experts 8 --moe-shared-expert-intermediate-size 1024 "
+                          "--tensor-model-parallel-size 1\n";
+  const auto shared = run_cli({"analyze", "--megatron-args", write("shared_bias.args", moe)});
+  EXPECT_EQ(shared.code, 2);
+  EXPECT_NE(shared.err.find("--disable-bias-linear"), std::string::npos) << shared.err;
+  const auto ratio = run_cli({"analyze", "--megatron-args",
+                              write("mamba_ratio.sh", "torchrun pretrain_mamba.py --num-layers 4 --hidden-size 256 "
+                                                      "--num-attention-heads 4 --hybrid-attention-ratio 0.25 "
+                                                      "--vocab-size 1000 --tensor-model-parallel-size 1\n")});
+  EXPECT_EQ(ratio.code, 2);
+  EXPECT_NE(ratio.err.find("--hybrid-attention-ratio"), std::string::npos) << ratio.err;
+}
+
+}  // namespace
