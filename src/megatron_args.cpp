@@ -650,8 +650,7 @@ MegatronSettings parse_megatron_args(std::string_view text, const std::string& s
   // A layer pattern replaces the layers Megatron builds (and derives --num-layers): refused before
   // the model is read as a GPT stack.
   for (const auto& u : f.unmodelled) {
-    if (u.flag == "--hybrid-override-pattern" || u.flag == "--hybrid-layer-pattern" || u.flag == "--is-hybrid-model" ||
-        u.flag == "--hybrid-attention-ratio" || u.flag == "--hybrid-mlp-ratio" || u.flag == "--spec") {
+    if (detail::replaces_layers(u.flag)) {
       throw InputError(fmt::format("{}: {}", source, u.flag), u.value,
                        fmt::format("a launch without it: {} changes memory and is not modelled yet", u.what));
     }

@@ -89,6 +89,13 @@ constexpr std::array<std::string_view, 38> kIgnoredNames = {
 
 }  // namespace
 
+bool replaces_layers(std::string_view flag) {
+  for (const auto& u : kUnmodelled) {
+    if (u.flag == flag) return u.what == kHybrid || u.flag == "--spec";
+  }
+  return false;
+}
+
 std::optional<std::string> unmodelled(std::string_view flag, std::string_view value) {
   if (flag == "--cuda-graph-impl" && value == "full_iteration") {
     return "a whole-iteration CUDA graph (megatron/core/full_cuda_graph.py: every activation of the step in its pool)";

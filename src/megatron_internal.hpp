@@ -53,6 +53,9 @@ struct ScriptFlags {
 
 // Why `flag` (with the value after it, if any) changes memory unmodelled; nullopt if it does not.
 [[nodiscard]] std::optional<std::string> unmodelled(std::string_view flag, std::string_view value);
+// Whether `flag` replaces the GPT layers Megatron builds (a hybrid pattern or a custom spec): such
+// a script is refused before its flags are read as a GPT stack.
+[[nodiscard]] bool replaces_layers(std::string_view flag);
 // Whether Megatron's source shows `flag` changes no GPU memory.
 [[nodiscard]] bool ignored_flag(std::string_view flag);
 // --cuda-graph-impl (or the deprecated --enable-cuda-graph / --external-cuda-graph) and
