@@ -305,6 +305,13 @@ Problem check_model_split(const ModelSpec& m, const ParallelConfig& p, Layout& o
 Problem resolve_schedule(const ParallelConfig& p, Schedule& sched) {
   if (auto problem = check_degree(p.vpp, "--vpp")) return problem;
   if (p.vpp > 1) {
+    // Megatron builds vpp model chunks and, without pipeline parallelism, runs
+    // forward_backward_no_pipelining, which asserts one chunk ("non-pipeline-parallel schedule
+    // does not support model chunking"; megatron/core/pipeline_parallel/schedules.py).
+    if (p.pp == 1) {
+      return InputError("--vpp", std::to_string(p.vpp),
+                        "1 when --pp is 1 (model chunks need pipeline parallelism: Megatron's non-pipelined schedule takes one)");
+    }
     if (sched == Schedule::one_f_one_b) sched = Schedule::interleaved;
     if (sched != Schedule::interleaved) {
       return InputError("--schedule", std::string(name_of(sched)), "1f1b or interleaved when --vpp > 1");
@@ -422,6 +429,12 @@ Problem apply_layout_string(ParallelConfig& q) {
     q.pipeline_layout = first;
   } else if ((q.schedule == Schedule::one_f_one_b || q.schedule == Schedule::interleaved) && q.vpp == 1 && n > q.pp &&
              n % q.pp == 0) {
+    if (q.pp == 1) {
+      return InputError("--pipeline-model-parallel-layout", q.pipeline_layout,
+                        fmt::format("one stage when --pp is 1 (it has {}: Megatron would make them virtual stages, which "
+                                    "its non-pipelined schedule refuses)",
+                                    n));
+    }
     q.vpp = n / q.pp;
   }
   return std::nullopt;

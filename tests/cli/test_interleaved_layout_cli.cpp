@@ -177,4 +177,19 @@ TEST(PipelineCli, LayoutStringsThatDoNotFitAreRefused) {
   expect_exit_2(nvidia({"--decoder-first-pipeline-num-layers", "3"}), {"pipeline split"});
 }
 
+// Model chunks without pipeline parallelism: Megatron builds them, then its non-pipelined schedule
+// asserts a single chunk (schedules.py forward_backward_no_pipelining), so --vpp 2 at --pp 1, or a
+// two-stage layout string there, used to be accepted and change nothing; now refused by name.
+TEST(PipelineCli, ModelChunksWithoutPipelineParallelismAreRefused) {
+  expect_exit_2({"analyze", "--model", "llama-3.1-8b", "--vpp", "2"}, {"--vpp", "'2'", "--pp is 1"});
+  expect_exit_2({"analyze", "--model", "llama-3.1-8b", "--vpp", "2", "--schedule", "interleaved"}, {"--vpp", "--pp is 1"});
+  expect_exit_2({"analyze", "--model", "llama-3.1-8b", "--pipeline-model-parallel-layout", "E(t)*16|(t)*16L"},
+                {"--pipeline-model-parallel-layout", "one stage when --pp is 1", "it has 2"});
+  expect_exit_2({"explain", "--model", "llama-3.1-8b", "--vpp", "4", "--stage", "0"}, {"--vpp", "--pp is 1"});
+  // One stage at pp 1 stays valid, and so does vpp 1.
+  EXPECT_EQ(analyze_json({"analyze", "--model", "llama-3.1-8b", "--pipeline-model-parallel-layout", "E(t)*32L"})
+                .at("stages").size(), 1u);
+  EXPECT_EQ(analyze_json({"analyze", "--model", "llama-3.1-8b", "--vpp", "1"}).at("stages").size(), 1u);
+}
+
 }  // namespace

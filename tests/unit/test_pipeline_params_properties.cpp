@@ -163,8 +163,9 @@ I64s random_split(std::mt19937& rng, std::int64_t layers, std::int64_t n) {
 // Random pipeline settings: pp, schedule (with vpp for interleaved) and, one time in three, a
 // random explicit split.
 ParallelConfig random_pipeline(std::mt19937& rng, const ModelSpec& m, ParallelConfig p) {
-  p.pp = std::uniform_int_distribution<std::int64_t>(1, 16)(rng);
   p.schedule = kSchedules[std::uniform_int_distribution<std::size_t>(0, std::size(kSchedules) - 1)(rng)];
+  // Model chunks need pipeline parallelism (pp 1 with vpp > 1 is refused).
+  p.pp = std::uniform_int_distribution<std::int64_t>(p.schedule == Schedule::interleaved ? 2 : 1, 16)(rng);
   p.vpp = p.schedule == Schedule::interleaved ? std::uniform_int_distribution<std::int64_t>(2, 4)(rng) : 1;
   if (std::uniform_int_distribution<int>(0, 2)(rng) == 0) {
     const std::int64_t n = p.schedule == Schedule::interleaved ? p.pp * p.vpp
@@ -308,7 +309,8 @@ TEST(PipelineParamsProperty, RandomLayoutStringsAddUp) {
   }
   int valid = 0;
   for (int it = 0; it < 120; ++it) {
-    const std::int64_t pp = pick(rng, {1, 2, 4, 8, 16}), vpp = pick(rng, {1, 2, 3, 4});
+    const std::int64_t pp = pick(rng, {1, 2, 4, 8, 16});
+    const std::int64_t vpp = pp == 1 ? 1 : pick(rng, {1, 2, 3, 4});  // model chunks need pp > 1
     const std::int64_t n = pp * vpp;
     const std::int64_t mtp_stage = std::uniform_int_distribution<std::int64_t>(n - pp, n - 1)(rng);
     I64s split = random_split(rng, 61, mtp_stage + 1);
