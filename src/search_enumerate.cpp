@@ -204,6 +204,14 @@ std::size_t layout_candidates(std::size_t layout, const LayoutChoice& choice, co
         apply_zero_stage(c.training, zero);
         c.training.recompute = recomputes[ri].mode;
         c.training.recompute_modules = recomputes[ri].modules;
+        // The base took the release's default checkpointing (torchtitan up to 0.2.2: layer SAC,
+        // every 2nd block, held as full by `every`); a candidate names its own, and its "full"
+        // checkpoints every block, as `analyze --recompute full` does.
+        if (space.base.recompute_defaulted) {
+          c.training.recompute_defaulted = false;
+          c.training.recompute_method = RecomputeMethod::uniform;
+          c.training.recompute_num_layers = 1;
+        }
       }
     }
   }

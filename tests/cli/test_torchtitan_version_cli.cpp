@@ -104,4 +104,40 @@ TEST(TorchtitanVersion, SearchCommandsCarryTheReleaseAndSettings) {
   }
 }
 
+// Up to 0.2.2 torchtitan's default checkpointing is layer SAC (every 2nd block whole); a search
+// row labelled "full" checkpoints every block, as its printed `--recompute full` does in analyze
+// (search had priced those rows at the release default, up to twice the peak).
+TEST(TorchtitanVersion, SearchFullRowsUnderLayerSacReleasesAreFull) {
+  const auto r = run_cli({"search", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--gpus", "8", "--gpu",
+                          "h100-80g", "--global-batch", "32", "--seq-len", "8192", "--torchtitan-version", "0.2.2",
+                          "--recompute", "full", "--top", "4", "--threads", "2", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j.at("layouts").empty());
+  for (const auto& l : j.at("layouts")) {
+    const std::string cmd = l.at("command").get<std::string>();
+    EXPECT_NE(cmd.find("--recompute full"), std::string::npos) << cmd;
+    Args args;
+    std::istringstream in(cmd);
+    for (std::string w; in >> w;) {
+      if (w.size() >= 2 && w.front() == '\'' && w.back() == '\'') w = w.substr(1, w.size() - 2);
+      args.push_back(w);
+    }
+    const auto full = analyze_json(args);
+    EXPECT_EQ(full.at("peak").at("total_bytes"), l.at("peak_bytes")) << cmd;
+    // Every block checkpointed keeps less than the release default (every second block).
+    Args defaulted;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--recompute") {
+        ++i;
+        continue;
+      }
+      defaulted.push_back(args[i]);
+    }
+    EXPECT_LT(full.at("peak").at("total_bytes").get<std::uint64_t>(),
+              analyze_json(defaulted).at("peak").at("total_bytes").get<std::uint64_t>())
+        << cmd;
+  }
+}
+
 }  // namespace
