@@ -276,6 +276,24 @@ std::optional<InputError> titan_numerics_check(const TrainingConfig& t) {
 }
 
 std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
+  const ParallelConfig& p = layout.config;
+  // torch.distributed.pipelining's schedules: 1F1B, GPipe, Interleaved1F1B, LoopedBFS,
+  // InterleavedZeroBubble, ZBVZeroBubble and DualPipeV. The bidirectional DualPipe (two model
+  // copies) and Megatron's single-stage ZB-H1 are not among them.
+  if (p.pp > 1 && (p.schedule == Schedule::dualpipe || p.schedule == Schedule::zb_h1)) {
+    return InputError("--schedule", std::string(name_of(p.schedule)),
+                      "1f1b, interleaved, gpipe or dualpipev with the torchtitan profile (torch.distributed.pipelining "
+                      "has no bidirectional DualPipe and no single-stage ZB-H1)");
+  }
+  // parallel_dims.py seq_len_divisor, asserted in each model's parallelize: sequence parallelism
+  // splits the sequence by tp, context parallelism's load balancing into 2 x cp chunks.
+  if (const std::int64_t divisor = 2 * p.tp * p.cp; t.seq_len % divisor != 0) {
+    return InputError("--seq-len", std::to_string(t.seq_len),
+                      fmt::format("a multiple of 2 x tp x cp = {} with the torchtitan profile (parallel_dims.py "
+                                  "seq_len_divisor: tp for sequence parallelism, 2 x cp for context parallelism's "
+                                  "load-balanced chunks)",
+                                  divisor));
+  }
   // Qwen3 MoE: the dense path's checks first (its q/k norms need full checkpointing), then the MoE limits.
   if (!titan_deepseek(m)) {
     if (auto e = titan_dense_model_check(m, t)) return e;

@@ -140,4 +140,28 @@ TEST(TorchtitanVersion, SearchFullRowsUnderLayerSacReleasesAreFull) {
   }
 }
 
+// What torchtitan itself refuses: torch.distributed.pipelining has no bidirectional DualPipe and no
+// single-stage ZB-H1 (DualPipeV it has), and parallel_dims.seq_len_divisor asks seq_len to divide
+// by tp x 2 cp (sequence parallelism, context parallelism's load-balanced halves).
+TEST(TorchtitanVersion, SchedulesAndSequenceLengthsTorchtitanRefusesAreRefused) {
+  const Args base = {"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--dp", "2", "--global-batch", "32"};
+  for (const char* sched : {"dualpipe", "zb-h1"}) {
+    const auto r = run_cli(concat(base, {"--pp", "4", "--schedule", sched}));
+    EXPECT_EQ(r.code, 2) << sched;
+    EXPECT_NE(r.err.find("--schedule"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(sched), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(run_cli(concat(base, {"--pp", "4", "--schedule", "dualpipev"})).code, 0);
+  // 4098 = 2 x 2049: even, a multiple of cp 2 but not of 2 x cp 2 = 4.
+  const auto cp = run_cli(concat(base, {"--cp", "2", "--seq-len", "4098"}));
+  EXPECT_EQ(cp.code, 2);
+  EXPECT_NE(cp.err.find("--seq-len: '4098'"), std::string::npos) << cp.err;
+  EXPECT_NE(cp.err.find("2 x tp x cp = 4"), std::string::npos) << cp.err;
+  const auto tp = run_cli({"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--tp", "2", "--dp", "2",
+                           "--seq-len", "4098"});  // even, but not a multiple of 2 x tp 2
+  EXPECT_EQ(tp.code, 2);
+  EXPECT_NE(tp.err.find("2 x tp x cp = 4"), std::string::npos) << tp.err;
+  EXPECT_EQ(run_cli(concat(base, {"--cp", "2", "--seq-len", "4096"})).code, 0);
+}
+
 }  // namespace

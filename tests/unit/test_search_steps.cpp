@@ -182,6 +182,7 @@ TEST(SearchSteps, InvalidCandidatesCarryTheirReason) {
 TEST(SearchSteps, ProfileRulesMakeInvalidVerdicts) {
   Small s("llama-3.1-8b", torchtitan_profile(), 8, 64);
   s.space.zero_stages = {0, 1};
+  s.space.schedules = {Schedule::one_f_one_b};  // torchtitan has no DualPipe (its own rule)
   const SearchPlan plan = plan_search(s.model, s.space);
   ASSERT_FALSE(plan.candidates.empty());
   const Evaluation ev = evaluate_candidates(s.cm, plan, s.space.gpus_per_node, 2);
