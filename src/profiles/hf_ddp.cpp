@@ -35,14 +35,39 @@ struct DdpCounts {
   Count all, trains;
   DType trained;            // the dtype of what trains: fp32 for PEFT's adapters, the weights' for full training
   OptimizerCounts optimizer;  // what trains, as the optimizers count it (non-expert and expert together)
+  Count embedding32;        // 8-bit Adam: the nn.Embedding weight, stepped with 32-bit states
 };
+
+// The Trainer's 8-bit override (trainer.py create_optimizer: for a bitsandbytes optimizer built
+// with optim_bits 8, as adamw_bnb_8bit is, GlobalOptimManager.register_module_override(module,
+// "weight", {"optim_bits": 32}) for every nn.Embedding): bitsandbytes then keeps that weight's
+// state1 and state2 in fp32, with no block scales.
+Count embedding_with_32bit_states(const EvalContext& c) {
+  if (c.t.optimizer != OptimizerKind::adam8bit) return Count{};
+  std::uint64_t e = 0;
+  for (const Tensor& t : c.cm.embedding) {
+    if (t.role == Role::embedding && t.trainable) e += t.params().value();
+  }
+  return Count(e);
+}
 
 DdpCounts counts_of(const EvalContext& c, const StageReport& st) {
   OptimizerCounts n = st.trainable.non_expert;
   n += st.trainable.expert;
-  return {st.params.non_expert + st.params.expert, n.params,
-          c.t.finetune == Finetune::full ? c.t.precision.weights : DType::fp32, n};
+  const Count trains = n.params;
+  const Count e = embedding_with_32bit_states(c);
+  if (e.value() > 0) {
+    // Out of the states optimizer_states lists: its 256-element blocks, or the fp32 states of
+    // tensors below min_8bit_size (4096) for a toy vocabulary.
+    n.params = Count(n.params.value() - e.value());
+    if (e.value() < 4096) n.small = Count(n.small.value() - e.value());
+    else n.blocks = Count(n.blocks.value() - ceil_div(e.value(), std::uint64_t{256}));
+  }
+  return {st.params.non_expert + st.params.expert, trains,
+          c.t.finetune == Finetune::full ? c.t.precision.weights : DType::fp32, n, e};
 }
+
+Bytes embedding_state_bytes(const DdpCounts& n) { return times(bytes_of(n.embedding32, DType::fp32), 2, "ddp"); }
 
 Bytes weight_bytes(const EvalContext& c, const DdpCounts& n) {
   return bytes_of(Count(n.all.value() - n.trains.value()), c.t.precision.weights) + bytes_of(n.trains, n.trained);
@@ -51,7 +76,7 @@ Bytes weight_bytes(const EvalContext& c, const DdpCounts& n) {
 // optimizer_states lists them, without the master copy DDP does not keep.
 Bytes moment_bytes(const EvalContext& c, const DdpCounts& n) {
   if (c.t.optimizer == OptimizerKind::adamw) return times(bytes_of(n.trains, n.trained), 2, "ddp");
-  Bytes b;
+  Bytes b = embedding_state_bytes(n);
   for (const OptimizerState& s : optimizer_states(c.t, c.t.precision, n.optimizer)) {
     if (s.name != "master weights") b += bytes_of(s.elements, s.dtype);
   }
@@ -120,6 +145,14 @@ void ddp_record(const EvalContext& c, const StageReport& st, Ledger& ledger) {
       ledger.add(Category::optimizer, bytes_of(s.elements, s.dtype), [&] {
         return ledger_item("ddp", std::string(s.name), fmt::format("{} x {} ({})", s.elements.value(), name_of(s.dtype), s.source),
                            s.elements, s.dtype);
+      });
+    }
+    if (n.embedding32.value() > 0) {
+      ledger.add(Category::optimizer, embedding_state_bytes(n), [&] {
+        return ledger_item("ddp", "state1 + state2 of the embedding (fp32)",
+                           fmt::format("2 x {} x fp32 (the Trainer's optim_bits 32 override for nn.Embedding)",
+                                       n.embedding32.value()),
+                           Count(2 * n.embedding32.value()), DType::fp32);
       });
     }
   }

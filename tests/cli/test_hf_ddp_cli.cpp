@@ -46,6 +46,20 @@ TEST(HfDdp, FullTrainingKeepsBf16StatesWithoutMasterCopy) {
   EXPECT_EQ(stage_bytes(analyze_json(ddp({}, "8", "8")), 0, "gradients"), 2 * kBf16);
 }
 
+// adamw_bnb_8bit: the Trainer registers a 32-bit override for every nn.Embedding weight
+// (trainer.py create_optimizer, "bitsandbytes" in the class and optim_bits 8), so the embedding E =
+// 128,256 x 4,096 = 525,336,576 keeps fp32 state1 and state2 (8 E), and every other tensor (all
+// multiples of 256 elements, none below 4,096) 8-bit states plus an fp32 absmax per 256-element
+// block each: 2 (P - E) + 8 (P - E) / 256 + 8 E = 15,009,849,344 + 234,528,896 + 4,202,692,608.
+TEST(HfDdp, EightBitAdamKeepsTheEmbeddingsStatesIn32Bits) {
+  constexpr std::uint64_t kEmbedding = 128'256ULL * 4'096, kRest = kParams - kEmbedding;
+  const auto j = analyze_json(ddp({"--optimizer", "adam8bit"}));
+  EXPECT_EQ(stage_bytes(j, 0, "optimizer"), 2 * kRest + 8 * kRest / 256 + 8 * kEmbedding);
+  EXPECT_EQ(stage_bytes(j, 0, "optimizer"), 19'447'070'848ULL);
+  const auto items = items_of(explain_json(ddp({"--optimizer", "adam8bit"}), 0), "optimizer");
+  EXPECT_EQ(items.at("state1 + state2 of the embedding (fp32)"), 8 * kEmbedding);
+}
+
 TEST(HfDdp, AccumulationKeepsGradientsThroughBackward) {
   // Two micro-batches per step: the first one's gradients are alive during the second's backward.
   const auto j = analyze_json(ddp({}, "1", "2"));

@@ -29,15 +29,17 @@ Args qwen3_8b(const char* optimizer) {
 
 TEST(HfDdpOptimizers, EightBitAdamKeepsByteStatesAndBlockScales) {
   const auto items = items_of(explain_json(qwen3_8b("adam8bit"), 0), "optimizer");
-  ASSERT_EQ(items.size(), 4u);
+  ASSERT_EQ(items.size(), 5u);
   // Two uint8 states for every element of the larger tensors; an fp32 absmax per 256-element block
   // of each (every such tensor here is a multiple of 256); fp32 states for the small ones. The
-  // Trainer's 32-bit override for embeddings applies to a class named Adam8bit only, and
-  // adamw_bnb_8bit builds bitsandbytes' AdamW with optim_bits 8: the embedding's states are 8-bit.
-  EXPECT_EQ(items.at("state1 (8-bit exp_avg)"), kParams - kSmall);
-  EXPECT_EQ(items.at("state2 (8-bit exp_avg_sq)"), kParams - kSmall);
-  EXPECT_EQ(items.at("absmax1 + absmax2 (per 256-element block)"), 2 * 4 * ((kParams - kSmall) / 256));
+  // Trainer registers a 32-bit override for every nn.Embedding weight when the bitsandbytes
+  // optimizer has optim_bits 8 (adamw_bnb_8bit): the embedding (151,936 x 4,096) keeps fp32 states.
+  constexpr std::uint64_t kEmbedding = 151936ULL * 4096, kEight = kParams - kSmall - kEmbedding;
+  EXPECT_EQ(items.at("state1 (8-bit exp_avg)"), kEight);
+  EXPECT_EQ(items.at("state2 (8-bit exp_avg_sq)"), kEight);
+  EXPECT_EQ(items.at("absmax1 + absmax2 (per 256-element block)"), 2 * 4 * (kEight / 256));
   EXPECT_EQ(items.at("state1 + state2 (fp32, tensors < 4096 elements)"), 2 * 4 * kSmall);
+  EXPECT_EQ(items.at("state1 + state2 of the embedding (fp32)"), 2 * 4 * kEmbedding);
 }
 
 TEST(HfDdpOptimizers, AdafactorKeepsFactoredMomentsAndStepsThroughFp32Temporaries) {
