@@ -62,8 +62,34 @@ bool bool_value(const json& v, const std::string& source, std::string_view key) 
 
 // A section's "enabled" (bf16, fp16): true, false or "auto" (the Trainer's --bf16/--fp16 decide;
 // read as on for bf16, off for fp16).
+// The section's other keys (runtime/constants.py, precision_config.py): loss scaling and overflow
+// checks change no device memory; bf16_master_weights_and_grads / bf16_optimizer_states /
+// fp16_master_weights_and_grads (16-bit master partitions and moments) and fp16's auto_cast (fp32
+// weights under autocast) do, and are not modelled: refused when on, like any unknown key.
 bool enabled(const json& section, const std::string& source, std::string_view key, bool auto_means) {
   if (!section.is_object()) throw InputError(field(source, key), section.dump(), "an object");
+  static const std::set<std::string, std::less<>> kBf16Quiet = {"enabled", "immediate_grad_update", "check_overflow"};
+  static const std::set<std::string, std::less<>> kFp16Quiet = {"enabled",    "loss_scale",          "initial_scale_power",
+                                                                "loss_scale_window", "hysteresis", "consecutive_hysteresis",
+                                                                "min_loss_scale"};
+  static const std::set<std::string, std::less<>> kOffWhenFalse = {"bf16_master_weights_and_grads", "bf16_optimizer_states",
+                                                                   "fp16_master_weights_and_grads", "auto_cast"};
+  const auto& quiet = key == "bf16" ? kBf16Quiet : kFp16Quiet;
+  for (const auto& [k, v] : section.items()) {
+    if (quiet.contains(k)) continue;
+    const std::string name = fmt::format("{}.{}", key, k);
+    if (kOffWhenFalse.contains(k) && (key == "bf16") == k.starts_with("bf16")) {
+      if (!bool_value(v, source, name)) continue;
+      throw InputError(field(source, name), "true",
+                       "false or absent (16-bit master weights, 16-bit optimizer states and fp16 autocast over fp32 "
+                       "weights are not modelled)");
+    }
+    throw InputError(field(source, name), "present",
+                     fmt::format("a key of the {} section moemem reads: {} (loss scaling and overflow checks change no memory)",
+                                 key, key == "bf16" ? "enabled, immediate_grad_update, check_overflow"
+                                                    : "enabled, loss_scale, initial_scale_power, loss_scale_window, hysteresis, "
+                                                      "consecutive_hysteresis, min_loss_scale"));
+  }
   const auto it = section.find("enabled");
   if (it == section.end()) return false;
   if (it->is_string() && it->get<std::string>() == "auto") return auto_means;
@@ -249,7 +275,14 @@ void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
   // in the host's fp32 buffer (async_inplace_copy_grad_to_fp32_buffer_from_gpu): fp32, in the host
   // column only (zero_states.cpp gradients_on_host).
   if (!r.main_grads_dtype) r.main_grads_dtype = ds.offload_optimizer ? DType::fp32 : ds.dtype;
-  if (ds.optimizer) r.finetune.optimizer = *ds.optimizer;
+  if (ds.optimizer) {
+    // The config's optimizer is the one DeepSpeed builds (the Trainer passes none of its own then).
+    if (r.finetune.optimizer_given && r.finetune.optimizer != *ds.optimizer) {
+      throw InputError("--optimizer", std::string(name_of(r.finetune.optimizer)),
+                       fmt::format("no --optimizer, or the DeepSpeed config's optimizer.type ({})", name_of(*ds.optimizer)));
+    }
+    r.finetune.optimizer = *ds.optimizer;
+  }
   // ZeRO-Offload: the fp32 master partition, its optimizer states and its fp32 gradient (pinned,
   // stage_1_and_2.py initialize_optimizer_states: pin_memory(single_grad_partition)) in host memory.
   if (ds.offload_optimizer) r.optimizer_offload = 1.0;

@@ -289,6 +289,11 @@ Scenario make_scenario(const Request& r) {
   if (parallel.tp == 1) parallel.sp = false;
   s.layout = resolve_layout_with_default_etp(s.model, parallel, *s.profile);
   s.training = resolve_training(r.training, *s.profile);
+  // The Trainer's SGD (trainer.py get_optimizer_cls_and_kwargs, optim "sgd": torch.optim.SGD with
+  // the learning rate only) has torch's default momentum 0, so no momentum buffer.
+  if (s.profile->name == "hf" && s.training.optimizer == OptimizerKind::sgd && !s.training.sgd_momentum_given) {
+    s.training.sgd_momentum = 0;
+  }
   validate_training(s.training, s.layout);
   if (auto problem = s.profile->check(s.model, s.layout, s.training)) throw *problem;
   s.training.linear_routers = s.profile->peft_modules && hf_router_is_linear(s.model.model_type);

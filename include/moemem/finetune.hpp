@@ -32,6 +32,9 @@ struct FinetuneSettings {
   OptimizerKind optimizer = OptimizerKind::adamw;
   // SGD's momentum (Megatron's --sgd-momentum, default 0.9): nonzero keeps a momentum buffer.
   double sgd_momentum = 0.9;
+  // Whether --optimizer and --sgd-momentum were given (a DeepSpeed config's optimizer must then
+  // agree; the hf profile's SGD default differs from Megatron's).
+  bool optimizer_given = false, sgd_momentum_given = false;
   // PEFT's all-linear on Hugging Face modules (the hf profile): every nn.Linear but the output
   // head, so also a router that is an nn.Linear there (Mixtral's and Qwen3-MoE's `gate`); false:
   // Megatron-Bridge's all-linear, which leaves the router out. Set by make_scenario.

@@ -228,8 +228,10 @@ void add_training_options(CLI::App& app, TrainingOptions& o) {
                  "every nn.Linear but lm_head) or module names, e.g. "
                  "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (routed experts included, as PEFT matches them)");
   app.add_option("--lora-dropout", o.finetune.lora_dropout, "LoRA dropout probability (default 0; > 0 keeps a mask and a copy of each adapted input)");
-  app.add_option("--optimizer", o.finetune.optimizer, "Optimizer: adamw|adam8bit|adafactor|sgd|lion|muon")->capture_default_str();
-  app.add_option("--sgd-momentum", o.finetune.sgd_momentum, "SGD momentum (Megatron's default 0.9; 0 keeps no momentum buffer)");
+  app.add_option("--optimizer", o.finetune.optimizer, "Optimizer: adamw|adam8bit|adafactor|sgd|lion|muon (default adamw)");
+  app.add_option("--sgd-momentum", o.finetune.sgd_momentum,
+                 "SGD momentum (default: Megatron's 0.9; 0 with the hf profile, the Trainer's torch.optim.SGD; 0 keeps no momentum "
+                 "buffer)");
   app.add_option("--deepspeed", o.deepspeed,
                  "DeepSpeed JSON configuration (--profile hf): zero_optimization.stage, offload_optimizer (host column), "
                  "bf16/fp16 and optimizer.type; keys that change memory and are not modelled are refused by name");
@@ -304,7 +306,9 @@ std::optional<T> given(const std::string& text, Parse&& parse) {
 FinetuneSettings to_finetune(const FinetuneOptions& o) {
   FinetuneSettings f;
   f.finetune = parse_finetune(o.finetune, "--finetune");
-  f.optimizer = parse_optimizer(o.optimizer, "--optimizer");
+  f.optimizer = o.optimizer.empty() ? OptimizerKind::adamw : parse_optimizer(o.optimizer, "--optimizer");
+  f.optimizer_given = !o.optimizer.empty();
+  f.sgd_momentum_given = !o.sgd_momentum.empty();
   const bool lora = f.finetune != Finetune::full;
   if (!lora && (o.lora_rank || !o.lora_targets.empty() || !o.lora_dropout.empty())) {
     throw InputError("--lora-rank/--lora-targets/--lora-dropout", "given", "--finetune lora or qlora with them");

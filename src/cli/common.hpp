@@ -86,7 +86,7 @@ struct OverheadOptions {
   std::string fragmentation_pct, cuda_context, nccl_per_group;
 };
 struct FinetuneOptions {
-  std::string finetune = "full", lora_targets, lora_dropout, optimizer = "adamw", sgd_momentum;
+  std::string finetune = "full", lora_targets, lora_dropout, optimizer, sgd_momentum;  // optimizer empty: adamw
   std::optional<std::int64_t> lora_rank;
 };
 struct FsdpOptions {  // torchtitan profile (fsdp1, fsdp2: the hf profile's accelerate FSDP)

@@ -216,7 +216,7 @@ void SearchCommand::setup(CLI::App& root) {
   add_optional_int(*app, "--lora-rank", training.finetune.lora_rank, "LoRA rank r (required with --finetune lora)");
   app->add_option("--lora-targets", training.finetune.lora_targets, "Linears LoRA adapts: all-linear or module names");
   app->add_option("--lora-dropout", training.finetune.lora_dropout, "LoRA dropout probability (default 0)");
-  app->add_option("--optimizer", training.finetune.optimizer, "Optimizer: adamw|sgd|lion|muon (megatron)")->capture_default_str();
+  app->add_option("--optimizer", training.finetune.optimizer, "Optimizer: adamw|sgd|lion|muon (megatron; default adamw)");
   app->add_option("--moe-imbalance", training.moe.moe_imbalance, "Hottest expert rank's tokens, times the average");
   app->add_option("--moe-token-dispatcher", training.moe.dispatcher, "alltoall|allgather|deepep")->capture_default_str();
   app->add_flag("--overlap-moe-expert-parallel-comm", training.moe.ep_overlap,
@@ -295,7 +295,7 @@ std::string base_flags(const SearchCommand& c) {
   if (t.finetune.lora_rank) out += fmt::format(" --lora-rank {}", *t.finetune.lora_rank);
   if (!t.finetune.lora_targets.empty()) out += " --lora-targets " + t.finetune.lora_targets;
   if (!t.finetune.lora_dropout.empty()) out += " --lora-dropout " + t.finetune.lora_dropout;
-  if (t.finetune.optimizer != "adamw") out += " --optimizer " + t.finetune.optimizer;
+  if (!t.finetune.optimizer.empty() && t.finetune.optimizer != "adamw") out += " --optimizer " + t.finetune.optimizer;
   return out;
 }
 

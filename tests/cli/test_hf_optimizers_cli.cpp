@@ -64,6 +64,18 @@ Args zero2(const char* optimizer, const char* seq = "4096") {
           "--micro-batch", "1", "--seq-len", seq, "--recompute", "full"};
 }
 
+// The Trainer's "sgd" is torch.optim.SGD with the learning rate only (trainer.py
+// get_optimizer_cls_and_kwargs): momentum 0, no momentum buffer; only the fp32 master partition
+// (4 P / 8). Megatron's 0.9 was assumed before; --sgd-momentum still asks for a buffer (4 P / 8).
+TEST(HfDeepSpeedOptimizers, TheTrainersSgdKeepsNoMomentum) {
+  constexpr std::uint64_t kShard = kParams / 8;
+  const auto plain = items_of(explain_json(zero2("sgd"), 0), "optimizer");
+  EXPECT_EQ(plain.size(), 1u);
+  EXPECT_EQ(plain.at("master weights"), 4 * kShard);
+  const auto momentum = items_of(explain_json(concat(zero2("sgd"), {"--sgd-momentum", "0.9"}), 0), "optimizer");
+  EXPECT_EQ(momentum.at("momentum_buffer"), 4 * kShard);
+}
+
 TEST(HfDeepSpeedOptimizers, FlatPartitionsAreWhatTheOptimizerSteps) {
   constexpr std::uint64_t kShard = kParams / 8;
   const auto eight = items_of(explain_json(zero2("adam8bit"), 0), "optimizer");

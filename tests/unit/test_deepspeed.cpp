@@ -38,6 +38,22 @@ TEST(DeepSpeed, ReadsTheTrainersExamples) {
   EXPECT_EQ(z3.max_live_parameters, 1'000'000'000);
 }
 
+// What the bf16/fp16 sections may also hold: loss scaling, overflow checks, and the 16-bit
+// master/state switches left off (the Trainer's documented fp16 section, LLaMA-Factory's configs).
+TEST(DeepSpeed, PrecisionSectionsKeysThatChangeNoMemoryAreRead) {
+  const auto fp16 = moemem::parse_deepspeed_config(
+      R"({"fp16":{"enabled":true,"loss_scale":0,"loss_scale_window":1000,"initial_scale_power":16,"hysteresis":2,)"
+      R"("consecutive_hysteresis":false,"min_loss_scale":1,"auto_cast":false,"fp16_master_weights_and_grads":false},)"
+      R"("bf16":{"enabled":false},"zero_optimization":{"stage":2}})",
+      "x");
+  EXPECT_EQ(fp16.dtype, moemem::DType::fp16);
+  const auto bf16 = moemem::parse_deepspeed_config(
+      R"({"bf16":{"enabled":"auto","immediate_grad_update":true,"check_overflow":false,)"
+      R"("bf16_master_weights_and_grads":false,"bf16_optimizer_states":false},"zero_optimization":{"stage":3}})",
+      "x");
+  EXPECT_EQ(bf16.dtype, moemem::DType::bf16);
+}
+
 // overlap_comm unset: on under stage 3 only (deepspeed/runtime/zero/config.py overlap_comm_valid).
 TEST(DeepSpeed, OverlapDefaultsFollowTheStage) {
   EXPECT_FALSE(moemem::parse_deepspeed_config(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":2}})", "x").overlap());
@@ -63,6 +79,19 @@ TEST(DeepSpeed, RefusesByKey) {
       {R"({"zero_optimization":{"stage":2}})", "bf16.enabled/fp16.enabled"},
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1},"optimizer":{"type":"OneBitAdam"}})", "optimizer.type"},
       {R"([1, 2])", "x"},
+      // 16-bit master weights and moments (precision_config.py) change the optimizer's bytes: not
+      // modelled, refused when on; so are unknown keys of the bf16/fp16 sections and fp16's
+      // auto_cast (fp32 weights under autocast).
+      {R"({"bf16":{"enabled":true,"bf16_master_weights_and_grads":true},"zero_optimization":{"stage":2}})",
+       "bf16.bf16_master_weights_and_grads"},
+      {R"({"bf16":{"enabled":true,"bf16_master_weights_and_grads":true,"bf16_optimizer_states":true},"zero_optimization":{"stage":2}})",
+       "bf16.bf16_master_weights_and_grads"},
+      {R"({"bf16":{"enabled":true,"bf16_optimizer_states":true},"zero_optimization":{"stage":2}})", "bf16.bf16_optimizer_states"},
+      {R"({"fp16":{"enabled":true,"fp16_master_weights_and_grads":true},"zero_optimization":{"stage":2}})",
+       "fp16.fp16_master_weights_and_grads"},
+      {R"({"fp16":{"enabled":true,"auto_cast":true},"zero_optimization":{"stage":2}})", "fp16.auto_cast"},
+      {R"({"bf16":{"enabled":true,"whatever_unknown":1},"zero_optimization":{"stage":2}})", "bf16.whatever_unknown"},
+      {R"({"bf16":{"enabled":true,"loss_scale":0},"zero_optimization":{"stage":2}})", "bf16.loss_scale"},
   };
   for (const auto& [text, key] : cases) {
     try {
@@ -212,6 +241,17 @@ TEST(DeepSpeed, CliErrorsExit2) {
   const auto missing = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--deepspeed", kDir + "missing.json"});
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("--deepspeed"), std::string::npos) << missing.err;
+  // The config's optimizer is the one DeepSpeed builds: a different --optimizer is refused (it was
+  // silently replaced), the same one accepted.
+  const auto other_optimizer =
+      run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--optimizer", "sgd", "--deepspeed", kDir + "zero2_offload.json"});
+  EXPECT_EQ(other_optimizer.code, 2);
+  EXPECT_NE(other_optimizer.err.find("--optimizer: 'sgd'"), std::string::npos) << other_optimizer.err;
+  EXPECT_NE(other_optimizer.err.find("optimizer.type (adamw)"), std::string::npos) << other_optimizer.err;
+  EXPECT_EQ(run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--optimizer", "adamw", "--deepspeed",
+                     kDir + "zero2_offload.json"})
+                .code,
+            0);
 }
 
 // The batch keys: read as positive integers or "auto" (they were ignored, even when invalid); the
