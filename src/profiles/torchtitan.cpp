@@ -285,6 +285,18 @@ std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, 
                       "1f1b, interleaved, gpipe or dualpipev with the torchtitan profile (torch.distributed.pipelining "
                       "has no bidirectional DualPipe and no single-stage ZB-H1)");
   }
+  // Without FSDP (dp_shard 1 and cp 1; ParallelDims.fsdp_enabled) torchtitan up to 0.2.2 applies no
+  // fully_shard and so no mixed-precision policy: distributed/utils.py maybe_enable_amp trains TP or
+  // PP in fp32 ("Mixed precision training is disabled") and one device or DDP under torch.autocast
+  // over fp32 weights. From 00b7f5693 (2026-04-09, `current`) fully_shard applies at dp_shard 1 too.
+  if (t.torchtitan_version != TorchtitanVersion::current && p.dp / t.dp_replicate == 1 && p.cp == 1) {
+    return InputError("--dp", std::to_string(p.dp),
+                      fmt::format("an FSDP shard degree (dp / dp_replicate) above 1, or --cp above 1, with "
+                                  "--torchtitan-version {}: without FSDP that release trains {} (maybe_enable_amp), "
+                                  "which is not modelled; --torchtitan-version current applies FSDP2's mixed precision there",
+                                  name_of(t.torchtitan_version),
+                                  p.tp > 1 || p.pp > 1 ? "TP/PP in fp32" : "under torch.autocast over fp32 weights"));
+  }
   // parallel_dims.py seq_len_divisor, asserted in each model's parallelize: sequence parallelism
   // splits the sequence by tp, context parallelism's load balancing into 2 x cp chunks.
   if (const std::int64_t divisor = 2 * p.tp * p.cp; t.seq_len % divisor != 0) {

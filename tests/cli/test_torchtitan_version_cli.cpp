@@ -23,10 +23,11 @@ using moemem::test::activations_cli::explain_json;
 using moemem::test::activations_cli::items_of;
 using moemem::test::activations_cli::stage_bytes;
 
-// Two pipeline stages, no data parallelism: global batch 4 is 4 micro-batches of 1 x 4096.
+// Two pipeline stages over two FSDP ranks (releases up to 0.2.2 apply no FSDP, so no mixed
+// precision, without one): global batch 8 is 4 micro-batches of 1 x 4096 per rank.
 Args piped(const Args& extra) {
-  return concat({"--model", "llama-3.1-8b", "--profile", "torchtitan", "--pp", "2", "--seq-len", "4096",
-                 "--micro-batch", "1", "--global-batch", "4", "--recompute", "none"},
+  return concat({"--model", "llama-3.1-8b", "--profile", "torchtitan", "--pp", "2", "--dp", "2", "--seq-len", "4096",
+                 "--micro-batch", "1", "--global-batch", "8", "--recompute", "none"},
                 extra);
 }
 
@@ -162,6 +163,30 @@ TEST(TorchtitanVersion, SchedulesAndSequenceLengthsTorchtitanRefusesAreRefused) 
   EXPECT_EQ(tp.code, 2);
   EXPECT_NE(tp.err.find("2 x tp x cp = 4"), std::string::npos) << tp.err;
   EXPECT_EQ(run_cli(concat(base, {"--cp", "2", "--seq-len", "4096"})).code, 0);
+}
+
+// Up to 0.2.2 torchtitan applies fully_shard, and with it bf16 mixed precision, only when
+// dp_shard > 1 or cp > 1 (ParallelDims.fsdp_enabled); otherwise maybe_enable_amp trains TP/PP in
+// fp32 and a single device or DDP under autocast: refused by name for those releases (moemem had
+// costed FSDP2's bf16 copies), costed from 00b7f5693 (`current`), where fully_shard always applies.
+TEST(TorchtitanVersion, ReleasesWithoutFsdpAtShardDegreeOneAreRefused) {
+  const Args tp8 = {"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--tp", "8", "--seq-len", "8192"};
+  for (const char* v : {"0.1.0", "0.2.0", "0.2.1", "0.2.2"}) {
+    const auto r = run_cli(concat(tp8, {"--torchtitan-version", v}));
+    EXPECT_EQ(r.code, 2) << v;
+    EXPECT_NE(r.err.find("--dp: '1'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("TP/PP in fp32"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(run_cli(tp8).code, 0);  // current
+  // HSDP with one shard per replica is no FSDP either; a context-parallel group is.
+  const auto hsdp = run_cli({"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--dp", "4", "--dp-replicate", "4",
+                             "--torchtitan-version", "0.2.2"});
+  EXPECT_EQ(hsdp.code, 2);
+  EXPECT_NE(hsdp.err.find("autocast"), std::string::npos) << hsdp.err;
+  EXPECT_EQ(run_cli({"analyze", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--cp", "2", "--seq-len", "8192",
+                     "--torchtitan-version", "0.2.2"})
+                .code,
+            0);
 }
 
 }  // namespace
