@@ -253,6 +253,10 @@ void check_one_pipeline_split(const ParallelConfig& p) {
 // where its value came from.
 Layout resolve_layout_with_default_etp(const ModelSpec& m, const ParallelConfig& given, const Profile& profile) {
   ParallelConfig p = given;
+  // torchtitan reads expert_tensor_parallel_degree only with ep > 1 (parallel_dims.py); at ep 1
+  // apply_moe_ep_tp shards the routed experts over the TP mesh whatever it says, and its shipped
+  // tomls write 1: a given etp there is the TP degree.
+  if (given.etp && profile.etp_follows_tp_without_ep && p.ep == 1 && m.is_moe()) p.etp = p.tp;
   if (given.etp) return resolve_layout(m, p);
   const bool follows = profile.etp_follows_tp || (profile.etp_follows_tp_without_ep && p.ep == 1);
   p.etp = follows && m.is_moe() ? p.tp : 1;
