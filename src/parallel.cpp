@@ -121,6 +121,35 @@ Problem embedding_loss_split(const ModelSpec& m, const ParallelConfig& p, std::i
   return std::nullopt;
 }
 
+// torchtitan's default split (distributed/pipeline_parallel.py generate_llm_fqn_per_model_part
+// from 0.2.0, generate_split_points with the same weights in 0.1.0): the embedding and the norm +
+// output count as pipeline_parallel_first/last_stage_less_layers = 1 layer each (the config
+// defaults); chunk i gets floor(units / n) units, plus one for i < units % n, the first and last
+// giving their weight back; torchtitan raises when a chunk would get fewer units than a weight.
+Problem titan_default_split(const ModelSpec& m, std::int64_t n, std::vector<std::int64_t>& split) {
+  const std::int64_t units = m.num_layers + 2, per = units / n, extra = units % n;
+  if (n > 1 && per < 1) {
+    return InputError("--pp", std::to_string(n),
+                      fmt::format("at most {} pipeline chunks for {} layers with torchtitan's default split (the embedding "
+                                  "and the output count as a layer each: generate_llm_fqn_per_model_part)",
+                                  units, m.num_layers));
+  }
+  split.assign(static_cast<std::size_t>(n), 0);
+  if (n == 1) {
+    split.front() = m.num_layers;
+    return std::nullopt;
+  }
+  std::int64_t left = m.num_layers;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t take = per + (i < extra ? 1 : 0) - (i == 0 ? 1 : 0) - (i == n - 1 ? 1 : 0);
+    take = std::clamp<std::int64_t>(take, 0, left);
+    split[static_cast<std::size_t>(i)] = take;
+    left -= take;
+  }
+  split.back() += left;  // none left: the units add up to the layers
+  return std::nullopt;
+}
+
 // The embedding, each MTP depth and the loss as one unit each beside the decoder layers: every
 // chunk gets floor(units / chunks), the middle chunks (first ones first) one more while units
 // remain, and the end chunks give their E, MTP and L units back as decoder layers they do not hold.
@@ -221,6 +250,7 @@ Problem layer_split(const ModelSpec& m, const ParallelConfig& p, std::int64_t n,
   if (p.first_stage_layers || p.last_stage_layers) return first_last_split(m, p, n, split);
   if (p.account_for_embedding || p.account_for_loss) return embedding_loss_split(m, p, n, split);
   if (p.balance_units) return balanced_units_split(m, n, split);
+  if (p.titan_split) return titan_default_split(m, n, split);
   return even_split(m.num_layers, n, split);
 }
 

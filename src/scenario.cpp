@@ -286,6 +286,8 @@ Scenario make_scenario(const Request& r) {
                            parallel.first_stage_layers || parallel.last_stage_layers || parallel.account_for_embedding ||
                            parallel.account_for_loss;
   if (r.training.recipe && !split_given) parallel.balance_units = true;
+  // torchtitan's own default split (its first and last stages one layer fewer).
+  if (s.profile->name == "torchtitan" && !split_given) parallel.titan_split = true;
   if (s.profile->sp_with_tp && parallel.tp > 1) parallel.sp = true;
   // Sequence parallelism splits over the TP group: at tp 1 there is nothing to split, and
   // Megatron turns it off (arguments.py: "Disabling sequence parallelism because tensor model

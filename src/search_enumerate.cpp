@@ -150,6 +150,10 @@ LayoutEnumeration enumerate_layouts(const ModelSpec& m, const SearchSpace& space
       // search's unflagged split is that one, so that the layout it names reproduces.
       splits.front().config.balance_units = true;
       splits.front().name = "recipe default";
+    } else if (space.titan_split) {
+      // torchtitan's analyze default (make_scenario): the layout a result names reproduces.
+      splits.front().config.titan_split = true;
+      splits.front().name = "torchtitan default";
     }
     for (auto& [config, name] : splits) {
       LayoutVerdict v = check_layout(m, config);

@@ -41,6 +41,9 @@ struct ParallelConfig {
   // A recipe's default (DeepSeek's runs): the embedding, each MTP depth and the loss count as a
   // layer each, units spread as evenly as they go, the extra ones to the middle chunks.
   bool balance_units = false;
+  // torchtitan's default (the torchtitan profile): the embedding and the norm + output count as a
+  // layer each, every chunk gets floor(units / chunks), the first ones one more while units remain.
+  bool titan_split = false;
   // otherwise the default split: ceil(L/chunks) per chunk, the last taking the rest.
 };
 

@@ -54,6 +54,7 @@ struct SearchSpace {
   std::vector<RecomputeChoice> recomputes;  // empty: default_recompute_family
   std::vector<int> zero_stages = {0, 1};    // megatron: without / with the distributed optimizer
   bool sequence_parallel = true;            // sp on whenever tp > 1
+  bool titan_split = false;                 // the unflagged split is torchtitan's default (its profile)
 };
 
 struct CostBreakdown {

@@ -561,6 +561,7 @@ int SearchCommand::run(std::ostream& out, std::ostream& err) const {
     if (profile.name == "paper" || recipe == Recipe::deepseek_v3) space.schedules.push_back(Schedule::dualpipe);
     if (recipe == Recipe::deepseek_v2) space.schedules.push_back(Schedule::zb_h1);
   }
+  space.titan_split = profile.name == "torchtitan";
   if (!profile.selective_recompute) {
     // The reference analysis knows no selective recomputation.
     space.recomputes = {{"none", Recompute::none, 0}, {"full", Recompute::full, 0}};

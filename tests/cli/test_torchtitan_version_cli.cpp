@@ -3,9 +3,12 @@
 // until the step ends (torch.distributed.pipelining output_chunks); from e5ef99aab (0.2.1)
 // torchtitan passes return_outputs=False and nothing is kept; from 0.2.2 K and V are not repeated. Sizes by hand from Llama-3.1-8B's
 // vocabulary (128256, untied) and one micro-batch's tokens, not from running moemem.
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -187,6 +190,38 @@ TEST(TorchtitanVersion, ReleasesWithoutFsdpAtShardDegreeOneAreRefused) {
                      "--torchtitan-version", "0.2.2"})
                 .code,
             0);
+}
+
+// torchtitan's default split (pipeline_parallel_first/last_stage_less_layers = 1): the embedding
+// and the output count as a layer each, floor(units / chunks) per chunk and one more for the first
+// units % chunks. Llama-3.1-70B on 8 stages: 82 units, 10 each, 2 extra -> 10 11 10 10 10 10 10 9;
+// Llama-3.1-8B on 4: 34 units -> 8 9 8 7; on 4 ranks x 2 interleaved chunks: 4 5 4 4 4 4 4 3
+// (generate_llm_fqn_per_model_part, checked by hand). A split given is kept.
+std::vector<std::int64_t> chunk_layers(const nlohmann::json& j) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> by_chunk;
+  for (const auto& st : j.at("stages")) {
+    for (const auto& c : st.at("chunks")) by_chunk.emplace_back(c.at("chunk").get<std::int64_t>(), c.at("num_layers").get<std::int64_t>());
+  }
+  std::sort(by_chunk.begin(), by_chunk.end());
+  std::vector<std::int64_t> out;
+  for (const auto& [chunk, n] : by_chunk) out.push_back(n);
+  return out;
+}
+
+TEST(TorchtitanSplit, TheDefaultSplitIsTorchtitans) {
+  using V = std::vector<std::int64_t>;
+  EXPECT_EQ(chunk_layers(analyze_json({"--model", "llama-3.1-70b", "--profile", "torchtitan", "--dp", "8", "--pp", "8",
+                                       "--global-batch", "64", "--recompute", "full"})),
+            (V{10, 11, 10, 10, 10, 10, 10, 9}));
+  EXPECT_EQ(chunk_layers(analyze_json({"--model", "llama-3.1-8b", "--profile", "torchtitan", "--dp", "2", "--pp", "4",
+                                       "--global-batch", "8"})),
+            (V{8, 9, 8, 7}));
+  EXPECT_EQ(chunk_layers(analyze_json({"--model", "llama-3.1-8b", "--profile", "torchtitan", "--dp", "2", "--pp", "4",
+                                       "--vpp", "2", "--global-batch", "8"})),
+            (V{4, 5, 4, 4, 4, 4, 4, 3}));
+  EXPECT_EQ(chunk_layers(analyze_json({"--model", "llama-3.1-8b", "--profile", "torchtitan", "--dp", "2", "--pp", "4",
+                                       "--layers-per-stage", "8,8,8,8", "--global-batch", "8"})),
+            (V{8, 8, 8, 8}));
 }
 
 }  // namespace
