@@ -138,6 +138,7 @@ ExpertsImplementation parse_experts_implementation(std::string_view text) {
 
 std::string_view name_of(TorchtitanVersion v) {
   switch (v) {
+    case TorchtitanVersion::v0_1_0: return "0.1.0";
     case TorchtitanVersion::v0_2_0: return "0.2.0";
     case TorchtitanVersion::v0_2_1: return "0.2.1";
     case TorchtitanVersion::v0_2_2: return "0.2.2";
@@ -146,18 +147,22 @@ std::string_view name_of(TorchtitanVersion v) {
   return "?";
 }
 
-// Releases 0.1.0 and 0.2.0 (and the commits before them) keep the pipeline's outputs; 0.2.1 frees
-// them but still repeats K and V for SDPA; 0.2.2 takes them unrepeated; `current` (from c5d93d109,
-// 2026-06-15, which made activation checkpointing a policy class) differs from 0.2.2 only in its
-// default checkpointing (per-op SAC instead of every second block).
+// Releases 0.1.0 and 0.2.0 (and the commits before them) keep the pipeline's outputs; 0.1.0 (and
+// the commits before 83e694105, 2025-07-28) keeps FSDP's root (embedding, norm, output) and the
+// last block unsharded after forward, 0.2.0 on shards the embedding and the blocks as units of
+// their own by the reshard policy; 0.2.1 frees the pipeline's outputs but still repeats K and V
+// for SDPA; 0.2.2 takes them unrepeated; `current` (from c5d93d109, 2026-06-15, which made
+// activation checkpointing a policy class) differs from 0.2.2 only in its default checkpointing
+// (per-op SAC instead of every second block) and FSDP at dp_shard 1.
 TorchtitanVersion parse_torchtitan_version(std::string_view text) {
-  if (text == "0.1.0" || text == "0.2.0") return TorchtitanVersion::v0_2_0;
+  if (text == "0.1.0") return TorchtitanVersion::v0_1_0;
+  if (text == "0.2.0") return TorchtitanVersion::v0_2_0;
   if (text == "0.2.1") return TorchtitanVersion::v0_2_1;
   if (text == "0.2.2") return TorchtitanVersion::v0_2_2;
   if (text == "current") return TorchtitanVersion::current;
   throw InputError("--torchtitan-version", std::string(text),
-                   "0.1.0 or 0.2.0 (and earlier commits: the pipeline's last stage keeps every micro-batch's output), "
-                   "0.2.1, 0.2.2 (K and V unrepeated) or current (per-op SAC by default)");
+                   "0.1.0 (and earlier commits: FSDP's root and last block stay unsharded after forward), 0.2.0 (both "
+                   "keep the pipeline's outputs), 0.2.1, 0.2.2 (K and V unrepeated) or current (per-op SAC by default)");
 }
 
 std::string_view name_of(LossImpl l) {

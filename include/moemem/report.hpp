@@ -59,6 +59,8 @@ struct StageBytes {
 struct FsdpDetail {
   Count shard_params;                     // ceil(params / (dp/dp_replicate x cp))
   Count root_params;                      // embedding, final norm, output held (after TP)
+  Count embedding_params;                 // the embedding's part of root_params
+  Count root_kept_params;                 // of root_params, what stays unsharded after forward
   Count block_params, block_fp8_params;   // one decoder block (after TP), its FP8-GEMM part
   Count root_trainable, block_trainable;  // hf under FSDP2: what of the root (tail) and a block trains
   std::int64_t blocks_kept = 0;           // blocks left unsharded after forward

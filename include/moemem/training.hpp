@@ -85,7 +85,7 @@ enum class MegatronVersion : std::uint8_t { v0_6, v0_12, current };
 // torchtitan e5ef99aab (2025-10-22, first released in 0.2.1) they are freed after each backward.
 // torchtitan releases that differ in memory: 0.2.0 and before keep the pipeline's outputs, 0.2.1
 // frees them, and from 0.2.2 (ff0829c10) SDPA takes the KV heads unrepeated (enable_gqa).
-enum class TorchtitanVersion : std::uint8_t { v0_2_0, v0_2_1, v0_2_2, current };
+enum class TorchtitanVersion : std::uint8_t { v0_1_0, v0_2_0, v0_2_1, v0_2_2, current };
 [[nodiscard]] std::string_view name_of(TorchtitanVersion v);
 [[nodiscard]] TorchtitanVersion parse_torchtitan_version(std::string_view text);
 

@@ -136,7 +136,7 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
     r.assumptions.push_back(fmt::format("expert tensor parallel = tp = {} (Megatron's default when --etp is not given)",
                                         c.layout.config.tp));
   }
-  if (c.profile.states == &detail::kFsdp2States && c.t.torchtitan_version == TorchtitanVersion::v0_2_0 && c.layout.config.pp > 1) {
+  if (c.profile.states == &detail::kFsdp2States && c.t.torchtitan_version <= TorchtitanVersion::v0_2_0 && c.layout.config.pp > 1) {
     r.assumptions.push_back(fmt::format("torchtitan {}: the last pipeline stage keeps every micro-batch's output (bf16 "
                                         "logits) until the step ends (step() returns them; return_outputs=False from 0.2.1)",
                                         name_of(c.t.torchtitan_version)));

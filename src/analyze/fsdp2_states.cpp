@@ -18,6 +18,7 @@ void fsdp2_prepare(const EvalContext& c, const Shares& sh, StageReport& st) {
   FsdpDetail f;
   Share root;
   if (st.has_embedding) root.add(sh.emb, 1, false);
+  f.embedding_params = root.params.non_expert + root.params.expert;
   if (st.has_head) root.add(sh.head, 1, false);
   f.root_params = root.params.non_expert + root.params.expert;
   for (const std::size_t k : c.cm.classes) {
@@ -94,7 +95,7 @@ PipelineHeld pipeline_held(const EvalContext& c, const StageReport& st) {
   // torchtitan up to 0.2.0 calls the schedule's step() for its return value (TorchtitanVersion);
   // later ones pass return_outputs=False, and their torch (2.8 and later, pytorch PR 153383) keeps
   // output_chunks on the last stage only.
-  const bool old = c.t.torchtitan_version == TorchtitanVersion::v0_2_0;
+  const bool old = c.t.torchtitan_version <= TorchtitanVersion::v0_2_0;
   std::int64_t at_step = 0;
   for (std::size_t i = 0; i < st.chunks.size(); ++i) {
     const Chunk& ch = c.layout.chunks[static_cast<std::size_t>(st.chunks[i])];
@@ -156,15 +157,32 @@ bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
   // every parameter ends up over the whole group.
   f.shard_params = Count(ceil_div(st.params.non_expert.value(), shard_group)) +
                    Count(ceil_div(st.params.expert.value(), shard_group / static_cast<std::uint64_t>(p.ep)));
+  // What stays unsharded after forward. Up to 0.1.0 (parallelize.py apply_fsdp before 83e694105,
+  // 2025-07-28): the root (embedding, norm, output; FSDP2's lazy_init never reshards the root after
+  // forward) and, by default, the last block (or every block with PP). From 0.2.0 the embedding
+  // and [norm, output] are units of their own: the embedding and every block follow the policy
+  // (default: resharded without PP, kept with it), [norm, output] stays unless "always"; a tied
+  // embedding is in the [norm, output] unit.
+  const bool units = t.torchtitan_version >= TorchtitanVersion::v0_2_0;
+  const bool policy_keeps = t.reshard == ReshardPolicy::never || (t.reshard == ReshardPolicy::standard && p.pp > 1);
   f.blocks_kept = t.reshard == ReshardPolicy::always  ? 0
                   : t.reshard == ReshardPolicy::never ? st.layers.num_layers
                   : p.pp > 1                          ? st.layers.num_layers
+                  : units                             ? 0
                                                       : std::min<std::int64_t>(1, st.layers.num_layers);
+  if (!units) {
+    f.root_kept_params = f.root_params;
+  } else {
+    const bool head_kept = t.reshard != ReshardPolicy::always;
+    const bool embedding_kept = c.model.tie_embeddings ? head_kept : policy_keeps;
+    const Count head(f.root_params.value() - f.embedding_params.value());
+    f.root_kept_params = (head_kept ? head : Count{}) + (embedding_kept ? f.embedding_params : Count{});
+  }
   const Bytes block = fsdp_float8_all_gather_active(c)
                           ? bytes_per(f.block_fp8_params, 1) +
                                 bytes_per(Count(f.block_params.value() - f.block_fp8_params.value()), 2)
                           : bytes_per(f.block_params, 2);
-  f.root_unsharded = bytes_per(f.root_params, 2);
+  f.root_unsharded = bytes_per(f.root_kept_params, 2);
   f.blocks_unsharded = Bytes(checked_mul(block.value(), static_cast<std::uint64_t>(f.blocks_kept), "fsdp"));
   // With PP the first backward's fp32 gradients stay while the later micro-batches run backward
   // (pp_accumulated_grads); charged with the activations in flight at the first backward: as many
@@ -177,7 +195,12 @@ bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
                          held.logits_earlier;
   f.optimizer_step_peak = bytes_per(f.shard_params, 16) + held.at_step > backward;
   if (shard_group > 1) {
-    f.all_gather_cache = std::max(f.root_unsharded, Bytes(checked_mul(block.value(), 2, "fsdp")));
+    // The largest all-gather outputs on FSDP's stream: the root's (up to 0.1.0), else the embedding's
+    // or [norm, output]'s unit, or two blocks (one prefetched while the other runs).
+    const Bytes root_gather =
+        units ? std::max(bytes_per(f.embedding_params, 2), bytes_per(Count(f.root_params.value() - f.embedding_params.value()), 2))
+              : bytes_per(f.root_params, 2);
+    f.all_gather_cache = std::max(root_gather, Bytes(checked_mul(block.value(), 2, "fsdp")));
     const Count reduced = f.root_params + Count(checked_mul(f.block_params.value(), 2, "fsdp"));
     f.reduce_scatter_cache = bytes_per(reduced, 4) + bytes_per(Count(ceil_div(reduced.value(), shard_group)), 4);
   }
@@ -259,11 +282,15 @@ void record_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger) {
                          n, DType::fp32);
     });
   }
-  ledger.add(Category::weights, f.root_unsharded, [&] {
-    return ledger_item("fsdp", "bf16 root copy",
-                       fmt::format("{} embedding/norm/output parameters x bf16 (root not resharded)", f.root_params.value()),
-                       f.root_params, DType::bf16);
-  });
+  if (f.root_kept_params.value() > 0) {
+    ledger.add(Category::weights, f.root_unsharded, [&] {
+      const bool units = c.t.torchtitan_version >= TorchtitanVersion::v0_2_0;
+      return ledger_item("fsdp", "bf16 root copy",
+                         fmt::format("{} embedding/norm/output parameters x bf16 ({})", f.root_kept_params.value(),
+                                     units ? "the units not resharded after forward" : "root not resharded"),
+                         f.root_kept_params, DType::bf16);
+    });
+  }
   if (f.blocks_kept > 0) {
     ledger.add(Category::weights, f.blocks_unsharded, [&] {
       return ledger_item("fsdp", "blocks kept unsharded",
@@ -280,7 +307,7 @@ void fsdp2_record_cache(const EvalContext&, const StageReport& st, Bytes pct, Le
   const FsdpDetail& f = *st.fsdp;
   if (f.all_gather_cache.value() > 0) {
     ledger.add(Category::fragmentation, f.all_gather_cache, [] {
-      return ledger_item("fsdp", "all-gather stream cache", "max(root bf16 copy, two blocks' all-gather outputs)");
+      return ledger_item("fsdp", "all-gather stream cache", "max(root's (or embedding's, norm/output's) bf16 copy, two blocks' all-gather outputs)");
     });
   }
   if (f.reduce_scatter_cache.value() > 0) {

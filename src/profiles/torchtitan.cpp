@@ -343,8 +343,9 @@ const Profile kTorchtitan{
             "FSDP2 over dp/dp_replicate x cp: fp32 parameter and AdamW shards; gradients are None until backward "
             "(zero_grad(set_to_none)) and counted at the optimizer step (fused AdamW, no temporary), whichever "
             "peak is higher",
-            "bf16 unsharded copies: the root (embedding, final norm, output: FSDP keeps the root unsharded after "
-            "forward) and the blocks not resharded after forward (the last one by default; all with PP)",
+            "bf16 unsharded copies after forward: from 0.2.0 the [norm, output] unit, and the embedding and the "
+            "blocks only with PP or --reshard-after-forward never; up to 0.1.0 the root (embedding, final norm, "
+            "output: FSDP keeps the root unsharded after forward) and the last block (all with PP)",
             "TP plan: colwise wq/wk/wv/w1/w3/output, rowwise wo/w2/embedding, sequence-parallel norms, loss parallel; "
             "no vocabulary padding",
             "activations: per-op SAC keeps each block's input, every other matmul output (wq, wv, w1, w2), SDPA "

@@ -20,9 +20,10 @@ namespace {
 using moemem::test::run_cli;
 using nlohmann::json;
 
+// PR 1373's runs (d54d05a5, 2025-07-08) predate 83e694105: torchtitan 0.1.0's FSDP units.
 std::vector<std::string> pr1373(std::vector<std::string> extra) {
   std::vector<std::string> a = {"analyze", "--model", "deepseek-v2-lite", "--profile", "torchtitan", "--dp", "8", "--ep", "2",
-                                "--micro-batch", "8", "--seq-len", "4096", "--recompute", "full"};
+                                "--micro-batch", "8", "--seq-len", "4096", "--recompute", "full", "--torchtitan-version", "0.1.0"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
