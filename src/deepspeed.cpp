@@ -295,7 +295,8 @@ void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
                                  .overlap_comm = ds.overlap(),
                                  .contiguous_gradients = ds.contiguous_gradients,
                                  .offload_optimizer = ds.offload_optimizer,
-                                 .offload_param = ds.offload_param};
+                                 .offload_param = ds.offload_param,
+                                 .grad_accum = ds.grad_accum};
 }
 
 }  // namespace moemem

@@ -22,6 +22,7 @@ struct DeepSpeedBuffers {
   bool contiguous_gradients = true;  // config.py default
   bool offload_optimizer = false;    // offload_optimizer.device "cpu"
   bool offload_param = false;        // offload_param.device "cpu" (stage 3)
+  std::optional<std::int64_t> grad_accum;  // gradient_accumulation_steps, when the config fixes it
   auto operator<=>(const DeepSpeedBuffers&) const = default;
 };
 

@@ -416,6 +416,17 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
     if (o.states.optimizer_cpu_offload) {
       throw InputError("--optimizer-cpu-offload", "set", "zero_optimization.offload_optimizer in the --deepspeed config");
     }
+    // DeepSpeed takes its dtypes from the config (bf16/fp16 sections: the module's weights, fp32
+    // master partitions and states): a flag saying otherwise would cost a run DeepSpeed cannot make.
+    for (const auto& [flag, value] : {std::pair{"--params-dtype", &o.states.params_dtype},
+                                      std::pair{"--main-grads-dtype", &o.states.main_grads_dtype},
+                                      std::pair{"--main-params-dtype", &o.states.main_params_dtype},
+                                      std::pair{"--exp-avg-dtype", &o.states.exp_avg_dtype},
+                                      std::pair{"--exp-avg-sq-dtype", &o.states.exp_avg_sq_dtype}}) {
+      if (!value->empty()) {
+        throw InputError(flag, *value, "not given with --deepspeed (the config's bf16/fp16 sections set the dtypes)");
+      }
+    }
     apply_deepspeed(read_deepspeed_config(o.deepspeed), r);
   }
   if (!o.accelerate_config.empty()) {

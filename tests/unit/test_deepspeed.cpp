@@ -252,6 +252,39 @@ TEST(DeepSpeed, CliErrorsExit2) {
                      kDir + "zero2_offload.json"})
                 .code,
             0);
+  // The config sets the dtypes: a dtype flag beside it is refused (it priced an fp32 module
+  // DeepSpeed casts to bf16).
+  for (const char* flag : {"--params-dtype", "--main-params-dtype", "--exp-avg-dtype"}) {
+    const auto r = run_cli({"analyze", "--model", kLlama, "--profile", "hf", flag, "fp32", "--deepspeed", kDir + "zero3.json"});
+    EXPECT_EQ(r.code, 2) << flag;
+    EXPECT_NE(r.err.find(std::string(flag) + ": 'fp32'"), std::string::npos) << r.err;
+  }
+}
+
+// gradient_accumulation_steps fixes the step with the world size (config.py _batch_assertion:
+// train_batch_size = micro x steps x world size): micro 4 x 8 steps x dp 8 = 256, so a
+// train_batch_size of 64 is refused, and without one the global batch is 256.
+TEST(DeepSpeed, AccumulationStepsFixTheGlobalBatchWithTheWorldSize) {
+  const std::string dir = ::testing::TempDir();
+  const auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    return path;
+  };
+  const std::string head = R"({"zero_optimization":{"stage":2},"bf16":{"enabled":true},"train_micro_batch_size_per_gpu":4,)";
+  const std::string bad = write("ds-gas-bad.json", head + R"("gradient_accumulation_steps":8,"train_batch_size":64})");
+  const auto r = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--dp", "8", "--micro-batch", "4", "--deepspeed", bad});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("gradient_accumulation_steps: '8'"), std::string::npos) << r.err;
+  const std::string good = write("ds-gas.json", head + R"("gradient_accumulation_steps":8})");
+  const auto ok = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--dp", "8", "--micro-batch", "4", "--deepspeed", good,
+                           "--format", "json"});
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(nlohmann::json::parse(ok.out).at("training").at("global_batch"), 256);
+  std::remove(bad.c_str());
+  std::remove(good.c_str());
 }
 
 // The batch keys: read as positive integers or "auto" (they were ignored, even when invalid); the
