@@ -109,7 +109,22 @@ void add_buffer(Ledger& ledger, Category cat, Count n, DType d, std::int64_t tim
              [&] { return ledger_item("deepspeed", item, std::move(rule), n, d, times); });
 }
 
-void record_stage12(const EvalContext& c, const DeepSpeedBuffers& b, const DeepSpeedSizes& z, Ledger& ledger) {
+// With offload_optimizer and gradient accumulation, stage_1_and_2.py copy_grads_in_partition calls
+// async_accumulate_grad_in_cpu_via_gpu for each parameter in the rank's partition: the first
+// micro-batch copies its gradient into accumulated_grads_in_cpu[param_id], a pinned host buffer
+// of the whole parameter (param.numel(), the parameter's dtype), kept from then on. So the host
+// holds the partition's parameters whole: ceil(P / dp), plus the largest parameter for those
+// straddling the partition's ends (errs high by at most one parameter).
+Count accumulated_in_cpu(const EvalContext& c, const StageReport& st) {
+  if (c.microbatches.value_or(1) <= 1) return Count{};
+  const auto group = static_cast<std::uint64_t>(c.layout.config.dp * c.layout.config.cp);
+  const std::uint64_t trained = st.trainable.non_expert.params.value() + st.trainable.expert.params.value();
+  return Count(checked_add(ceil_div(trained, group), static_cast<std::uint64_t>(param_stats(c, 0).largest_trainable),
+                           "accumulated gradients"));
+}
+
+void record_stage12(const EvalContext& c, const StageReport& st, const DeepSpeedBuffers& b, const DeepSpeedSizes& z,
+                    Ledger& ledger) {
   const DType d = c.t.precision.weights;
   const bool contiguous = b.contiguous_gradients || b.offload_optimizer;
   if (contiguous) {
@@ -124,6 +139,12 @@ void record_stage12(const EvalContext& c, const DeepSpeedBuffers& b, const DeepS
                fmt::format("largest trainable parameter {} x {}", largest.value(), name_of(d)));
     add_buffer(ledger, Category::host, largest, d, 1, "pinned gradient staging (temp_grad_buffer_for_cpu_offload, CPU memory)",
                fmt::format("largest trainable parameter {} x {}", largest.value(), name_of(d)));
+    const Count accumulated = accumulated_in_cpu(c, st);
+    add_buffer(ledger, Category::host, accumulated, d, 1,
+               "pinned gradient accumulation (accumulated_grads_in_cpu, CPU memory)",
+               fmt::format("the partition's parameters whole, ceil(trainable / dp) + the largest {} x {} (gradient "
+                           "accumulation over {} micro-batches)",
+                           largest.value(), name_of(d), c.microbatches.value_or(1)));
   }
 }
 
@@ -195,7 +216,7 @@ void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledge
   const DeepSpeedBuffers b = settings(c.t);
   const DeepSpeedSizes z = resolve_sizes(b, c.model.hidden);
   if (c.t.zero == 3) record_stage3(c, b, z, ledger);
-  else record_stage12(c, b, z, ledger);
+  else record_stage12(c, st, b, z, ledger);
 }
 
 // The optimizer step is the peak when Adafactor's temporaries outweigh the activations.

@@ -261,6 +261,21 @@ TEST(DeepSpeed, CliErrorsExit2) {
   }
 }
 
+// ZeRO-2 offload with gradient accumulation: async_accumulate_grad_in_cpu_via_gpu keeps a pinned
+// bf16 host buffer of every whole parameter in the rank's partition (accumulated_grads_in_cpu),
+// ceil(P / 8) + the largest parameter (the embedding, 128256 x 4096, for those straddling its
+// ends) for Llama-3.1-8B over 8 ranks; one micro-batch per step keeps none.
+TEST(DeepSpeed, OffloadWithAccumulationPinsTheAccumulatedGradients) {
+  const auto host = [&](const char* global) {
+    const auto r = run_cli({"analyze", "--model", "llama-3.1-8b", "--profile", "hf", "--dp", "8", "--seq-len", "2048",
+                            "--global-batch", global, "--deepspeed", kDir + "zero2_offload.json", "--format", "json"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? host_bytes(nlohmann::json::parse(r.out)) : 0;
+  };
+  constexpr std::uint64_t kParams = 8'030'261'248, kEmbedding = 128256ull * 4096;
+  EXPECT_EQ(host("64") - host("8"), 2 * ((kParams + 7) / 8 + kEmbedding));
+}
+
 // gradient_accumulation_steps fixes the step with the world size (config.py _batch_assertion:
 // train_batch_size = micro x steps x world size): micro 4 x 8 steps x dp 8 = 256, so a
 // train_batch_size of 64 is refused, and without one the global batch is 256.
