@@ -265,7 +265,16 @@ std::optional<InputError> titan_numerics_check(const TrainingConfig& t) {
   }
   if (t.fp8 == Fp8Recipe::blockwise) {
     return InputError("--fp8", "blockwise",
-                      "none, tensorwise, delayed or mxfp8 with the torchtitan profile (torchao float8 and MX linears)");
+                      "none, tensorwise, delayed (--torchtitan-version 0.1.0) or mxfp8 with the torchtitan profile (torchao "
+                      "float8 and MX linears)");
+  }
+  // Delayed scaling left torchtitan with 2271b6386 (#812, 2025-01-31), before 0.1.0: only the
+  // commits that 0.1.0 stands for (and before) have it.
+  if (t.fp8 == Fp8Recipe::delayed && t.torchtitan_version != TorchtitanVersion::v0_1_0) {
+    return InputError("--fp8", "delayed",
+                      fmt::format("none, tensorwise or mxfp8 with --torchtitan-version {} (delayed scaling was removed in "
+                                  "2271b6386, 2025-01-31; --torchtitan-version 0.1.0 covers the commits before it)",
+                                  name_of(t.torchtitan_version)));
   }
   if (t.fsdp_float8_all_gather && t.fp8 != Fp8Recipe::tensorwise && t.fp8 != Fp8Recipe::delayed) {
     return InputError("--fp8", std::string(name_of(t.fp8)),

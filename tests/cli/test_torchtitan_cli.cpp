@@ -273,7 +273,8 @@ TEST(TorchtitanCli, RefusesWhatItDoesNotModel) {
                                                                       {"--exp-avg-sq-dtype", "bf16", "fp32 with the torchtitan"},
                                                                       {"--attention", "eager", "flash with the torchtitan"},
                                                                       {"--logits-dtype", "bf16", "fp32 with the torchtitan"},
-                                                                      {"--fp8", "blockwise", "tensorwise, delayed or mxfp8"}}) {
+                                                                      {"--fp8", "blockwise", "tensorwise, delayed (--torchtitan-version 0.1.0) or mxfp8"},
+                                                                      {"--fp8", "delayed", "none, tensorwise or mxfp8 with --torchtitan-version current"}}) {
     const auto r = with({flag, value});
     EXPECT_EQ(r.code, 2) << flag;
     EXPECT_NE(r.err.find(flag + ": '" + value + "'"), std::string::npos) << r.err;
@@ -285,6 +286,9 @@ TEST(TorchtitanCli, RefusesWhatItDoesNotModel) {
                                        "--attention", "flash", "--format", "json"});
   ASSERT_EQ(explicit_defaults.code, 0) << explicit_defaults.err;
   EXPECT_EQ(json::parse(plain.out).at("peak"), json::parse(explicit_defaults.out).at("peak"));
+  // Delayed scaling left torchtitan before 0.1.0 (2271b6386): accepted for the commits 0.1.0 covers.
+  EXPECT_EQ(with({"--fp8", "delayed", "--torchtitan-version", "0.1.0"}).code, 0);
+  EXPECT_EQ(with({"--fp8", "delayed", "--torchtitan-version", "0.2.0"}).code, 2);
   const auto mx_gather = with({"--fp8", "mxfp8", "--fsdp-float8-all-gather"});
   EXPECT_EQ(mx_gather.code, 2);
   EXPECT_NE(mx_gather.err.find("tensorwise or delayed with --fsdp-float8-all-gather"), std::string::npos) << mx_gather.err;
