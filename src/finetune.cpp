@@ -139,7 +139,17 @@ Inventory apply_finetune(const Inventory& base, const FinetuneSettings& s) {
     throw InputError("--lora-dropout", fmt::format("{}", s.lora_dropout), "a probability from 0 up to (not including) 1");
   }
   const bool all = s.lora_targets == "all-linear";
-  const std::vector<std::string> names = all ? std::vector<std::string>{} : split_targets(s.lora_targets);
+  std::vector<std::string> names = all ? std::vector<std::string>{} : split_targets(s.lora_targets);
+  // PEFT reads "all-linear" only as the whole target_modules; in a list it would be a module name.
+  if (std::find(names.begin(), names.end(), "all-linear") != names.end()) {
+    throw InputError("--lora-targets", s.lora_targets, "all-linear alone, or a list of module names without it");
+  }
+  // A name given twice targets the same modules (PEFT matches each module against the set).
+  std::vector<std::string> unique;
+  for (auto& n : names) {
+    if (std::find(unique.begin(), unique.end(), n) == unique.end()) unique.push_back(std::move(n));
+  }
+  names = std::move(unique);
   std::vector<bool> matched(names.size(), false);
   const auto targeted = [&](const Tensor& t) {
     if (all) return all_linear_target(t, s.linear_routers, s.linear_experts);

@@ -30,7 +30,8 @@ void resolve_states(const TrainingRequest& r, const Profile& profile, TrainingCo
   t.zero = static_cast<int>(zero);
   if (r.distributed_optimizer) {
     if (zero > 1) {
-      throw InputError("--distributed-optimizer", "with --zero " + std::to_string(zero), "--zero 0 or 1 (it is ZeRO-1)");
+      throw InputError("--distributed-optimizer", "with --zero " + std::to_string(zero),
+                       "no --zero, or --zero 1, with it (the distributed optimizer is ZeRO-1)");
     }
     t.zero = 1;
   }

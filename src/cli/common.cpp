@@ -414,7 +414,8 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
     if (o.profile != "hf") throw InputError("--deepspeed", o.deepspeed, "--profile hf with a DeepSpeed configuration");
     if (o.fsdp.fsdp2) throw InputError("--deepspeed", o.deepspeed, "no --deepspeed with --fsdp2 (FSDP2 replaces DeepSpeed)");
     if (o.states.optimizer_cpu_offload) {
-      throw InputError("--optimizer-cpu-offload", "set", "zero_optimization.offload_optimizer in the --deepspeed config");
+      throw InputError("--optimizer-cpu-offload", "set",
+                       "not given with --deepspeed (the config's zero_optimization.offload_optimizer offloads the optimizer)");
     }
     // DeepSpeed takes its dtypes from the config (bf16/fp16 sections: the module's weights, fp32
     // master partitions and states): a flag saying otherwise would cost a run DeepSpeed cannot make.

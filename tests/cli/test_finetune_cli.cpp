@@ -89,6 +89,9 @@ TEST(FinetuneCli, NamedTargetsAdaptOnlyThoseModules) {
   ASSERT_FALSE(r.is_null());
   // q 16 x 8192 + v 16 x 5120 = 212,992 per layer, x 32
   EXPECT_EQ(u64(r.at("model").at("trainable_params")), 32u * 16 * (8192 + 5120));
+  // A name given twice is the same target (PEFT matches modules against the set of names).
+  const json twice = analyze_json(llama(concat(kLora16, {"--lora-targets", "q_proj,v_proj,q_proj"})));
+  EXPECT_EQ(u64(twice.at("model").at("trainable_params")), 32u * 16 * (8192 + 5120));
 }
 
 TEST(FinetuneCli, TensorParallelSplitsBothAdapterMatrices) {
@@ -140,6 +143,9 @@ TEST(FinetuneCli, RefusedAndBadInputsExitTwo) {
   expect_exit_2(concat({"analyze"}, llama(concat(kLora16, {"--lora-dropout", "1"}))), {"--lora-dropout"});
   expect_exit_2(concat({"analyze"}, llama({"--finetune", "lora", "--lora-rank", "15", "--tp", "2"})), {"--lora-rank", "15", "tp = 2"});
   expect_exit_2(concat({"analyze"}, llama({"--finetune", "dora"})), {"--finetune", "dora"});
+  // PEFT reads all-linear only as the whole target_modules.
+  expect_exit_2(concat({"analyze"}, llama(concat(kLora16, {"--lora-targets", "all-linear,q_proj"}))),
+                {"--lora-targets", "'all-linear,q_proj'", "all-linear alone"});
 }
 
 // search with --finetune lora: the layouts of a LoRA fine-tune. Llama-3.1-8B on one 80 GB GPU
