@@ -140,7 +140,35 @@ void titan_chunk_activations(const ActivationContext& c, const Chunk& chunk, std
 // leave a block the fp32 ones cannot reuse. fused (compiled loss): bf16 logits and their bf16
 // gradient. chunked: fp32 log-probabilities of every chunk plus two chunks' fp32 temporaries
 // (torchtune's 8 chunks).
+// torchtitan's ChunkedCELoss (components/loss.py, 786e26f8e, 2026-04-27: the loss of the shipped
+// configs at c5d93d109, `current`; "PP not supported for now", so without PP by default) runs
+// lm_head and the cross entropy on 8 chunks of the sequence during the forward, each followed by
+// its backward, all decoder activations saved: at a chunk's backward it holds the GradAccumulator's
+// fp32 [T, h] buffer, lm_head's fp32 unsharded gradient accumulated over the chunks (gradient sync
+// off until the last) and one chunk's bf16 weight gradient, and that chunk's loss (upcast: 3 fp32
+// logits copies, 4 under loss parallel, plus its bf16 logits; compiled: bf16 logits and gradient).
+// lm_head's input is the replicated hidden states, the head's gathered input already counted.
+bool titan_chunked_ce(const TrainingConfig& t, const ParallelConfig& p) {
+  if (t.torchtitan_version != TorchtitanVersion::current) return false;
+  if (t.loss) return *t.loss == LossImpl::chunked;
+  return p.pp == 1;
+}
+
+LossPeak titan_chunked_ce_peak(const ActivationContext& c) {
+  const auto d = titan_dims(c);
+  constexpr std::uint64_t kChunks = 8;
+  const auto tokens = static_cast<std::uint64_t>(d.tokens);
+  const Count chunk_logits(checked_mul(ceil_div(tokens, kChunks), static_cast<std::uint64_t>(c.padded_vocab / d.tp), "loss"));
+  const Bytes fp32 = bytes_of(chunk_logits, DType::fp32), bf16 = bytes_of(chunk_logits, c.training.activation_dtype);
+  const Bytes chunk = c.training.compile ? bf16 + bf16 : Bytes(checked_mul(fp32.value(), d.tp > 1 ? 4 : 3, "loss")) + bf16;
+  const auto hidden = static_cast<std::uint64_t>(c.model.hidden);
+  const Bytes accumulator(checked_mul(checked_mul(tokens, hidden, "loss"), 4, "loss"));
+  const Bytes head_grads(checked_mul(checked_mul(static_cast<std::uint64_t>(c.padded_vocab / d.tp), hidden, "loss"), 4 + 2, "loss"));
+  return {accumulator + head_grads + chunk, Bytes{}, "loss chunked (ChunkedCELoss, 8 chunks) in the forward's chunk loop"};
+}
+
 LossPeak titan_loss_peak(const ActivationContext& c) {
+  if (titan_chunked_ce(c.training, c.layout.config)) return titan_chunked_ce_peak(c);
   const auto d = titan_dims(c);
   const Count logits = elems({d.tokens, c.padded_vocab}, d.tp);
   const Bytes fp32 = bytes_of(logits, DType::fp32), bf16 = bytes_of(logits, c.training.activation_dtype);
@@ -360,7 +388,8 @@ const Profile kTorchtitan{
             "activations: per-op SAC keeps each block's input, every other matmul output (wq, wv, w1, w2), SDPA "
             "output and log-sum-exp; full AC the block input; --compile drops saved tensors no backward reads",
             "loss at the start of backward: fp32 log-probabilities and gradients (upcast), bf16 logits and gradient "
-            "(fused, --compile), or chunked (--loss)",
+            "(fused, --compile), or chunked (--loss; with current the default without PP: ChunkedCELoss, lm_head and "
+            "loss on 8 chunks in the forward)",
             "reserved - allocated: FSDP's all-gather and reduce-scatter buffers cached on their own streams (root and "
             "two blocks, fp32 reduction inputs and outputs) and the bf16 logits' block the fp32 loss cannot reuse",
             "device total adds CUDA context 0.52 GiB + NCCL 0.39 GiB + 0.4 GiB per further process group",

@@ -66,9 +66,9 @@ TEST(TorchtitanCli, ShardsAndWorkingCopies) {
 }
 
 TEST(TorchtitanCli, CheckpointingModesAndLoss) {
-  const json full = titan({"--recompute", "full"});
-  const json sac = titan({"--recompute", "selective"});
-  const json chunked = titan({"--recompute", "selective", "--loss", "chunked"});
+  const json full = titan({"--recompute", "full", "--loss", "upcast"});
+  const json sac = titan({"--recompute", "selective", "--loss", "upcast"});
+  const json chunked = titan({"--recompute", "selective", "--loss", "chunked", "--torchtitan-version", "0.2.2"});
   ASSERT_FALSE(full.is_null());
   // Loss (upcast, tp 1): three fp32 copies of 8192 x 128256 logits at the start of backward.
   const std::uint64_t logits = kTokens * 128256;
@@ -81,11 +81,33 @@ TEST(TorchtitanCli, CheckpointingModesAndLoss) {
   const std::uint64_t sac_block = kTokens * (2 * (4096 + 4096 + 1024 + 4096 + 14336 + 4096) + 4 * 32);
   EXPECT_EQ(bytes(sac, "activations"), 32 * sac_block + held - 32 * 2 * kTokens * 4096 + 3 * 4 * logits);
   // --compile drops w2's output (no backward reads it) and fuses the loss (bf16 logits + gradient).
-  const json compiled = titan({"--recompute", "selective", "--compile"});
+  const json compiled = titan({"--recompute", "selective", "--compile", "--loss", "fused"});
   EXPECT_EQ(bytes(sac, "activations") - bytes(compiled, "activations"), 32 * 2 * kTokens * 4096 + 12 * logits - 4 * logits);
-  // Chunked: fp32 log-probabilities plus two of eight chunks.
+  // Chunked up to 0.2.2: fp32 log-probabilities plus two of eight chunks.
   EXPECT_EQ(chunked.at("stages")[0].at("loss_transient").get<std::uint64_t>(), 4 * logits + (2 * 4 * logits + 7) / 8);
   EXPECT_LT(bytes(chunked, "reserved"), bytes(sac, "reserved"));
+}
+
+// `current`: the shipped configs' ChunkedCELoss (786e26f8e), the default without PP. During its
+// forward chunk loop (every decoder activation saved) one chunk's backward holds the fp32 [T, h]
+// gradient accumulator, lm_head's fp32 unsharded gradient accumulated over the chunks and the
+// chunk's bf16 weight gradient, and the chunk's loss: T/8 x 128256 logits in bf16 and three fp32
+// copies (upcast). Llama-3.1-8B, T 8192: 134,217,728 + 3,152,019,456 + 1,838,678,016 bytes.
+TEST(TorchtitanCli, CurrentDefaultLossIsChunkedCe) {
+  const json chunked = titan({"--recompute", "full"});
+  ASSERT_FALSE(chunked.is_null());
+  constexpr std::uint64_t chunk = kTokens / 8 * 128256;
+  const std::uint64_t expected = kTokens * 4096 * 4 + 128256ull * 4096 * 6 + chunk * (3 * 4 + 2);
+  static_assert(kTokens * 4096 * 4 + 128256ull * 4096 * 6 + kTokens / 8 * 128256 * 14 == 5'124'915'200ull);
+  EXPECT_EQ(chunked.at("stages")[0].at("loss_transient").get<std::uint64_t>(), expected);
+  EXPECT_EQ(titan({"--recompute", "full", "--loss", "chunked"}).at("stages")[0].at("loss_transient"),
+            chunked.at("stages")[0].at("loss_transient"));
+  // Compiled, each chunk's loss is bf16 logits and their gradient.
+  EXPECT_EQ(titan({"--recompute", "full", "--compile"}).at("stages")[0].at("loss_transient").get<std::uint64_t>(),
+            kTokens * 4096 * 4 + 128256ull * 4096 * 6 + chunk * 4);
+  // Releases up to 0.2.2 (and --loss upcast) keep the whole upcast loss: three fp32 copies.
+  EXPECT_EQ(titan({"--recompute", "full", "--torchtitan-version", "0.2.2"}).at("stages")[0].at("loss_transient").get<std::uint64_t>(),
+            3 * 4 * kTokens * 128256);
 }
 
 TEST(TorchtitanCli, OptimizerStepPeakWhenActivationsAreSmall) {
@@ -160,13 +182,15 @@ TEST(TorchtitanCli, LocalBatchOneToTwoOnQwen3_32B) {
   // loss is upcast). Going from local batch 1 to 2, the peak moves from the optimizer step (shard,
   // gradient, moments: 16 bytes per sharded parameter, fused AdamW) to the start of backward
   // (shard and moments, 12 bytes, the bf16 [norm, output] unit, block inputs, the head's inputs
-  // and three fp32 copies of the logits). The toml's commit is after 83e694105, so the embedding
+  // and three fp32 copies of the logits). The toml's commit (2025-09-17: torchtitan 0.2.0, whose
+  // loss is the whole upcast cross entropy) is after 83e694105, so the embedding
   // and the last block are resharded after forward (0.1.0 kept them: 8.78 GiB). Issue 12 measured
   // +7.9 GiB for this step on H100.
   const std::string model = qwen3_32b_config();
   auto run = [&](const char* b, const char* gbs) {
     const auto r = run_cli({"analyze", "--model", model, "--profile", "torchtitan", "--dp", "8", "--seq-len", "4096",
-                            "--micro-batch", b, "--global-batch", gbs, "--recompute", "full", "--format", "json"});
+                            "--micro-batch", b, "--global-batch", gbs, "--recompute", "full", "--torchtitan-version", "0.2.0",
+                            "--format", "json"});
     EXPECT_EQ(r.code, 0) << r.err;
     return r.code == 0 ? json::parse(r.out) : json();
   };

@@ -105,7 +105,7 @@ TEST(TorchtitanMoeCli, FullCheckpointingLossAndOneBlockRecomputed) {
 // and its unpermuted copy 805,310,464. The loss is parallel: 4 fp32 T x 51,200 tensors.
 TEST(TorchtitanMoeCli, TensorParallelPlan) {
   const json s = stage0({"analyze", "--model", "deepseek-v2-lite", "--profile", "torchtitan", "--tp", "2", "--dp", "4",
-                         "--micro-batch", "8", "--seq-len", "4096", "--recompute", "full"});
+                         "--micro-batch", "8", "--seq-len", "4096", "--recompute", "full", "--loss", "upcast"});
   ASSERT_FALSE(s.is_null());
   EXPECT_EQ(u(s, "params", "non_expert"), 673'508'864ull);
   EXPECT_EQ(u(s, "params", "expert"), 7'197'425'664ull);
@@ -119,7 +119,7 @@ TEST(TorchtitanMoeCli, TensorParallelPlan) {
   // At ep 1 torchtitan reads no expert_tensor_parallel_degree (its tomls write 1): the experts are
   // split over tp all the same, so --etp 1 there is the run above.
   const json e = stage0({"analyze", "--model", "deepseek-v2-lite", "--profile", "torchtitan", "--tp", "2", "--dp", "4",
-                         "--etp", "1", "--micro-batch", "8", "--seq-len", "4096", "--recompute", "full"});
+                         "--etp", "1", "--micro-batch", "8", "--seq-len", "4096", "--recompute", "full", "--loss", "upcast"});
   ASSERT_FALSE(e.is_null());
   EXPECT_EQ(u(e, "params", "expert"), 7'197'425'664ull);
   EXPECT_EQ(u(e, "recompute_transient"), u(s, "recompute_transient"));
