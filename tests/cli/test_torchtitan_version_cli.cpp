@@ -85,25 +85,37 @@ TEST(TorchtitanVersion, BadValuesAndOtherProfilesAreRefused) {
   EXPECT_EQ(run_cli({"analyze", "--model", "llama-3.1-8b", "--torchtitan-version", "current"}).code, 0);
 }
 
+// A search result's command as analyze arguments (a layout string comes single-quoted for the shell).
+Args command_args(const std::string& cmd) {
+  Args args;
+  std::istringstream in(cmd);
+  for (std::string w; in >> w;) {
+    if (w.size() >= 2 && w.front() == '\'' && w.back() == '\'') w = w.substr(1, w.size() - 2);
+    args.push_back(w);
+  }
+  return args;
+}
+
+// The layouts of a torchtitan search of Llama-3.1-8B on H100s with `extra` (empty on an error).
+nlohmann::json search_layouts(const Args& extra) {
+  const auto r = run_cli(concat({"search", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--gpu", "h100-80g", "--threads",
+                                 "2", "--format", "json"},
+                                extra));
+  EXPECT_EQ(r.code, 0) << r.err;
+  return r.code == 0 ? nlohmann::json::parse(r.out).at("layouts") : nlohmann::json::array();
+}
+
 // search passes the release and torchtitan's settings on: each result's command, run through
 // analyze, gives the peak search reported.
 TEST(TorchtitanVersion, SearchCommandsCarryTheReleaseAndSettings) {
-  const auto r = run_cli({"search", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--gpus", "16", "--gpu",
-                          "h100-80g", "--global-batch", "256", "--torchtitan-version", "0.2.0", "--compile",
-                          "--loss", "upcast", "--top", "3", "--threads", "2", "--format", "json"});
-  ASSERT_EQ(r.code, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
-  ASSERT_FALSE(j.at("layouts").empty());
-  for (const auto& l : j.at("layouts")) {
+  const auto layouts = search_layouts({"--gpus", "16", "--global-batch", "256", "--torchtitan-version", "0.2.0", "--compile",
+                                       "--loss", "upcast", "--top", "3"});
+  ASSERT_FALSE(layouts.empty());
+  for (const auto& l : layouts) {
     const std::string cmd = l.at("command").get<std::string>();
     EXPECT_NE(cmd.find("--torchtitan-version 0.2.0"), std::string::npos) << cmd;
     EXPECT_NE(cmd.find("--compile"), std::string::npos) << cmd;
-    Args args;
-    std::istringstream in(cmd);
-    for (std::string w; in >> w;) {  // a layout string comes single-quoted for the shell
-      if (w.size() >= 2 && w.front() == '\'' && w.back() == '\'') w = w.substr(1, w.size() - 2);
-      args.push_back(w);
-    }
+    const Args args = command_args(cmd);
     EXPECT_EQ(analyze_json(args).at("peak").at("total_bytes"), l.at("peak_bytes")) << cmd;
   }
 }
@@ -112,21 +124,13 @@ TEST(TorchtitanVersion, SearchCommandsCarryTheReleaseAndSettings) {
 // row labelled "full" checkpoints every block, as its printed `--recompute full` does in analyze
 // (search had priced those rows at the release default, up to twice the peak).
 TEST(TorchtitanVersion, SearchFullRowsUnderLayerSacReleasesAreFull) {
-  const auto r = run_cli({"search", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--gpus", "8", "--gpu",
-                          "h100-80g", "--global-batch", "32", "--seq-len", "8192", "--torchtitan-version", "0.2.2",
-                          "--recompute", "full", "--top", "4", "--threads", "2", "--format", "json"});
-  ASSERT_EQ(r.code, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
-  ASSERT_FALSE(j.at("layouts").empty());
-  for (const auto& l : j.at("layouts")) {
+  const auto layouts = search_layouts({"--gpus", "8", "--global-batch", "32", "--seq-len", "8192", "--torchtitan-version", "0.2.2",
+                                       "--recompute", "full", "--top", "4"});
+  ASSERT_FALSE(layouts.empty());
+  for (const auto& l : layouts) {
     const std::string cmd = l.at("command").get<std::string>();
     EXPECT_NE(cmd.find("--recompute full"), std::string::npos) << cmd;
-    Args args;
-    std::istringstream in(cmd);
-    for (std::string w; in >> w;) {
-      if (w.size() >= 2 && w.front() == '\'' && w.back() == '\'') w = w.substr(1, w.size() - 2);
-      args.push_back(w);
-    }
+    const Args args = command_args(cmd);
     const auto full = analyze_json(args);
     EXPECT_EQ(full.at("peak").at("total_bytes"), l.at("peak_bytes")) << cmd;
     // Every block checkpointed keeps less than the release default (every second block).
