@@ -68,7 +68,9 @@ bool bool_value(const json& v, const std::string& source, std::string_view key) 
 // weights under autocast) do, and are not modelled: refused when on, like any unknown key.
 bool enabled(const json& section, const std::string& source, std::string_view key, bool auto_means) {
   if (!section.is_object()) throw InputError(field(source, key), section.dump(), "an object");
-  static const std::set<std::string, std::less<>> kBf16Quiet = {"enabled", "immediate_grad_update", "check_overflow"};
+  // check_grad_overflow is DeepSpeedBF16Config's field (e440506be); check_overflow the older constant.
+  static const std::set<std::string, std::less<>> kBf16Quiet = {"enabled", "immediate_grad_update", "check_grad_overflow",
+                                                                "check_overflow"};
   static const std::set<std::string, std::less<>> kFp16Quiet = {"enabled",    "loss_scale",          "initial_scale_power",
                                                                 "loss_scale_window", "hysteresis", "consecutive_hysteresis",
                                                                 "min_loss_scale"};
@@ -86,7 +88,7 @@ bool enabled(const json& section, const std::string& source, std::string_view ke
     }
     throw InputError(field(source, name), "present",
                      fmt::format("a key of the {} section moemem reads: {} (loss scaling and overflow checks change no memory)",
-                                 key, key == "bf16" ? "enabled, immediate_grad_update, check_overflow"
+                                 key, key == "bf16" ? "enabled, immediate_grad_update, check_grad_overflow"
                                                     : "enabled, loss_scale, initial_scale_power, loss_scale_window, hysteresis, "
                                                       "consecutive_hysteresis, min_loss_scale"));
   }

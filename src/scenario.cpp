@@ -223,6 +223,9 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   t.nccl_per_group = r.nccl_per_group;
   static_cast<FsdpSettings&>(t) = r.fsdp;
   static_cast<FinetuneSettings&>(t) = r.finetune;
+  // The Trainer's SGD (trainer.py get_optimizer_cls_and_kwargs, optim "sgd": torch.optim.SGD with
+  // the learning rate only) has torch's default momentum 0, so no momentum buffer.
+  if (profile.name == "hf" && t.optimizer == OptimizerKind::sgd && !t.sgd_momentum_given) t.sgd_momentum = 0;
   resolve_recompute(r, t);
   resolve_titan_checkpointing(r, profile, t);
   // torchtitan's selective checkpointing is per-op SAC over a fixed op list (its
@@ -309,20 +312,17 @@ Scenario make_scenario(const Request& r) {
                        "a step of at most 2^40 sequences (micro-batch x steps x dp)");
     }
     const auto global = static_cast<std::int64_t>(want);
+    const std::int64_t per_step = s.training.micro_batch * s.layout.config.dp;
     if (!s.training.global_batch) {
       s.training.global_batch = global;
-    } else if (*s.training.global_batch != global) {
+    } else if (*s.training.global_batch % per_step == 0 && *s.training.global_batch != global) {
+      // (A global batch that micro-batch x dp does not divide is refused by validate_training.)
       throw InputError("--deepspeed: gradient_accumulation_steps", std::to_string(steps),
                        fmt::format("{} = global batch {} / (micro-batch {} x dp {}) (DeepSpeed asserts train_batch_size = "
                                    "micro x steps x world size)",
-                                   *s.training.global_batch / std::max<std::int64_t>(1, s.training.micro_batch * s.layout.config.dp),
+                                   *s.training.global_batch / per_step,
                                    *s.training.global_batch, s.training.micro_batch, s.layout.config.dp));
     }
-  }
-  // The Trainer's SGD (trainer.py get_optimizer_cls_and_kwargs, optim "sgd": torch.optim.SGD with
-  // the learning rate only) has torch's default momentum 0, so no momentum buffer.
-  if (s.profile->name == "hf" && s.training.optimizer == OptimizerKind::sgd && !s.training.sgd_momentum_given) {
-    s.training.sgd_momentum = 0;
   }
   validate_training(s.training, s.layout);
   if (auto problem = s.profile->check(s.model, s.layout, s.training)) throw *problem;

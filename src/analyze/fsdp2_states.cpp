@@ -201,7 +201,11 @@ bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
         units ? std::max(bytes_per(f.embedding_params, 2), bytes_per(Count(f.root_params.value() - f.embedding_params.value()), 2))
               : bytes_per(f.root_params, 2);
     f.all_gather_cache = std::max(root_gather, Bytes(checked_mul(block.value(), 2, "fsdp")));
-    const Count reduced = f.root_params + Count(checked_mul(f.block_params.value(), 2, "fsdp"));
+    // Reduce-scatters in flight: the root's and two blocks' (up to 0.1.0); from 0.2.0 the embedding
+    // and [norm, output] reduce at the two ends of backward, so the larger of them with two blocks.
+    const Count root_reduced =
+        units ? std::max(f.embedding_params, Count(f.root_params.value() - f.embedding_params.value())) : f.root_params;
+    const Count reduced = root_reduced + Count(checked_mul(f.block_params.value(), 2, "fsdp"));
     f.reduce_scatter_cache = bytes_per(reduced, 4) + bytes_per(Count(ceil_div(reduced.value(), shard_group)), 4);
   }
   return f.optimizer_step_peak;
@@ -312,7 +316,8 @@ void fsdp2_record_cache(const EvalContext&, const StageReport& st, Bytes pct, Le
   }
   if (f.reduce_scatter_cache.value() > 0) {
     ledger.add(Category::fragmentation, f.reduce_scatter_cache, [] {
-      return ledger_item("fsdp", "reduce-scatter stream cache", "fp32 reduce-scatter inputs and outputs of the root and two blocks");
+      return ledger_item("fsdp", "reduce-scatter stream cache",
+                         "fp32 reduce-scatter inputs and outputs of the root (from 0.2.0 its larger unit) and two blocks");
     });
   }
   if (st.loss.cached.value() > 0) {

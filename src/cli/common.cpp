@@ -92,9 +92,11 @@ void add_release_options(CLI::App& app, TrainingOptions& o) {
                  "before 0.13 MoE layers keep the unweighted expert output, 0.6 also silu's output")
       ->capture_default_str();
   app.add_option("--torchtitan-version", o.numerics.torchtitan_version,
-                 "torchtitan release (torchtitan profile): 0.1.0 or 0.2.0 (and earlier commits) keep every micro-batch's "
-                 "output on the last pipeline stage until the step ends; 0.2.1, 0.2.2 or current free it after its backward; "
-                 "from 0.2.2 (current) SDPA takes K and V unrepeated (enable_gqa)")
+                 "torchtitan release (torchtitan profile): 0.1.0 (and earlier commits) keeps FSDP's root (embedding, norm, "
+                 "output) and the last block unsharded after forward, 0.2.0 on only [norm, output]; 0.1.0 and 0.2.0 keep "
+                 "every micro-batch's output on the last pipeline stage until the step ends, 0.2.1, 0.2.2 and current free "
+                 "it; from 0.2.2 SDPA takes K and V unrepeated (enable_gqa); current: per-op SAC and ChunkedCELoss by "
+                 "default, FSDP at dp_shard 1")
       ->capture_default_str();
   app.add_option("--transformers-version", o.numerics.transformers_version,
                  "transformers release (hf profile): 4 (per-expert modules looped over; DeepSeek-V3's router in fp32) "
@@ -112,7 +114,8 @@ void add_release_options(CLI::App& app, TrainingOptions& o) {
 // torchtitan's FSDP2 and loss settings (analyze, explain and search).
 void add_fsdp2_options(CLI::App& app, TrainingOptions& o) {
   app.add_flag("--compile", o.fsdp.compile, "torchtitan: torch.compile of each block (and of the loss: --loss fused)");
-  app.add_option("--loss", o.fsdp.loss, "torchtitan: how the loss keeps the logits: upcast|fused|chunked (default fused with --compile, else upcast)");
+  app.add_option("--loss", o.fsdp.loss, "torchtitan: how the loss keeps the logits: upcast|fused|chunked (default: chunked, torchtitan's "
+                                    "ChunkedCELoss, with --torchtitan-version current; else fused with --compile, upcast without)");
   app.add_option("--reshard-after-forward", o.fsdp.reshard_after_forward, "torchtitan (and hf --fsdp1/--fsdp2): FSDP reshard policy: default|always|never")
       ->capture_default_str();
   app.add_flag("--fsdp-float8-all-gather", o.fsdp.fsdp_float8_all_gather, "torchtitan: FSDP all-gathers float8 linear weights (needs --fp8)");

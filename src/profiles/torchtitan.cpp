@@ -141,17 +141,16 @@ void titan_chunk_activations(const ActivationContext& c, const Chunk& chunk, std
 // gradient. chunked: fp32 log-probabilities of every chunk plus two chunks' fp32 temporaries
 // (torchtune's 8 chunks).
 // torchtitan's ChunkedCELoss (components/loss.py, 786e26f8e, 2026-04-27: the loss of the shipped
-// configs at c5d93d109, `current`; "PP not supported for now", so without PP by default) runs
+// configs at c5d93d109, `current`, whose trainer wires it into the pipeline's last stage too) runs
 // lm_head and the cross entropy on 8 chunks of the sequence during the forward, each followed by
 // its backward, all decoder activations saved: at a chunk's backward it holds the GradAccumulator's
 // fp32 [T, h] buffer, lm_head's fp32 unsharded gradient accumulated over the chunks (gradient sync
 // off until the last) and one chunk's bf16 weight gradient, and that chunk's loss (upcast: 3 fp32
 // logits copies, 4 under loss parallel, plus its bf16 logits; compiled: bf16 logits and gradient).
 // lm_head's input is the replicated hidden states, the head's gathered input already counted.
-bool titan_chunked_ce(const TrainingConfig& t, const ParallelConfig& p) {
+bool titan_chunked_ce(const TrainingConfig& t) {
   if (t.torchtitan_version != TorchtitanVersion::current) return false;
-  if (t.loss) return *t.loss == LossImpl::chunked;
-  return p.pp == 1;
+  return !t.loss || *t.loss == LossImpl::chunked;
 }
 
 LossPeak titan_chunked_ce_peak(const ActivationContext& c) {
@@ -168,7 +167,7 @@ LossPeak titan_chunked_ce_peak(const ActivationContext& c) {
 }
 
 LossPeak titan_loss_peak(const ActivationContext& c) {
-  if (titan_chunked_ce(c.training, c.layout.config)) return titan_chunked_ce_peak(c);
+  if (titan_chunked_ce(c.training)) return titan_chunked_ce_peak(c);
   const auto d = titan_dims(c);
   const Count logits = elems({d.tokens, c.padded_vocab}, d.tp);
   const Bytes fp32 = bytes_of(logits, DType::fp32), bf16 = bytes_of(logits, c.training.activation_dtype);
@@ -335,8 +334,10 @@ std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, 
                                   p.tp > 1 || p.pp > 1 ? "TP/PP in fp32" : "under torch.autocast over fp32 weights"));
   }
   // parallel_dims.py seq_len_divisor, asserted in each model's parallelize: sequence parallelism
-  // splits the sequence by tp, context parallelism's load balancing into 2 x cp chunks.
-  if (const std::int64_t divisor = 2 * p.tp * p.cp; t.seq_len % divisor != 0) {
+  // splits the sequence by tp, context parallelism's load balancing into 2 x cp chunks (6204cdff9,
+  // 2025-07-14; 0.1.0 asserted nothing).
+  if (const std::int64_t divisor = 2 * p.tp * p.cp;
+      t.torchtitan_version >= TorchtitanVersion::v0_2_0 && t.seq_len % divisor != 0) {
     return InputError("--seq-len", std::to_string(t.seq_len),
                       fmt::format("a multiple of 2 x tp x cp = {} with the torchtitan profile (parallel_dims.py "
                                   "seq_len_divisor: tp for sequence parallelism, 2 x cp for context parallelism's "

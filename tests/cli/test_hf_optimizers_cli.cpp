@@ -4,6 +4,8 @@
 // 36 layers, 32 query and 8 key/value heads of 128, vocabulary 151936, untied head:
 // 8,190,735,360 parameters).
 #include <cstdint>
+#include <sstream>
+#include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -74,6 +76,22 @@ TEST(HfDeepSpeedOptimizers, TheTrainersSgdKeepsNoMomentum) {
   EXPECT_EQ(plain.at("master weights"), 4 * kShard);
   const auto momentum = items_of(explain_json(concat(zero2("sgd"), {"--sgd-momentum", "0.9"}), 0), "optimizer");
   EXPECT_EQ(momentum.at("momentum_buffer"), 4 * kShard);
+}
+
+// search costs the Trainer's SGD the same way: each result's command reproduces in analyze (search
+// has no --sgd-momentum, so it must take the profile's default too).
+TEST(HfDeepSpeedOptimizers, SearchRowsWithTheTrainersSgdReproduce) {
+  const auto j = moemem::test::activations_cli::run_json({"search", "--model", "llama-3.1-8b", "--profile", "hf", "--optimizer", "sgd",
+                                                          "--gpus", "8", "--gpu-memory", "200GiB", "--global-batch", "64",
+                                                          "--seq-len", "4096", "--top", "4", "--threads", "2"});
+  ASSERT_FALSE(j.at("layouts").empty());
+  for (const auto& l : j.at("layouts")) {
+    Args args;
+    std::istringstream in(l.at("command").get<std::string>());
+    for (std::string w; in >> w;) args.push_back(w);
+    EXPECT_EQ(moemem::test::activations_cli::analyze_json(args).at("peak").at("total_bytes"), l.at("peak_bytes"))
+        << l.at("command");
+  }
 }
 
 TEST(HfDeepSpeedOptimizers, FlatPartitionsAreWhatTheOptimizerSteps) {

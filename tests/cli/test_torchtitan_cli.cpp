@@ -59,6 +59,22 @@ TEST(TorchtitanCli, ShardsAndWorkingCopies) {
   EXPECT_EQ(bytes(titan({"--recompute", "selective", "--torchtitan-version", "0.1.0", "--reshard-after-forward", "always"}),
                   "weights"),
             4 * shard + 2 * kRoot);
+  // FSDP's side streams keep the fp32 reduce-scatter inputs and outputs of two blocks and the root:
+  // up to 0.1.0 the whole root, from 0.2.0 its larger unit ([norm, output]), the embedding and it
+  // reducing at opposite ends of the backward. x (1 + 1/8) for the outputs.
+  const auto rs_cache = [](const char* version) {
+    const auto r = run_cli({"explain", "--stage", "0", "--model", "llama-3.1-8b", "--profile", "torchtitan", "--dp", "8",
+                            "--seq-len", "8192", "--recompute", "selective", "--torchtitan-version", version, "--format", "json"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    const json e = json::parse(r.out);
+    for (const auto& i : e.at("items")) {
+      if (i.at("item") == "reduce-scatter stream cache") return i.at("bytes").get<std::uint64_t>();
+    }
+    return std::uint64_t{0};
+  };
+  const auto rs = [](std::uint64_t n) { return 4 * n + 4 * ((n + 7) / 8); };
+  EXPECT_EQ(rs_cache("0.1.0"), rs(kRoot + 2 * kBlock));
+  EXPECT_EQ(rs_cache("current"), rs(kHead + 2 * kBlock));
   // FSDP over 64 instead of 8 shrinks the shards only.
   const json wide = titan({"--recompute", "selective"}, "64");
   EXPECT_EQ(bytes(wide, "optimizer"), 8 * ((kParams + 63) / 64));
@@ -105,6 +121,9 @@ TEST(TorchtitanCli, CurrentDefaultLossIsChunkedCe) {
   // Compiled, each chunk's loss is bf16 logits and their gradient.
   EXPECT_EQ(titan({"--recompute", "full", "--compile"}).at("stages")[0].at("loss_transient").get<std::uint64_t>(),
             kTokens * 4096 * 4 + 128256ull * 4096 * 6 + chunk * 4);
+  // With PP too: the trainer hands the pipeline's last stage the same loss.
+  const json piped = titan({"--recompute", "full", "--pp", "2", "--global-batch", "16"});
+  EXPECT_EQ(piped.at("stages")[1].at("loss_transient").get<std::uint64_t>(), expected);
   // Releases up to 0.2.2 (and --loss upcast) keep the whole upcast loss: three fp32 copies.
   EXPECT_EQ(titan({"--recompute", "full", "--torchtitan-version", "0.2.2"}).at("stages")[0].at("loss_transient").get<std::uint64_t>(),
             3 * 4 * kTokens * 128256);

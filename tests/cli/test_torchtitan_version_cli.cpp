@@ -170,6 +170,8 @@ TEST(TorchtitanVersion, SchedulesAndSequenceLengthsTorchtitanRefusesAreRefused) 
   EXPECT_EQ(tp.code, 2);
   EXPECT_NE(tp.err.find("2 x tp x cp = 4"), std::string::npos) << tp.err;
   EXPECT_EQ(run_cli(concat(base, {"--cp", "2", "--seq-len", "4096"})).code, 0);
+  // The divisor came with 6204cdff9 (2025-07-14): 0.1.0 asserted nothing.
+  EXPECT_EQ(run_cli(concat(base, {"--cp", "2", "--seq-len", "4098", "--torchtitan-version", "0.1.0"})).code, 0);
 }
 
 // Up to 0.2.2 torchtitan applies fully_shard, and with it bf16 mixed precision, only when

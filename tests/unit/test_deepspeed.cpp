@@ -48,7 +48,7 @@ TEST(DeepSpeed, PrecisionSectionsKeysThatChangeNoMemoryAreRead) {
       "x");
   EXPECT_EQ(fp16.dtype, moemem::DType::fp16);
   const auto bf16 = moemem::parse_deepspeed_config(
-      R"({"bf16":{"enabled":"auto","immediate_grad_update":true,"check_overflow":false,)"
+      R"({"bf16":{"enabled":"auto","immediate_grad_update":true,"check_grad_overflow":false,"check_overflow":false,)"
       R"("bf16_master_weights_and_grads":false,"bf16_optimizer_states":false},"zero_optimization":{"stage":3}})",
       "x");
   EXPECT_EQ(bf16.dtype, moemem::DType::bf16);
