@@ -301,4 +301,31 @@ void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
                                  .grad_accum = ds.grad_accum};
 }
 
+// A DeepSpeed config's gradient_accumulation_steps fixes the step (config.py _batch_assertion:
+// train_batch_size = micro x steps x world size): the global batch when none is given, else it
+// must agree.
+void apply_deepspeed_accumulation(TrainingConfig& t, std::int64_t dp) {
+  if (!t.deepspeed || !t.deepspeed->grad_accum) return;
+  const std::int64_t steps = *t.deepspeed->grad_accum;
+  const std::uint64_t want = checked_mul(checked_mul(static_cast<std::uint64_t>(t.micro_batch),
+                                                     static_cast<std::uint64_t>(steps), "global batch"),
+                                         static_cast<std::uint64_t>(dp), "global batch");
+  if (want > static_cast<std::uint64_t>(std::int64_t{1} << 40)) {
+    throw InputError("--deepspeed: gradient_accumulation_steps", std::to_string(steps),
+                     "a step of at most 2^40 sequences (micro-batch x steps x dp)");
+  }
+  const auto global = static_cast<std::int64_t>(want);
+  const std::int64_t per_step = t.micro_batch * dp;
+  if (!t.global_batch) {
+    t.global_batch = global;
+  } else if (*t.global_batch % per_step == 0 && *t.global_batch != global) {
+    // (A global batch that micro-batch x dp does not divide is refused by validate_training.)
+    throw InputError("--deepspeed: gradient_accumulation_steps", std::to_string(steps),
+                     fmt::format("{} = global batch {} / (micro-batch {} x dp {}) (DeepSpeed asserts train_batch_size = "
+                                 "micro x steps x world size)",
+                                 *t.global_batch / per_step,
+                                 *t.global_batch, t.micro_batch, dp));
+  }
+}
+
 }  // namespace moemem

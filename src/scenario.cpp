@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "moemem/config.hpp"
+#include "moemem/deepspeed.hpp"
 #include "moemem/errors.hpp"
 
 namespace moemem {
@@ -299,31 +300,7 @@ Scenario make_scenario(const Request& r) {
   if (parallel.tp == 1) parallel.sp = false;
   s.layout = resolve_layout_with_default_etp(s.model, parallel, *s.profile);
   s.training = resolve_training(r.training, *s.profile);
-  // A DeepSpeed config's gradient_accumulation_steps fixes the step (config.py _batch_assertion:
-  // train_batch_size = micro x steps x world size): the global batch when none is given, else it
-  // must agree.
-  if (s.training.deepspeed && s.training.deepspeed->grad_accum) {
-    const std::int64_t steps = *s.training.deepspeed->grad_accum;
-    const std::uint64_t want = checked_mul(checked_mul(static_cast<std::uint64_t>(s.training.micro_batch),
-                                                       static_cast<std::uint64_t>(steps), "global batch"),
-                                           static_cast<std::uint64_t>(s.layout.config.dp), "global batch");
-    if (want > static_cast<std::uint64_t>(std::int64_t{1} << 40)) {
-      throw InputError("--deepspeed: gradient_accumulation_steps", std::to_string(steps),
-                       "a step of at most 2^40 sequences (micro-batch x steps x dp)");
-    }
-    const auto global = static_cast<std::int64_t>(want);
-    const std::int64_t per_step = s.training.micro_batch * s.layout.config.dp;
-    if (!s.training.global_batch) {
-      s.training.global_batch = global;
-    } else if (*s.training.global_batch % per_step == 0 && *s.training.global_batch != global) {
-      // (A global batch that micro-batch x dp does not divide is refused by validate_training.)
-      throw InputError("--deepspeed: gradient_accumulation_steps", std::to_string(steps),
-                       fmt::format("{} = global batch {} / (micro-batch {} x dp {}) (DeepSpeed asserts train_batch_size = "
-                                   "micro x steps x world size)",
-                                   *s.training.global_batch / per_step,
-                                   *s.training.global_batch, s.training.micro_batch, s.layout.config.dp));
-    }
-  }
+  apply_deepspeed_accumulation(s.training, s.layout.config.dp);
   validate_training(s.training, s.layout);
   if (auto problem = s.profile->check(s.model, s.layout, s.training)) throw *problem;
   s.training.linear_routers = s.profile->peft_modules && hf_router_is_linear(s.model.model_type);

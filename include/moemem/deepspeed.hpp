@@ -55,4 +55,8 @@ struct DeepSpeedConfig {
 // a --zero given as well must agree with the config's stage.
 void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r);
 
+// With the data-parallel degree known: the config's gradient_accumulation_steps sets the global
+// batch when none is given, else it must agree (DeepSpeed's train_batch_size = micro x steps x dp).
+void apply_deepspeed_accumulation(TrainingConfig& t, std::int64_t dp);
+
 }  // namespace moemem

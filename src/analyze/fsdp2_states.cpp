@@ -164,6 +164,9 @@ bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
   // (default: resharded without PP, kept with it), [norm, output] stays unless "always"; a tied
   // embedding is in the [norm, output] unit.
   const bool units = t.torchtitan_version >= TorchtitanVersion::v0_2_0;
+  const Count head(f.root_params.value() - f.embedding_params.value());  // final norm and output
+  // The root's largest FSDP unit: the whole root up to 0.1.0, else the embedding or [norm, output].
+  const Count root_unit = units ? std::max(f.embedding_params, head) : f.root_params;
   const bool policy_keeps = t.reshard == ReshardPolicy::never || (t.reshard == ReshardPolicy::standard && p.pp > 1);
   f.blocks_kept = t.reshard == ReshardPolicy::always  ? 0
                   : t.reshard == ReshardPolicy::never ? st.layers.num_layers
@@ -175,7 +178,6 @@ bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
   } else {
     const bool head_kept = t.reshard != ReshardPolicy::always;
     const bool embedding_kept = c.model.tie_embeddings ? head_kept : policy_keeps;
-    const Count head(f.root_params.value() - f.embedding_params.value());
     f.root_kept_params = (head_kept ? head : Count{}) + (embedding_kept ? f.embedding_params : Count{});
   }
   const Bytes block = fsdp_float8_all_gather_active(c)
@@ -195,17 +197,11 @@ bool fsdp2_state(const EvalContext& c, StageReport& st, Bytes activations) {
                          held.logits_earlier;
   f.optimizer_step_peak = bytes_per(f.shard_params, 16) + held.at_step > backward;
   if (shard_group > 1) {
-    // The largest all-gather outputs on FSDP's stream: the root's (up to 0.1.0), else the embedding's
-    // or [norm, output]'s unit, or two blocks (one prefetched while the other runs).
-    const Bytes root_gather =
-        units ? std::max(bytes_per(f.embedding_params, 2), bytes_per(Count(f.root_params.value() - f.embedding_params.value()), 2))
-              : bytes_per(f.root_params, 2);
-    f.all_gather_cache = std::max(root_gather, Bytes(checked_mul(block.value(), 2, "fsdp")));
-    // Reduce-scatters in flight: the root's and two blocks' (up to 0.1.0); from 0.2.0 the embedding
-    // and [norm, output] reduce at the two ends of backward, so the larger of them with two blocks.
-    const Count root_reduced =
-        units ? std::max(f.embedding_params, Count(f.root_params.value() - f.embedding_params.value())) : f.root_params;
-    const Count reduced = root_reduced + Count(checked_mul(f.block_params.value(), 2, "fsdp"));
+    // The largest all-gather outputs on FSDP's stream, and the reduce-scatters in flight: the root's
+    // unit (from 0.2.0 the embedding and [norm, output] gather and reduce at opposite ends of the
+    // step, so only the larger counts) or two blocks (one prefetched while the other runs).
+    f.all_gather_cache = std::max(bytes_per(root_unit, 2), Bytes(checked_mul(block.value(), 2, "fsdp")));
+    const Count reduced = root_unit + Count(checked_mul(f.block_params.value(), 2, "fsdp"));
     f.reduce_scatter_cache = bytes_per(reduced, 4) + bytes_per(Count(ceil_div(reduced.value(), shard_group)), 4);
   }
   return f.optimizer_step_peak;
