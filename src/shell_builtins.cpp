@@ -324,6 +324,8 @@ std::optional<Status> Shell::run_builtin(const std::vector<Field>& args, const C
     return Status{};
   }
   if (name == "shift") {
+    // Moves every remaining argument: charged, so that a shift loop over many arguments is bounded.
+    charge(0, c.line, positional.size());
     if (!positional.empty()) positional.erase(positional.begin());
     return Status{};
   }

@@ -427,6 +427,7 @@ Status Shell::run_file(const Field& file, const std::vector<Field>& args, bool s
   std::ostringstream text;
   text << in.rdbuf();
   if (same_shell) {
+    charge(0, line, positional.size());  // the arguments copied aside, each charged
     std::vector<Value> saved = positional;
     if (!args.empty()) {
       positional.clear();

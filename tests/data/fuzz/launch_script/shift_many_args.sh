@@ -1,0 +1,4 @@
+w="x x x x x x x x x x x x x x x x"
+A[65535]=1
+set -- "${A[@]}"
+for a in $w; do for b in $w; do for c in $w; do for d in $w; do shift; done; done; done; done
