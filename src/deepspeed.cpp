@@ -138,7 +138,7 @@ void read_zero(const json& z, const std::string& source, DeepSpeedConfig& ds) {
     const std::string name = "zero_optimization." + key;
     if (key == "stage") {
       const auto s = size_value(v, source, name, false);
-      if (*s > 3) throw InputError(field(source, name), v.dump(), "1, 2 or 3");
+      if (*s > 3) throw InputError(field(source, name), v.dump(), "0, 1, 2 or 3");
       ds.stage = static_cast<int>(*s);
     } else if (key == "reduce_bucket_size") {
       ds.reduce_bucket_size = size_value(v, source, name, true);
@@ -172,14 +172,26 @@ void read_zero(const json& z, const std::string& source, DeepSpeedConfig& ds) {
   }
 }
 
-OptimizerKind read_optimizer(const json& o, const std::string& source) {
+void read_optimizer(const json& o, const std::string& source, DeepSpeedConfig& ds) {
   const auto t = o.is_object() ? o.find("type") : o.end();
   if (t == o.end() || !t->is_string()) throw InputError(field(source, "optimizer.type"), o.dump(), "a string");
   std::string type = t->get<std::string>();
   std::transform(type.begin(), type.end(), type.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  // deepspeed/runtime/config.py optimizer names: Adam and AdamW are FusedAdam (adam_w_mode), Lion FusedLion.
-  if (type == "adam" || type == "adamw") return OptimizerKind::adamw;
-  if (type == "lion") return OptimizerKind::lion;
+  // deepspeed/runtime/config.py optimizer names: Adam and AdamW are FusedAdam (adam_w_mode) unless
+  // params.torch_adam asks for torch.optim's (engine.py _configure_basic_optimizer), Lion FusedLion.
+  if (type == "adam" || type == "adamw") {
+    ds.optimizer = OptimizerKind::adamw;
+    bool torch_adam = false;
+    if (const auto p = o.find("params"); p != o.end() && p->is_object()) {
+      if (const auto ta = p->find("torch_adam"); ta != p->end()) torch_adam = bool_value(*ta, source, "optimizer.params.torch_adam");
+    }
+    ds.fused_adam = !torch_adam;
+    return;
+  }
+  if (type == "lion") {
+    ds.optimizer = OptimizerKind::lion;
+    return;
+  }
   throw InputError(field(source, "optimizer.type"), t->get<std::string>(), "Adam, AdamW or Lion");
 }
 
@@ -200,7 +212,7 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::st
     if (key == "zero_optimization") read_zero(v, source, ds);
     else if (key == "bf16") bf16 = enabled(v, source, key, true);
     else if (key == "fp16") fp16 = enabled(v, source, key, false);
-    else if (key == "optimizer") ds.optimizer = read_optimizer(v, source);
+    else if (key == "optimizer") read_optimizer(v, source, ds);
     else if (key == "train_micro_batch_size_per_gpu") ds.micro_batch = batch_value(v, source, key);
     else if (key == "train_batch_size") ds.train_batch = batch_value(v, source, key);
     else if (key == "gradient_accumulation_steps") ds.grad_accum = batch_value(v, source, key);
@@ -210,12 +222,10 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::st
                        "data_types, amp, communication_data_type and the like are not modelled)");
     }
   }
-  if (ds.stage == 0) {
-    // Stage 0 (also DeepSpeed's default when zero_optimization.stage is absent) with bf16 is the
-    // DDP_BFLOAT16 path (engine.py _do_optimizer_sanity_check): the optimizer steps the bf16
-    // weights themselves, with no fp32 master.
-    throw InputError(field(source, "zero_optimization.stage"), "0 (given or by default)",
-                     "1, 2 or 3 (stage 0's optimizer on bf16 weights without master copies is not modelled)");
+  if (ds.offload_optimizer && ds.stage == 0) {
+    // ZeRO-Offload lives in ZeRO's optimizers (stage_1_and_2.py, stage3.py); without ZeRO the
+    // engine builds no optimizer that reads it.
+    throw InputError(field(source, "zero_optimization.offload_optimizer.device"), "cpu", "none at stage 0 (offload is ZeRO's)");
   }
   if (ds.offload_param && ds.stage != 3) {
     // DeepSpeed offloads parameters only in stage 3 (stage3.py _configure_offloading; the stage 1
@@ -298,6 +308,7 @@ void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
                                  .contiguous_gradients = ds.contiguous_gradients,
                                  .offload_optimizer = ds.offload_optimizer,
                                  .offload_param = ds.offload_param,
+                                 .fused_adam = ds.fused_adam,
                                  .grad_accum = ds.grad_accum};
 }
 

@@ -13,7 +13,7 @@ namespace moemem {
 
 void apply_zero_stage(StateSettings& s, int zero) {
   s.zero = zero;
-  if (s.gradients_follow_zero) s.precision.gradients = zero >= 1 ? s.precision.weights : DType::fp32;
+  if (s.gradients_follow_zero) s.precision.gradients = s.precision.weights;
 }
 
 ModelSpec load_requested_model(const ModelRequest& r, const Profile& profile) {
@@ -39,9 +39,10 @@ void resolve_states(const TrainingRequest& r, const Profile& profile, TrainingCo
   t.precision = profile.default_precision;
   if (r.params_dtype) t.precision.weights = *r.params_dtype;
   // A bare --zero under the hf profile is DeepSpeed's defaults with bf16: gradients accumulate in
-  // the model's dtype under ZeRO (engine.py get_data_types: grad_accum_dtype None -> fp32 only for
-  // bf16 without ZeRO), in the host's fp32 partition with offload, as a ds_config gives them
-  // (deepspeed.cpp).
+  // the model's dtype (engine.py get_data_types: grad_accum_dtype None -> the model's; without ZeRO
+  // too since 889f0ead2, DeepSpeed 0.17.6, whose non-ZeRO mode keeps bf16 gradients and steps fp32
+  // master copies: hf_deepspeed.cpp), in the host's fp32 partition with offload, as a ds_config
+  // gives them (deepspeed.cpp).
   t.gradients_follow_zero = profile.name == "hf" && !r.deepspeed && !r.main_grads_dtype && !r.fsdp.hf_ddp &&
                             !r.fsdp.accelerate_fsdp() && r.optimizer_offload.value_or(0) == 0;
   apply_zero_stage(t, t.zero);

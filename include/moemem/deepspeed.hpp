@@ -16,7 +16,7 @@
 namespace moemem {
 
 struct DeepSpeedConfig {
-  int stage = 0;  // zero_optimization.stage (1 to 3: DeepSpeed's default 0 is refused)
+  int stage = 0;  // zero_optimization.stage (0 to 3; DeepSpeed's default 0: no ZeRO, engine.py's DDP mode)
   // Bucket and threshold sizes in elements (DeepSpeedZeroConfig defaults); nullopt: "auto", which
   // the Hugging Face Trainer fills from the model (transformers/integrations/deepspeed.py
   // HfTrainerDeepSpeedConfig.trainer_config_finalize: hidden^2, 0.9 hidden^2, 10 hidden). Read and
@@ -34,6 +34,7 @@ struct DeepSpeedConfig {
   bool offload_param = false;      // offload_param.device "cpu" (stage 3 only)
   DType dtype = DType::bf16;       // bf16.enabled (or "auto"), else fp16.enabled
   std::optional<OptimizerKind> optimizer;  // optimizer.type, when given
+  bool fused_adam = false;  // optimizer.type Adam/AdamW without params.torch_adam: DeepSpeed's FusedAdam
   // Batch keys, positive integers or "auto" (nullopt: the Trainer fills them from its arguments).
   // DeepSpeed requires train_batch_size = micro x accumulation steps x data-parallel world
   // (config.py _batch_assertion); apply_deepspeed makes them agree with --micro-batch/--global-batch.

@@ -304,7 +304,9 @@ const Profile kHf{
             "gradient checkpointing (--recompute full) keeps each decoder layer's input; one layer is recomputed at a "
             "time",
             "without --fsdp1 or --fsdp2, DeepSpeed: ZeRO stages shard optimizer states (1), gradients (2) and weights "
-            "(3) over dp; no tp/pp/cp/ep",
+            "(3) over dp; no tp/pp/cp/ep; ZeRO 0 as DeepSpeed >= 0.17.6 runs it: bf16 gradients, fp32 master copies and "
+            "moments, and fp32 gradients for the master at the step (4 bytes per trainable parameter, 8 with the "
+            "config's FusedAdam)",
             "without --fsdp1 or --fsdp2, DeepSpeed's buffers from the ds_config, or its defaults for a bare --zero: "
             "reduce buckets (two with overlap_comm below stage 3), ZeRO-3's persistent parameters and its gathered module plus prefetch bucket; "
             "parameters kept gathered by stage3_max_reuse_distance are not counted",

@@ -195,6 +195,25 @@ Bytes adafactor_step(const EvalContext& c, const StageReport& st) {
   return Bytes(checked_mul(partition, 8, "adafactor step"));
 }
 
+// Without ZeRO (stage 0) DeepSpeed from 0.17.6 (889f0ead2, "Enable non-ZeRO mode") wraps the
+// optimizer for bf16 as for fp16 (engine.py _do_optimizer_sanity_check: DDP_BFLOAT16 ->
+// _configure_fp16_optimizer): fp32 master copies of the trainable parameters with the states on
+// them, and 16-bit gradients in param.grad. Its step makes fp32 gradients for the master copies
+// while the 16-bit ones are still held (the gradients column):
+// - FP16_UnfusedOptimizer (any optimizer but DeepSpeed's FusedAdam: the Trainer's own, the config's
+//   Lion or torch_adam) converts each gradient (fp16_param.grad.to(fp32)) and keeps them all
+//   through optimizer.step: 4 bytes per trainable element;
+// - FP16_Optimizer (the config's Adam/AdamW, FusedAdam) flattens each group's converted gradients:
+//   the conversions and the flat copy exist together, 8 bytes per element of the group (the
+//   Trainer hands DeepSpeed one group of the trainable parameters then).
+Bytes stage0_step(const EvalContext& c, const StageReport& st) {
+  if (c.t.zero != 0) return Bytes{};
+  const std::uint64_t trained = st.trainable.non_expert.params.value() + st.trainable.expert.params.value();
+  return Bytes(checked_mul(trained, settings(c.t).fused_adam ? 8 : 4, "stage 0 step"));
+}
+
+Bytes step_temporaries(const EvalContext& c, const StageReport& st) { return adafactor_step(c, st) + stage0_step(c, st); }
+
 void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   kZeroStates.record(c, st, ledger);
   // deepspeed_cost dropped the activations when the step is the peak.
@@ -202,6 +221,14 @@ void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledge
     ledger.add(Category::optimizer, step, [&] {
       return ledger_item("deepspeed", "Adafactor step temporaries",
                          "the flat fp32 partition's squared gradient and update (8 bytes per element)");
+    });
+  }
+  if (const Bytes step = stage0_step(c, st); step.value() > 0 && step > ledger.total(Category::activations)) {
+    const bool fused = settings(c.t).fused_adam;
+    ledger.add(Category::optimizer, step, [&] {
+      return ledger_item("deepspeed", "fp32 gradients for the master copies (optimizer step, no ZeRO)",
+                         fused ? "FP16_Optimizer with FusedAdam: the converted gradients and their flat copy, 2 x trainable x fp32"
+                               : "FP16_UnfusedOptimizer: each gradient converted to fp32, trainable x fp32");
     });
   }
   if (c.t.finetune == Finetune::qlora) {
@@ -219,10 +246,11 @@ void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledge
   else record_stage12(c, st, b, z, ledger);
 }
 
-// The optimizer step is the peak when Adafactor's temporaries outweigh the activations.
+// The optimizer step is the peak when its temporaries (Adafactor's, or stage 0's fp32 gradients)
+// outweigh the activations.
 bool deepspeed_cost(const EvalContext& c, StageReport& st, Bytes activations) {
   kZeroStates.cost(c, st, activations);
-  return adafactor_step(c, st) > activations;
+  return step_temporaries(c, st) > activations;
 }
 
 void deepspeed_cache(const EvalContext& c, const StageReport& st, Bytes pct, Ledger& ledger) {

@@ -70,11 +70,11 @@ TEST(DeepSpeed, RefusesByKey) {
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":3,"zero_hpz_partition_size":8}})",
        "zero_optimization.zero_hpz_partition_size"},
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":5}})", "zero_optimization.stage"},
-      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0}})", "zero_optimization.stage"},
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0,"offload_optimizer":{"device":"cpu"}}})",
+       "zero_optimization.offload_optimizer.device"},
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1,"reduce_bucket_size":-1}})",
        "zero_optimization.reduce_bucket_size"},
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1},"activation_checkpointing":{}})", "activation_checkpointing"},
-      {R"({"bf16":{"enabled":true}})", "zero_optimization.stage"},
       {R"({"bf16":{"enabled":true},"fp16":{"enabled":true},"zero_optimization":{"stage":1}})", "bf16.enabled/fp16.enabled"},
       {R"({"zero_optimization":{"stage":2}})", "bf16.enabled/fp16.enabled"},
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1},"optimizer":{"type":"OneBitAdam"}})", "optimizer.type"},
@@ -229,6 +229,40 @@ TEST(DeepSpeed, BareZeroIsTheConfigsDefaultsAndOffloadKeepsNoGradientOnTheGpu) {
   EXPECT_EQ(stage_bytes(off, "gradients"), 0u);
   EXPECT_EQ(stage_bytes(off, "optimizer"), 0u);
   EXPECT_EQ(stage_bytes(off, "host"), 1'003'782'656ULL * (2 + 16));
+}
+
+// Without ZeRO (stage 0, given or absent) DeepSpeed from 0.17.6 keeps bf16 weights and gradients,
+// fp32 master copies and moments of every parameter, and makes fp32 gradients for the master at
+// the step (engine.py DDP_BFLOAT16 -> FP16_UnfusedOptimizer, or FP16_Optimizer with the config's
+// FusedAdam). The Llama test config has 106,816 parameters; at 16 tokens its activations are far
+// below the step's temporaries, so the step is the peak.
+TEST(DeepSpeed, StageZeroStepsFp32MasterCopiesWithFp32Gradients) {
+  const auto write_config = [](const std::string& text) {
+    char path[] = "/tmp/moemem-ds-zero0-XXXXXX";
+    const int fd = mkstemp(path);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    close(fd);
+    return std::string(path);
+  };
+  const std::uint64_t n = 106'816;
+  const auto bare = hf_run({"--zero", "0"});
+  EXPECT_EQ(stage_bytes(bare, "gradients"), n * 2);
+  // master 4 + moments 4 + 4, and the unfused step's fp32 gradient per parameter.
+  EXPECT_EQ(stage_bytes(bare, "optimizer"), n * (12 + 4));
+  EXPECT_EQ(stage_bytes(bare, "activations"), 0u);  // the step is the peak
+  const std::string absent = write_config(R"({"bf16":{"enabled":true}})");
+  const std::string fused = write_config(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0},"optimizer":{"type":"AdamW"}})");
+  const std::string torch_adam =
+      write_config(R"({"bf16":{"enabled":true},"optimizer":{"type":"AdamW","params":{"torch_adam":true}}})");
+  const auto from_absent = hf_run({"--deepspeed", absent});
+  const auto from_fused = hf_run({"--deepspeed", fused});
+  const auto from_torch = hf_run({"--deepspeed", torch_adam});
+  for (const auto& path : {absent, fused, torch_adam}) std::remove(path.c_str());
+  EXPECT_EQ(stage_bytes(from_absent, "total"), stage_bytes(bare, "total"));
+  // FusedAdam: the fp32 conversions and their flattened copy together, 8 bytes per parameter.
+  EXPECT_EQ(stage_bytes(from_fused, "optimizer"), n * (12 + 8));
+  EXPECT_EQ(stage_bytes(from_torch, "optimizer"), n * (12 + 4));
 }
 
 TEST(DeepSpeed, CliErrorsExit2) {
