@@ -179,13 +179,17 @@ void read_optimizer(const json& o, const std::string& source, DeepSpeedConfig& d
   std::transform(type.begin(), type.end(), type.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   // deepspeed/runtime/config.py optimizer names: Adam and AdamW are FusedAdam (adam_w_mode) unless
   // params.torch_adam asks for torch.optim's (engine.py _configure_basic_optimizer), Lion FusedLion.
+  // What the step holds beside the fp32 gradients without ZeRO (hf_deepspeed.cpp stage0_step):
+  // FusedAdam under FP16_Optimizer, the flat copy of the converted gradients; torch.optim.AdamW
+  // (foreach on CUDA unless params.fused), _foreach_sqrt's copy of exp_avg_sq; fused, nothing.
   if (type == "adam" || type == "adamw") {
     ds.optimizer = OptimizerKind::adamw;
-    bool torch_adam = false;
+    bool torch_adam = false, fused = false;
     if (const auto p = o.find("params"); p != o.end() && p->is_object()) {
       if (const auto ta = p->find("torch_adam"); ta != p->end()) torch_adam = bool_value(*ta, source, "optimizer.params.torch_adam");
+      if (const auto f = p->find("fused"); f != p->end()) fused = bool_value(*f, source, "optimizer.params.fused");
     }
-    ds.fused_adam = !torch_adam;
+    ds.stage0_step_bytes = torch_adam && fused ? 4 : 8;
     return;
   }
   if (type == "lion") {
@@ -221,6 +225,12 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::st
                        "a key moemem models or knows to change no device memory (activation_checkpointing, "
                        "data_types, amp, communication_data_type and the like are not modelled)");
     }
+  }
+  if (!j.contains("zero_optimization")) {
+    // DeepSpeed alone would run stage 0, but accelerate (the Trainer's path) refuses the config:
+    // DeepSpeedPlugin.__post_init__ raises "Please specify the ZeRO optimization config".
+    throw InputError(field(source, "zero_optimization"), "absent",
+                     "a zero_optimization section (accelerate requires one; {\"stage\": 0} runs without ZeRO)");
   }
   if (ds.offload_optimizer && ds.stage == 0) {
     // ZeRO-Offload lives in ZeRO's optimizers (stage_1_and_2.py, stage3.py); without ZeRO the
@@ -308,7 +318,7 @@ void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
                                  .contiguous_gradients = ds.contiguous_gradients,
                                  .offload_optimizer = ds.offload_optimizer,
                                  .offload_param = ds.offload_param,
-                                 .fused_adam = ds.fused_adam,
+                                 .stage0_step_bytes = ds.stage0_step_bytes,
                                  .grad_accum = ds.grad_accum};
 }
 

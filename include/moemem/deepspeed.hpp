@@ -34,7 +34,10 @@ struct DeepSpeedConfig {
   bool offload_param = false;      // offload_param.device "cpu" (stage 3 only)
   DType dtype = DType::bf16;       // bf16.enabled (or "auto"), else fp16.enabled
   std::optional<OptimizerKind> optimizer;  // optimizer.type, when given
-  bool fused_adam = false;  // optimizer.type Adam/AdamW without params.torch_adam: DeepSpeed's FusedAdam
+  // Bytes per trainable parameter the optimizer step adds without ZeRO: 4 (the fp32 gradients) for
+  // the Trainer's fused AdamW and for Lion, 8 for the config's Adam/AdamW (FusedAdam's flat copy,
+  // or torch AdamW's foreach temporaries) unless params.torch_adam with params.fused.
+  std::int64_t stage0_step_bytes = 4;
   // Batch keys, positive integers or "auto" (nullopt: the Trainer fills them from its arguments).
   // DeepSpeed requires train_batch_size = micro x accumulation steps x data-parallel world
   // (config.py _batch_assertion); apply_deepspeed makes them agree with --micro-batch/--global-batch.

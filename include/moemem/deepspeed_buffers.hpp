@@ -22,9 +22,8 @@ struct DeepSpeedBuffers {
   bool contiguous_gradients = true;  // config.py default
   bool offload_optimizer = false;    // offload_optimizer.device "cpu"
   bool offload_param = false;        // offload_param.device "cpu" (stage 3)
-  // The config's optimizer is DeepSpeed's FusedAdam (optimizer.type Adam/AdamW, no torch_adam):
-  // without ZeRO, engine.py wraps it in the fused FP16_Optimizer, any other in the unfused one.
-  bool fused_adam = false;
+  // Bytes per trainable parameter of the optimizer step's temporaries without ZeRO (deepspeed.hpp).
+  std::int64_t stage0_step_bytes = 4;
   std::optional<std::int64_t> grad_accum;  // gradient_accumulation_steps, when the config fixes it
   auto operator<=>(const DeepSpeedBuffers&) const = default;
 };

@@ -202,14 +202,16 @@ Bytes adafactor_step(const EvalContext& c, const StageReport& st) {
 // while the 16-bit ones are still held (the gradients column):
 // - FP16_UnfusedOptimizer (any optimizer but DeepSpeed's FusedAdam: the Trainer's own, the config's
 //   Lion or torch_adam) converts each gradient (fp16_param.grad.to(fp32)) and keeps them all
-//   through optimizer.step: 4 bytes per trainable element;
+//   through optimizer.step: 4 bytes per trainable element (the Trainer's fused AdamW, FusedLion),
+//   8 under torch_adam without params.fused (torch AdamW's foreach step adds _foreach_sqrt's copy
+//   of exp_avg_sq);
 // - FP16_Optimizer (the config's Adam/AdamW, FusedAdam) flattens each group's converted gradients:
 //   the conversions and the flat copy exist together, 8 bytes per element of the group (the
 //   Trainer hands DeepSpeed one group of the trainable parameters then).
 Bytes stage0_step(const EvalContext& c, const StageReport& st) {
   if (c.t.zero != 0) return Bytes{};
   const std::uint64_t trained = st.trainable.non_expert.params.value() + st.trainable.expert.params.value();
-  return Bytes(checked_mul(trained, settings(c.t).fused_adam ? 8 : 4, "stage 0 step"));
+  return Bytes(checked_mul(trained, static_cast<std::uint64_t>(settings(c.t).stage0_step_bytes), "stage 0 step"));
 }
 
 Bytes step_temporaries(const EvalContext& c, const StageReport& st) { return adafactor_step(c, st) + stage0_step(c, st); }
@@ -224,11 +226,12 @@ void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledge
     });
   }
   if (const Bytes step = stage0_step(c, st); step.value() > 0 && step > ledger.total(Category::activations)) {
-    const bool fused = settings(c.t).fused_adam;
+    const bool eight = settings(c.t).stage0_step_bytes == 8;
     ledger.add(Category::optimizer, step, [&] {
       return ledger_item("deepspeed", "fp32 gradients for the master copies (optimizer step, no ZeRO)",
-                         fused ? "FP16_Optimizer with FusedAdam: the converted gradients and their flat copy, 2 x trainable x fp32"
-                               : "FP16_UnfusedOptimizer: each gradient converted to fp32, trainable x fp32");
+                         eight ? "the converted gradients and FusedAdam's flat copy of them (or torch AdamW's foreach "
+                                 "sqrt temporary), 2 x trainable x fp32"
+                               : "each gradient converted to fp32 (FP16_UnfusedOptimizer), trainable x fp32");
     });
   }
   if (c.t.finetune == Finetune::qlora) {

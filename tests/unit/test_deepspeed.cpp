@@ -75,6 +75,8 @@ TEST(DeepSpeed, RefusesByKey) {
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1,"reduce_bucket_size":-1}})",
        "zero_optimization.reduce_bucket_size"},
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1},"activation_checkpointing":{}})", "activation_checkpointing"},
+      // DeepSpeed would run stage 0, but accelerate's DeepSpeedPlugin refuses a config without the section.
+      {R"({"bf16":{"enabled":true}})", "zero_optimization"},
       {R"({"bf16":{"enabled":true},"fp16":{"enabled":true},"zero_optimization":{"stage":1}})", "bf16.enabled/fp16.enabled"},
       {R"({"zero_optimization":{"stage":2}})", "bf16.enabled/fp16.enabled"},
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1},"optimizer":{"type":"OneBitAdam"}})", "optimizer.type"},
@@ -231,11 +233,12 @@ TEST(DeepSpeed, BareZeroIsTheConfigsDefaultsAndOffloadKeepsNoGradientOnTheGpu) {
   EXPECT_EQ(stage_bytes(off, "host"), 1'003'782'656ULL * (2 + 16));
 }
 
-// Without ZeRO (stage 0, given or absent) DeepSpeed from 0.17.6 keeps bf16 weights and gradients,
-// fp32 master copies and moments of every parameter, and makes fp32 gradients for the master at
-// the step (engine.py DDP_BFLOAT16 -> FP16_UnfusedOptimizer, or FP16_Optimizer with the config's
-// FusedAdam). The Llama test config has 106,816 parameters; at 16 tokens its activations are far
-// below the step's temporaries, so the step is the peak.
+// Without ZeRO (stage 0) DeepSpeed from 0.17.6 keeps bf16 weights and gradients, fp32 master
+// copies and moments of every parameter, and makes fp32 gradients for the master at the step
+// (engine.py DDP_BFLOAT16 -> FP16_UnfusedOptimizer, or FP16_Optimizer with the config's FusedAdam,
+// whose flat copy of them doubles it; torch_adam's foreach AdamW adds a copy of exp_avg_sq). The
+// Llama test config has 106,816 parameters; at 16 tokens its activations are far below the step's
+// temporaries, so the step is the peak.
 TEST(DeepSpeed, StageZeroStepsFp32MasterCopiesWithFp32Gradients) {
   const auto write_config = [](const std::string& text) {
     char path[] = "/tmp/moemem-ds-zero0-XXXXXX";
@@ -251,18 +254,21 @@ TEST(DeepSpeed, StageZeroStepsFp32MasterCopiesWithFp32Gradients) {
   // master 4 + moments 4 + 4, and the unfused step's fp32 gradient per parameter.
   EXPECT_EQ(stage_bytes(bare, "optimizer"), n * (12 + 4));
   EXPECT_EQ(stage_bytes(bare, "activations"), 0u);  // the step is the peak
-  const std::string absent = write_config(R"({"bf16":{"enabled":true}})");
+  const std::string stage0 = write_config(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0}})");
   const std::string fused = write_config(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0},"optimizer":{"type":"AdamW"}})");
-  const std::string torch_adam =
-      write_config(R"({"bf16":{"enabled":true},"optimizer":{"type":"AdamW","params":{"torch_adam":true}}})");
-  const auto from_absent = hf_run({"--deepspeed", absent});
+  const std::string torch_adam = write_config(
+      R"({"bf16":{"enabled":true},"zero_optimization":{},"optimizer":{"type":"AdamW","params":{"torch_adam":true}}})");
+  const std::string torch_fused = write_config(
+      R"({"bf16":{"enabled":true},"zero_optimization":{},"optimizer":{"type":"AdamW","params":{"torch_adam":true,"fused":true}}})");
+  const auto from_stage0 = hf_run({"--deepspeed", stage0});
   const auto from_fused = hf_run({"--deepspeed", fused});
   const auto from_torch = hf_run({"--deepspeed", torch_adam});
-  for (const auto& path : {absent, fused, torch_adam}) std::remove(path.c_str());
-  EXPECT_EQ(stage_bytes(from_absent, "total"), stage_bytes(bare, "total"));
-  // FusedAdam: the fp32 conversions and their flattened copy together, 8 bytes per parameter.
+  const auto from_torch_fused = hf_run({"--deepspeed", torch_fused});
+  for (const auto& path : {stage0, fused, torch_adam, torch_fused}) std::remove(path.c_str());
+  EXPECT_EQ(stage_bytes(from_stage0, "total"), stage_bytes(bare, "total"));
   EXPECT_EQ(stage_bytes(from_fused, "optimizer"), n * (12 + 8));
-  EXPECT_EQ(stage_bytes(from_torch, "optimizer"), n * (12 + 4));
+  EXPECT_EQ(stage_bytes(from_torch, "optimizer"), n * (12 + 8));
+  EXPECT_EQ(stage_bytes(from_torch_fused, "optimizer"), n * (12 + 4));
 }
 
 TEST(DeepSpeed, CliErrorsExit2) {
