@@ -410,6 +410,7 @@ namespace moemem::detail {
 
 Value Shell::command_output(const std::string& text, std::int64_t line) {
   std::string out;
+  charge_copy(line);  // the subshell copies every variable and function
   Shell child(*this);
   child.capture = &out;
   child.capture_unknown.clear();

@@ -68,6 +68,11 @@ class Shell {
   [[nodiscard]] std::optional<std::int64_t> arith(const std::string& expr, std::int64_t line, std::string& depends);
   // Counts `bytes` of text in `words` words (or array slots) against the expansion limits.
   void charge(std::size_t bytes, std::int64_t line, std::size_t words = 1);
+  // Charges what copying a variable makes (its text, and a word per slot).
+  void charge_var(const Var& v, std::int64_t line);
+  // Charges what copying this whole shell for $(...) or `bash` makes: every variable, positional
+  // argument and function.
+  void charge_copy(std::int64_t line);
   // Throws as charge would for a word of `word_bytes` and `pending` bytes more of expansion (a
   // word still growing; charged once done).
   void check_limits(std::size_t word_bytes, std::size_t pending, std::int64_t line) const;

@@ -117,6 +117,40 @@ void Shell::charge(std::size_t bytes, std::int64_t line, std::size_t words) {
   sh_.expanded += cost;
 }
 
+namespace {
+
+// Text bytes and slots of one variable.
+std::pair<std::size_t, std::size_t> var_size(const Var& v) {
+  std::size_t bytes = 0;
+  for (const auto& item : v.items) bytes += item.text.s.size();
+  for (const auto& [key, item] : v.assoc) bytes += key.size() + item.text.s.size();
+  return {bytes, 1 + v.items.size() + v.assoc.size()};
+}
+
+}  // namespace
+
+// The charges go straight to the expansion total (check_limits' pending), not through charge,
+// whose byte count is one word's (a whole environment may exceed kMaxShellValueBytes).
+void Shell::charge_var(const Var& v, std::int64_t line) {
+  const auto [bytes, words] = var_size(v);
+  const std::size_t cost = bytes + words * kShellWordBytes;
+  check_limits(0, cost, line);
+  sh_.expanded += cost;
+}
+
+void Shell::charge_copy(std::int64_t line) {
+  std::size_t bytes = 0, words = positional.size() + functions_.size();
+  for (const auto& [name, v] : vars) {
+    const auto [b, w] = var_size(v);
+    bytes += name.size() + b;
+    words += w;
+  }
+  for (const auto& p : positional) bytes += p.text.s.size();
+  const std::size_t cost = bytes + words * kShellWordBytes;
+  check_limits(0, cost, line);
+  sh_.expanded += cost;
+}
+
 // Expands one raw word into fields.
 struct Shell::Expander {
   Shell& sh;

@@ -348,6 +348,7 @@ Status Shell::run_simple(const Command& c) {
   for (std::size_t k = 0; k < at; ++k) {
     std::string name = prefix_name(k);
     const auto old = vars.find(name);
+    if (old != vars.end()) charge_var(old->second, c.line);  // saved, and restored below
     saved.emplace_back(std::move(name), old != vars.end() ? std::optional<Var>(old->second) : std::nullopt);
   }
   for (std::size_t k = 0; k < at; ++k) assign(c.words[k], false);
@@ -370,7 +371,7 @@ Status Shell::run_simple(const Command& c) {
   if (args.front().text.s != "export") {
     // keep what the command itself set (export, source, functions) apart from the prefixes
     for (auto& [name, old] : saved) {
-      if (old) vars[name] = *old;
+      if (old) vars[name] = std::move(*old);
       else vars.erase(name);
     }
   }
@@ -396,6 +397,7 @@ Status Shell::run_external(const std::vector<Field>& args, std::int64_t line) {
     while (f < args.size() && args[f].text.s.size() > 1 && args[f].text.s[0] == '-' && args[f].text.s != "-c") ++f;
     if (f >= args.size()) return Status{};
     if (args[f].text.s == "-c" && f + 1 < args.size()) {
+      charge_copy(line);  // the child copies every variable and function
       Shell child(*this);
       child.run_text(args[f + 1].text.s, args[f + 1].text.line_at(0), source_, depth_ + 1);
       return Status{Status::Kind::unknown, "the exit status of `bash -c`"};
@@ -426,6 +428,10 @@ Status Shell::run_file(const Field& file, const std::vector<Field>& args, bool s
   std::ifstream in(p, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
+  // Each reading parses the file again: its bytes count against the expansion limit, so that a
+  // large file sourced in a loop is bounded.
+  check_limits(0, text.str().size(), line);
+  sh_.expanded += text.str().size();
   if (same_shell) {
     charge(0, line, positional.size());  // the arguments copied aside, each charged
     std::vector<Value> saved = positional;
@@ -439,6 +445,7 @@ Status Shell::run_file(const Field& file, const std::vector<Field>& args, bool s
     returning_ = false;
     return Status{};
   }
+  charge_copy(line);  // the child copies every variable and function
   Shell child(*this);
   child.path_ = p.string();  // $0 of the script run
   child.positional.clear();

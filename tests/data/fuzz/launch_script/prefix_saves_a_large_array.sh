@@ -1,0 +1,3 @@
+w="x x x x x x x x x x x x x x x x"
+A[65535]=1
+for a in $w; do for b in $w; do for c in $w; do for d in $w; do A=1 true; done; done; done; done
