@@ -184,6 +184,9 @@ class Arith {
     if (!v.depends_on.empty()) return Num{std::nullopt, v.depends_on};
     if (v.text.s.empty()) return Num{0, ""};
     if (depth_ > 8) fail(fmt::format("'{}' (variables naming variables, too deep)", name));
+    // bash evaluates a variable's text again at every use; each reading counts against the
+    // expansion limit, so names that name others many times over are refused, not run for minutes.
+    sh_.charge(v.text.s.size(), line_);
     return Arith(sh_, v.text.s, line_, depth_ + 1).all();
   }
 };

@@ -171,6 +171,57 @@ TEST(Shell, EmptyWordsAndGrowingWordsAreBounded) {
   expect_limit(copies + "\"\n");
 }
 
+// Each saved fuzz input that once ran for seconds or more is refused by the shell's limits, not by
+// whatever later error it happens to reach: a limit that stops charging would read it again, and
+// the fuzz-regression test (any named error passes) would not notice. The one input whose fix was
+// speed, not a limit, reads to its end.
+TEST(Shell, SavedFuzzInputsAreRefusedByTheLimits) {
+  const std::filesystem::path dir = std::filesystem::path(MOEMEM_FUZZ_DATA_DIR) / "launch_script";
+  int inputs = 0;
+  for (const auto& file : std::filesystem::directory_iterator(dir)) {
+    if (file.path().extension() != ".sh") continue;
+    std::ifstream in(file.path(), std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    SCOPED_TRACE(file.path().string());
+    ++inputs;
+    if (file.path().filename() == "prefixed_commands_in_nested_loops.sh") {
+      EXPECT_NO_THROW((void)run_shell(ss.str(), "saved.sh"));
+      continue;
+    }
+    try {
+      (void)run_shell(ss.str(), "saved.sh");
+      ADD_FAILURE() << "expected the shell expansion limit";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("shell expansion limit"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GE(inputs, 13);
+}
+
+// Names that name others a thousand times, three deep: bash reads each again at every use (10^9
+// readings); each reading is charged, so the script is refused at once.
+TEST(Shell, ArithmeticNamesNamingNamesAreBounded) {
+  std::string s;
+  for (const char* name : {"a=", "b=", "c="}) {
+    const char next = static_cast<char>(name[0] + 1);
+    std::string sum(1, next);
+    for (int i = 1; i < 1000; ++i) {
+      sum.push_back('+');
+      sum.push_back(next);
+    }
+    s += std::string(name) + "\"" + sum + "\"\n";
+  }
+  try {
+    (void)run_shell(s + "d=1\nrun $((a))\n", "arith.sh");
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("shell expansion limit"), std::string::npos) << e.what();
+  }
+  // A name read a few times is fine.
+  EXPECT_EQ(texts("a=b+b\nb=c*2\nc=5\nrun $((a))\n"), V({"run", "20"}));
+}
+
 // Deep nesting of every kind is a named error, not a stack overflow.
 TEST(Shell, NestingIsBounded) {
   const std::string deep = std::string(5000, '(') + "1" + std::string(5000, ')');
