@@ -190,6 +190,13 @@ void read_optimizer(const json& o, const std::string& source, DeepSpeedConfig& d
       if (const auto f = p->find("fused"); f != p->end()) fused = bool_value(*f, source, "optimizer.params.fused");
     }
     ds.stage0_step_bytes = torch_adam && fused ? 4 : 8;
+    // optimizer.legacy_fusion (config.py get_optimizer_legacy_fusion): FP16_Optimizer then calls
+    // step_fused_adam, which hands FusedAdam.step grads/output_params/scale; FusedAdam raises on
+    // them ("FusedAdam has been updated", ops/adam/fused_adam.py). Only stage 0 with FusedAdam
+    // reaches it; checked once the stage is known.
+    if (const auto lf = o.find("legacy_fusion"); lf != o.end()) {
+      ds.legacy_fusion = !torch_adam && bool_value(*lf, source, "optimizer.legacy_fusion");
+    }
     return;
   }
   if (type == "lion") {
@@ -236,6 +243,11 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::st
     // ZeRO-Offload lives in ZeRO's optimizers (stage_1_and_2.py, stage3.py); without ZeRO the
     // engine builds no optimizer that reads it.
     throw InputError(field(source, "zero_optimization.offload_optimizer.device"), "cpu", "none at stage 0 (offload is ZeRO's)");
+  }
+  if (ds.legacy_fusion && ds.stage == 0) {
+    throw InputError(field(source, "optimizer.legacy_fusion"), "true",
+                     "false with Adam/AdamW at stage 0 (DeepSpeed's FP16_Optimizer then passes gradients to "
+                     "FusedAdam.step, which raises)");
   }
   if (ds.offload_param && ds.stage != 3) {
     // DeepSpeed offloads parameters only in stage 3 (stage3.py _configure_offloading; the stage 1

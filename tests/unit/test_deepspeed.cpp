@@ -81,6 +81,9 @@ TEST(DeepSpeed, RefusesByKey) {
       {R"({"zero_optimization":{"stage":2}})", "bf16.enabled/fp16.enabled"},
       {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":1},"optimizer":{"type":"OneBitAdam"}})", "optimizer.type"},
       {R"([1, 2])", "x"},
+      // FP16_Optimizer's legacy path hands FusedAdam.step gradients, which it refuses (stage 0 only).
+      {R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0},"optimizer":{"type":"AdamW","legacy_fusion":true}})",
+       "optimizer.legacy_fusion"},
       // 16-bit master weights and moments (precision_config.py) change the optimizer's bytes: not
       // modelled, refused when on; so are unknown keys of the bf16/fp16 sections and fp16's
       // auto_cast (fp32 weights under autocast).
@@ -95,6 +98,12 @@ TEST(DeepSpeed, RefusesByKey) {
       {R"({"bf16":{"enabled":true,"whatever_unknown":1},"zero_optimization":{"stage":2}})", "bf16.whatever_unknown"},
       {R"({"bf16":{"enabled":true,"loss_scale":0},"zero_optimization":{"stage":2}})", "bf16.loss_scale"},
   };
+  // ZeRO's optimizers never read it, nor does the unfused path torch_adam takes.
+  EXPECT_NO_THROW((void)moemem::parse_deepspeed_config(
+      R"({"bf16":{"enabled":true},"zero_optimization":{"stage":2},"optimizer":{"type":"AdamW","legacy_fusion":true}})", "x"));
+  EXPECT_NO_THROW((void)moemem::parse_deepspeed_config(
+      R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0},"optimizer":{"type":"AdamW","legacy_fusion":true,"params":{"torch_adam":true}}})",
+      "x"));
   for (const auto& [text, key] : cases) {
     try {
       (void)moemem::parse_deepspeed_config(text, "x");
