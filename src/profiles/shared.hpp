@@ -118,6 +118,9 @@ void titan_mla_moe_layer(const ActivationContext& c, LayerKind kind, std::vector
 // torchtitan's Qwen3 MoE block's FFN half (models/moe.py as bd3850be8 runs it): the same
 // token-choice MoE, with the router's route_norm division.
 void titan_qwen3_moe_ffn(const ActivationContext& c, std::vector<ActivationTerm>& out);
+// torchtitan's gpt-oss block (models/gpt_oss at c5d93d109): attention with sinks through
+// FlexAttention and the biased, clamped SwiGLU experts, in eager autograd.
+void titan_gpt_oss_layer(const ActivationContext& c, std::vector<ActivationTerm>& out);
 
 // ---- validity checks shared by more than one profile ----------------------------------------
 

@@ -33,16 +33,18 @@ bool titan_deepseek(const ModelSpec& m) { return m.attention == AttentionKind::m
 // torchtitan's Qwen3 MoE (experiments/qwen3 from bd3850be8; models/qwen3 now): Qwen3's attention
 // with the token-choice MoE of models/moe.py.
 bool titan_qwen3_moe(const ModelSpec& m) { return m.model_type == "qwen3_moe" && m.attention == AttentionKind::gqa; }
-bool titan_moe(const ModelSpec& m) { return titan_deepseek(m) || titan_qwen3_moe(m); }
+// torchtitan's gpt-oss (models/gpt_oss from de335b321, 2025-10-22; modelled at c5d93d109).
+bool titan_gpt_oss(const ModelSpec& m) { return m.model_type == "gpt_oss"; }
+bool titan_moe(const ModelSpec& m) { return titan_deepseek(m) || titan_qwen3_moe(m) || titan_gpt_oss(m); }
 
 // The models a torchtitan path trains here: Llama-style dense GQA decoders, DeepSeek-V3-style
-// MLA + MoE and Qwen3 MoE; the refusal of any other.
+// MLA + MoE, Qwen3 MoE and gpt-oss; the refusal of any other.
 bool titan_trains(const ModelSpec& m) { return titan_moe(m) || (m.attention == AttentionKind::gqa && !m.is_moe()); }
 InputError titan_not_trained(const ModelSpec& m) {
   return InputError("--profile", "torchtitan",
                     fmt::format("dense decoders with multi-/grouped-query attention (Llama-style), DeepSeek-V3-style "
-                                "MLA + MoE models (torchtitan's deepseek_v3) or qwen3_moe (torchtitan's Qwen3 MoE); {} is "
-                                "none of them (not modelled)",
+                                "MLA + MoE models (torchtitan's deepseek_v3), qwen3_moe (torchtitan's Qwen3 MoE) or gpt_oss; "
+                                "{} is none of them (not modelled)",
                                 m.model_type));
 }
 
@@ -63,6 +65,7 @@ TitanDims titan_dims(const ActivationContext& c) {
 // SwiGLU operand), or, compiled, what the fused kernels read back.
 void titan_layer_activations(const ActivationContext& c, LayerKind kind, std::vector<ActivationTerm>& out) {
   if (c.model.attention == AttentionKind::mla) return titan_mla_moe_layer(c, kind, out);  // torchtitan_moe.cpp
+  if (titan_gpt_oss(c.model)) return titan_gpt_oss_layer(c, out);                           // torchtitan_moe.cpp
   const auto& m = c.model;
   const auto d = titan_dims(c);
   const DType a = c.training.activation_dtype;
@@ -191,10 +194,19 @@ LossPeak titan_loss_peak(const ActivationContext& c) {
 // not modelled.
 std::optional<InputError> titan_mla_moe_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   const auto& p = layout.config;
-  const std::string model = titan_deepseek(m) ? "torchtitan's DeepSeek-V3 model" : "torchtitan's Qwen3 MoE model";
+  const std::string model = titan_deepseek(m)   ? "torchtitan's DeepSeek-V3 model"
+                            : titan_gpt_oss(m) ? "torchtitan's gpt-oss model"
+                                               : "torchtitan's Qwen3 MoE model";
   const std::string why = "1 for " + model;
-  const std::string later =
-      titan_deepseek(m) ? "came after d54d05a5; not modelled" : "not modelled for its MoE block, costed as d54d05a5's";
+  const std::string later = titan_deepseek(m)   ? "came after d54d05a5; not modelled"
+                            : titan_gpt_oss(m) ? "not modelled (its README lists CP and PP as to do)"
+                                               : "not modelled for its MoE block, costed as d54d05a5's";
+  // gpt-oss came with 0.2.1 (de335b321); its block is costed as c5d93d109 builds it.
+  if (titan_gpt_oss(m) && t.torchtitan_version != TorchtitanVersion::current) {
+    return InputError("--torchtitan-version", std::string(name_of(t.torchtitan_version)),
+                      "current for torchtitan's gpt-oss model (modelled as models/gpt_oss builds it at c5d93d109; "
+                      "0.2.1 and 0.2.2 built it from other modules)");
+  }
   if (p.tp > 1 && p.ep > 1) {
     return InputError("--tp/--ep", fmt::format("tp {} with ep {}", p.tp, p.ep),
                       fmt::format("one of them 1 for {} (ExpertTensorParallel, the two together, is not modelled)", model));
@@ -218,7 +230,7 @@ std::optional<InputError> titan_mla_moe_check(const ModelSpec& m, const Layout& 
   if (t.compile) {
     return InputError("--compile", "set",
                       titan_deepseek(m) ? "off for torchtitan's DeepSeek-V3 model (it raised NotImplementedError)"
-                                        : "off for torchtitan's Qwen3 MoE model (compiled MoE blocks not modelled)");
+                                        : fmt::format("off for {} (compiled MoE blocks not modelled)", model));
   }
   if (t.fp8 != Fp8Recipe::none) return InputError("--fp8", std::string(name_of(t.fp8)), "none for " + model);
   if (t.moe_capacity_factor || t.deepep || t.allgather) {
@@ -244,7 +256,7 @@ std::optional<InputError> titan_dense_model_check(const ModelSpec& m, const Trai
   if (m.is_hybrid() || m.has_swa_dims() || !m.nas_blocks.empty() || m.sandwich_norms) return std::nullopt;
   // A model no torchtitan path trains is named as such before any setting is asked of it.
   // (DeepSeek sparse attention has its own refusal, which names it: analyze.cpp.)
-  if (!titan_trains(m) && m.model_type != "gpt_oss" && m.model_type != "llama4_text" && !m.has_indexer()) {
+  if (!titan_trains(m) && m.model_type != "llama4_text" && !m.has_indexer()) {
     return titan_not_trained(m);
   }
   const std::string why = fmt::format("a Llama-3-style block for the torchtitan profile (RMSNorm, RoPE, SwiGLU); {} has ", m.model_type);
@@ -252,11 +264,6 @@ std::optional<InputError> titan_dense_model_check(const ModelSpec& m, const Trai
   if (m.norm_bias) return InputError("--profile", "torchtitan", why + "LayerNorm with biases: use --profile megatron");
   if (m.learned_positions > 0) {
     return InputError("--profile", "torchtitan", why + "a learned absolute position table: use --profile megatron");
-  }
-  if (m.model_type == "gpt_oss") {
-    return InputError("--profile", "torchtitan",
-                      why + "attention sinks, sliding-window layers and biased, clamped SwiGLU experts: torchtitan trains it "
-                            "(models/gpt_oss) but this profile does not model that block; use --profile megatron or hf");
   }
   if (m.model_type == "llama4_text") {
     return InputError("--profile", "torchtitan",
@@ -345,7 +352,7 @@ std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, 
                                   divisor));
   }
   // Qwen3 MoE: the dense path's checks first (its q/k norms need full checkpointing), then the MoE limits.
-  if (!titan_deepseek(m)) {
+  if (!titan_deepseek(m) && !titan_gpt_oss(m)) {
     if (auto e = titan_dense_model_check(m, t)) return e;
   }
   if (titan_moe(m)) {

@@ -140,4 +140,87 @@ void titan_mla_moe_layer(const ActivationContext& c, LayerKind kind, std::vector
   swiglu(t, Module::dense_mlp, kDenseNames, tokens, c.model.dense_ffn / tp, "b*s x inter_dim/tp");
 }
 
+// torchtitan's gpt-oss (models/gpt_oss at c5d93d109, `current`; added in de335b321, 2025-10-22),
+// one block in eager autograd (its trainer configs run full activation checkpointing, no compile):
+// - Attention (model.py Attention.forward): attention_norm is nn.RMSNorm (the fused CUDA kernel
+//   saves its input and an fp32 rstd per token); wq, wk and wv are three biased linears (addmm
+//   saves their one shared input, gathered under TP); CosSinRoPE multiplies by cos and sin, views
+//   of one fp32 per-layer gather of the cache (b*s x 2 x head_dim), and saves nothing of q or k;
+//   FlexAttention (compiled even in an eager model) saves q, k, v with their own heads (enable_gqa),
+//   its output and an fp32 log-sum-exp; the sink rescale saves sigmoid(lse - sinks) (fp32) and its
+//   bf16 cast (the product's other operand is the saved output); wo saves the product.
+// - MoE (common/moe.py, token_dispatcher.py, gpt_oss/moe.py): ffn_norm as above; the router's gate
+//   runs under fp32 autocast, so it saves an fp32 copy of its input (the bf16 norm output is saved
+//   by nothing), then the fp32 softmax, the top-k indices and route_norm's numerator and
+//   denominator; the dispatch saves the sorting and token indices (b*s*top_k int64); the experts
+//   save their routed input, two repeat_interleave indices for the biases, mlp1's output with its
+//   bias (both clamps save strided views of it), the two clamp outputs, the sigmoid, out_glu and
+//   the SwiGLU product (mlp2's input); the combine saves an fp32 copy of the experts' output and
+//   the sorted fp32 scores; scatter_add saves its index only.
+// Under TP (ep 1): norms sequence-parallel, attention and MoE inputs all-gathered (whole b*s),
+// heads and the experts' hidden width split by tp. Under EP (tp 1): the standard all-to-all
+// dispatcher (no padding rows), the experts' tensors sized by the rows this rank receives (the
+// hottest rank under --moe-imbalance), and permute's indices.
+void titan_gpt_oss_layer(const ActivationContext& c, std::vector<ActivationTerm>& out) {
+  Terms t{c, out};
+  const auto& m = c.model;
+  const auto& e = m.moe;
+  const auto& p = c.layout.config;
+  const std::int64_t tp = p.tp, h = m.hidden;
+  const std::int64_t tokens = c.training.micro_batch * c.training.seq_len;  // cp and pp 1 (titan_check)
+  const std::int64_t q = m.num_heads / tp * m.head_dim, kv = m.num_kv_heads / tp * m.head_dim, heads = m.num_heads / tp;
+  t.add("block.input (attention_norm input)", Module::attention, elems({tokens / tp, h}), t.a, 0, "b*s/tp x h", true);
+  t.add("attention_norm.rstd", Module::norms, elems({tokens / tp}), DType::fp32, 0, "b*s/tp");
+  t.add("attention_norm.output (wq/wk/wv input)", Module::norms, elems({tokens, h}), t.a, 0, "b*s x h (gathered under TP)");
+  t.add("rope.cos_sin (cache[positions])", Module::attention, elems({tokens, 2 * m.head_dim}), DType::fp32, 0,
+        "b*s x 2 x head_dim");
+  t.add("flex.q", Module::attention, elems({tokens, q}), t.a, 0, "b*s x heads/tp x head_dim");
+  t.add("flex.k", Module::attention, elems({tokens, kv}), t.a, 0, "b*s x kv_heads/tp x head_dim");
+  t.add("flex.v (wv output)", Module::attention, elems({tokens, kv}), t.a, 0, "b*s x kv_heads/tp x head_dim");
+  t.add("flex.output", Module::attention, elems({tokens, q}), t.a, 0, "b*s x heads/tp x head_dim");
+  t.add("flex.logsumexp", Module::attention, elems({tokens, heads}), DType::fp32, 0, "b*s x heads/tp");
+  t.add("sinks.sigmoid_output", Module::attention, elems({tokens, heads}), DType::fp32, 0, "b*s x heads/tp");
+  t.add("sinks.scale (bf16 cast)", Module::attention, elems({tokens, heads}), t.a, 0, "b*s x heads/tp");
+  t.add("wo.input (rescaled output)", Module::attention, elems({tokens, q}), t.a, 0, "b*s x heads/tp x head_dim");
+  t.add("ffn_norm.input", Module::norms, elems({tokens / tp, h}), t.a, 0, "b*s/tp x h (sequence-parallel)");
+  t.add("ffn_norm.rstd", Module::norms, elems({tokens / tp}), DType::fp32, 0, "b*s/tp");
+  const auto routed = static_cast<std::int64_t>(elems({tokens, e.top_k}).value());
+  // The rows this rank's experts receive: all of its own under ep 1, else the hottest rank's share.
+  const std::int64_t rows =
+      p.ep > 1 ? static_cast<std::int64_t>(std::ceil(static_cast<double>(routed) * c.training.moe_imbalance)) : routed;
+  t.add("router.input (fp32 autocast copy)", Module::router, elems({tokens, h}), DType::fp32, 0, "b*s x h");
+  t.add("router.scores (fp32 softmax)", Module::router, elems({tokens, e.num_routed_experts}), DType::fp32, 0,
+        "b*s x experts");
+  t.add("router.topk_indices", Module::router, elems({tokens, e.top_k}), DType::int64, 0, "b*s x top_k");
+  t.add("router.top_scores (route_norm numerator, fp32)", Module::router, elems({tokens, e.top_k}), DType::fp32, 0,
+        "b*s x top_k");
+  t.add("router.denominator (route_norm, fp32)", Module::router, elems({tokens}), DType::fp32, 0, "b*s");
+  t.add("dispatch.sorted_indices", Module::router, elems({routed}), DType::int64, 0, "b*s*top_k");
+  t.add("dispatch.token_indices", Module::router, elems({routed}), DType::int64, 0, "b*s*top_k");
+  t.transient("dispatch.routed_input (gathered)", Module::routed_experts, elems({routed, h}), 0, "b*s*top_k x h");
+  if (p.ep > 1) {
+    t.transient("dispatch all-to-all output", Module::routed_experts, elems({rows, h}), 0,
+                "b*s*top_k x imbalance x h (rows received)");
+    t.add("dispatch.permuted_indices", Module::routed_experts, elems({rows}), DType::int64, 0, "rows received");
+  }
+  const char* rows_rule_h = p.ep > 1 ? "rows received x h" : "b*s*top_k x h";
+  const std::int64_t f = e.expert_ffn / tp;
+  t.add("experts.input", Module::routed_experts, elems({rows, h}), t.a, 0, rows_rule_h);
+  t.add("experts.bias_indices (2 repeat_interleave)", Module::routed_experts, elems({2, rows}), DType::int64, 0,
+        p.ep > 1 ? "2 x rows received" : "2 x b*s*top_k");
+  t.add("experts.mlp1_output (+ bias)", Module::routed_experts, elems({rows, 2 * f}), t.a, 0,
+        p.ep > 1 ? "rows received x 2 x ffn/tp" : "b*s*top_k x 2 x ffn/tp");
+  for (const char* name : {"experts.glu_clamped", "experts.linear_clamped", "experts.glu_sigmoid", "experts.out_glu",
+                           "experts.swiglu_output (mlp2 input)"}) {
+    t.add(name, Module::routed_experts, elems({rows, f}), t.a, 0, p.ep > 1 ? "rows received x ffn/tp" : "b*s*top_k x ffn/tp");
+  }
+  t.transient("experts.output (+ bias)", Module::routed_experts, elems({rows, h}), 0, rows_rule_h);
+  if (p.ep > 1) {
+    t.transient("combine.unpermuted", Module::routed_experts, elems({rows, h}), 0, "rows received x h");
+    t.transient("combine all-to-all output", Module::routed_experts, elems({routed, h}), 0, "b*s*top_k x h");
+  }
+  t.add("combine.routed_output (fp32 copy)", Module::routed_experts, elems({routed, h}), DType::fp32, 0, "b*s*top_k x h");
+  t.add("combine.sorted_scores (fp32)", Module::router, elems({routed}), DType::fp32, 0, "b*s*top_k");
+}
+
 }  // namespace moemem::profiles
