@@ -199,7 +199,8 @@ std::optional<InputError> titan_mla_moe_check(const ModelSpec& m, const Layout& 
                                                : "torchtitan's Qwen3 MoE model";
   const std::string why = "1 for " + model;
   const std::string later = titan_deepseek(m)   ? "came after d54d05a5; not modelled"
-                            : titan_gpt_oss(m) ? "not modelled (its README lists CP and PP as to do)"
+                            : titan_gpt_oss(m) ? "not modelled (pipeline_llm is wired for it at c5d93d109; its README "
+                                                 "lists CP and PP as to do)"
                                                : "not modelled for its MoE block, costed as d54d05a5's";
   // gpt-oss came with 0.2.1 (de335b321); its block is costed as c5d93d109 builds it.
   if (titan_gpt_oss(m) && t.torchtitan_version != TorchtitanVersion::current) {
@@ -209,7 +210,11 @@ std::optional<InputError> titan_mla_moe_check(const ModelSpec& m, const Layout& 
   }
   if (p.tp > 1 && p.ep > 1) {
     return InputError("--tp/--ep", fmt::format("tp {} with ep {}", p.tp, p.ep),
-                      fmt::format("one of them 1 for {} (ExpertTensorParallel, the two together, is not modelled)", model));
+                      titan_gpt_oss(m)
+                          ? fmt::format("one of them 1 for {} (TP and EP together, where the tensor-parallel ranks split the "
+                                        "MoE's tokens before the all-to-all, is not modelled)",
+                                        model)
+                          : fmt::format("one of them 1 for {} (ExpertTensorParallel, the two together, is not modelled)", model));
   }
   if (p.tp > 1 && p.etp_degree() != p.tp) {
     return InputError("--etp", std::to_string(p.etp_degree()),
@@ -238,7 +243,8 @@ std::optional<InputError> titan_mla_moe_check(const ModelSpec& m, const Layout& 
   }
   if (t.attention && *t.attention != AttentionKernel::flash) {
     return InputError("--attention", std::string(name_of(*t.attention)),
-                      fmt::format("flash for {} (SDPA's fused kernels; saved tensors as flash's)", model));
+                      titan_gpt_oss(m) ? fmt::format("flash for {} (its FlexAttention with sinks is costed; no other kernel)", model)
+                                       : fmt::format("flash for {} (SDPA's fused kernels; saved tensors as flash's)", model));
   }
   return std::nullopt;
 }

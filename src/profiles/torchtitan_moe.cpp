@@ -197,12 +197,7 @@ void titan_gpt_oss_layer(const ActivationContext& c, std::vector<ActivationTerm>
   t.add("router.denominator (route_norm, fp32)", Module::router, elems({tokens}), DType::fp32, 0, "b*s");
   t.add("dispatch.sorted_indices", Module::router, elems({routed}), DType::int64, 0, "b*s*top_k");
   t.add("dispatch.token_indices", Module::router, elems({routed}), DType::int64, 0, "b*s*top_k");
-  t.transient("dispatch.routed_input (gathered)", Module::routed_experts, elems({routed, h}), 0, "b*s*top_k x h");
-  if (p.ep > 1) {
-    t.transient("dispatch all-to-all output", Module::routed_experts, elems({rows, h}), 0,
-                "b*s*top_k x imbalance x h (rows received)");
-    t.add("dispatch.permuted_indices", Module::routed_experts, elems({rows}), DType::int64, 0, "rows received");
-  }
+  if (p.ep > 1) t.add("dispatch.permuted_indices", Module::routed_experts, elems({rows}), DType::int64, 0, "rows received");
   const char* rows_rule_h = p.ep > 1 ? "rows received x h" : "b*s*top_k x h";
   const std::int64_t f = e.expert_ffn / tp;
   t.add("experts.input", Module::routed_experts, elems({rows, h}), t.a, 0, rows_rule_h);
@@ -214,11 +209,22 @@ void titan_gpt_oss_layer(const ActivationContext& c, std::vector<ActivationTerm>
                            "experts.swiglu_output (mlp2 input)"}) {
     t.add(name, Module::routed_experts, elems({rows, f}), t.a, 0, p.ep > 1 ? "rows received x ffn/tp" : "b*s*top_k x ffn/tp");
   }
+  // The block's largest moment is the combine's cast of its fp32 product back to bf16 (the
+  // dispatch's gathered rows and all-to-all buffers are freed by then): MoE.forward's bf16 input,
+  // the experts' output (the caller's reference), under EP the combine all-to-all's output, the
+  // fp32 product and its bf16 cast, and zeros_like(x), made first. scatter_add's result (b*s x h)
+  // and its sort indices (its index is a stride-0 expand, so deterministic mode takes index_put_
+  // with the [N] index: 3 x N int64, no [N, h] coordinates) come after the fp32 product is freed,
+  // and are smaller.
+  t.transient("moe.input (ffn_norm output, held by MoE.forward)", Module::routed_experts, elems({tokens, h}), 0,
+              "b*s x h (gathered under TP)");
   t.transient("experts.output (+ bias)", Module::routed_experts, elems({rows, h}), 0, rows_rule_h);
   if (p.ep > 1) {
-    t.transient("combine.unpermuted", Module::routed_experts, elems({rows, h}), 0, "rows received x h");
     t.transient("combine all-to-all output", Module::routed_experts, elems({routed, h}), 0, "b*s*top_k x h");
   }
+  t.transient("combine.product (fp32)", Module::routed_experts, elems({routed, h}), DType::fp32, 0, "b*s*top_k x h");
+  t.transient("combine.product (bf16 cast)", Module::routed_experts, elems({routed, h}), 0, "b*s*top_k x h");
+  t.transient("combine.zeros_like(x)", Module::routed_experts, elems({tokens, h}), 0, "b*s x h");
   t.add("combine.routed_output (fp32 copy)", Module::routed_experts, elems({routed, h}), DType::fp32, 0, "b*s*top_k x h");
   t.add("combine.sorted_scores (fp32)", Module::router, elems({routed}), DType::fp32, 0, "b*s*top_k");
 }

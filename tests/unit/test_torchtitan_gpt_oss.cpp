@@ -76,6 +76,37 @@ TEST(TorchtitanGptOss, OneBlockSavesWhatEagerAutogradKeeps) {
   EXPECT_EQ(saved_bytes(block(m, ep8, hot)), 3109257216u);
 }
 
+std::uint64_t transient_total(const std::vector<ActivationTerm>& terms) {
+  std::uint64_t b = 0;
+  for (const auto& t : terms) {
+    if (t.transient) b += t.bytes().value();
+  }
+  return b;
+}
+
+// The block's largest moment is the combine's cast of its fp32 product back to bf16 (common/
+// token_dispatcher.py combine): alive then, beside what the block saved, MoE.forward's bf16 input
+// (b*s x h), the experts' output (N x h), under EP the combine all-to-all's output (b*s*top_k x h),
+// the fp32 product (N x h x 4 bytes), its bf16 cast and zeros_like(x) (b*s x h). At ep 1 the
+// gathered rows are the experts' saved input, not a second copy.
+TEST(TorchtitanGptOss, CombineTransientsAreTheBlocksLargestMoment) {
+  const ModelSpec m = load_model("gpt-oss-20b");
+  const TrainingConfig t = hand_training(8192);
+  ParallelConfig p;
+  p.dp = 8;
+  // Per token (N = 4 rows): 5,760 + 4 x 5,760 + 4 x 11,520 + 4 x 5,760 + 5,760 = 103,680.
+  EXPECT_EQ(transient_total(block(m, p, t)), 8192u * 103680u);
+  // EP 8, the hottest rank receiving 1.5 x its share (49,152 rows): input 47,185,920, experts'
+  // output 283,115,520, all-to-all output 188,743,680, fp32 product 377,487,360, its cast
+  // 188,743,680, zeros 47,185,920.
+  ParallelConfig ep8;
+  ep8.dp = 8;
+  ep8.ep = 8;
+  TrainingConfig hot = t;
+  hot.moe_imbalance = 1.5;
+  EXPECT_EQ(transient_total(block(m, ep8, hot)), 1132462080u);
+}
+
 void expect_refused(const ParallelConfig& p, const TrainingConfig& t, const std::string& field) {
   const ModelSpec m = load_model("gpt-oss-20b");
   try {
@@ -87,7 +118,7 @@ void expect_refused(const ParallelConfig& p, const TrainingConfig& t, const std:
 }
 
 // What is not modelled is refused by name: the per-op SAC list, compiled blocks, float8, other
-// releases' model code, PP and CP (the model's README lists both as to do), TP with EP.
+// releases' model code, PP (wired at c5d93d109, not modelled) and CP (its README: to do), TP with EP.
 TEST(TorchtitanGptOss, RefusesWhatIsNotModelled) {
   const ModelSpec m = load_model("gpt-oss-20b");
   TrainingConfig full = hand_training(8192);
