@@ -208,6 +208,13 @@ std::optional<InputError> titan_mla_moe_check(const ModelSpec& m, const Layout& 
                       "current for torchtitan's gpt-oss model (modelled as models/gpt_oss builds it at c5d93d109; "
                       "0.2.1 and 0.2.2 built it from other modules)");
   }
+  // Decoder.Config.update_from_config (models/common/decoder.py, from 28483d0eb, 2026-05-28) raises
+  // when training.seq_len exceeds the flavor's RoPE max_seq_len: 131072 for gpt-oss 20b and 120b.
+  if (titan_gpt_oss(m) && t.seq_len > 131072) {
+    return InputError("--seq-len", std::to_string(t.seq_len),
+                      "at most 131072 for torchtitan's gpt-oss model (its flavors' RoPE max_seq_len; the trainer raises "
+                      "above it)");
+  }
   if (p.tp > 1 && p.ep > 1) {
     return InputError("--tp/--ep", fmt::format("tp {} with ep {}", p.tp, p.ep),
                       titan_gpt_oss(m)

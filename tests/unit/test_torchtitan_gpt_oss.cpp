@@ -118,7 +118,8 @@ void expect_refused(const ParallelConfig& p, const TrainingConfig& t, const std:
 }
 
 // What is not modelled is refused by name: the per-op SAC list, compiled blocks, float8, other
-// releases' model code, PP (wired at c5d93d109, not modelled) and CP (its README: to do), TP with EP.
+// releases' model code, PP (wired at c5d93d109, not modelled) and CP (its README: to do), TP with EP;
+// and what torchtitan itself refuses: a sequence beyond the flavors' RoPE table.
 TEST(TorchtitanGptOss, RefusesWhatIsNotModelled) {
   const ModelSpec m = load_model("gpt-oss-20b");
   TrainingConfig full = hand_training(8192);
@@ -154,6 +155,13 @@ TEST(TorchtitanGptOss, RefusesWhatIsNotModelled) {
   tp_ep.tp = 2;
   tp_ep.ep = 4;
   expect_refused(tp_ep, full, "--tp/--ep");
+  // The trainer raises when seq_len exceeds the flavors' RoPE max_seq_len (131,072).
+  TrainingConfig longest = full;
+  longest.seq_len = 131072;
+  EXPECT_NO_THROW((void)analyze(m, build_inventory(m), get_profile("torchtitan"), resolve_layout(m, p), longest));
+  TrainingConfig longer = full;
+  longer.seq_len = 262144;
+  expect_refused(p, longer, "--seq-len");
 }
 
 }  // namespace
