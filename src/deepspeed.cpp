@@ -190,6 +190,7 @@ void read_optimizer(const json& o, const std::string& source, DeepSpeedConfig& d
       if (const auto f = p->find("fused"); f != p->end()) fused = bool_value(*f, source, "optimizer.params.fused");
     }
     ds.stage0_step_bytes = torch_adam && fused ? 4 : 8;
+    ds.foreach_step = torch_adam && !fused;
     // optimizer.legacy_fusion (config.py get_optimizer_legacy_fusion): FP16_Optimizer then calls
     // step_fused_adam, which hands FusedAdam.step grads/output_params/scale; FusedAdam raises on
     // them ("FusedAdam has been updated", ops/adam/fused_adam.py). Only stage 0 with FusedAdam
@@ -208,6 +209,40 @@ void read_optimizer(const json& o, const std::string& source, DeepSpeedConfig& d
 
 }  // namespace
 
+// Releases read against DeepSpeed's tags back to v0.15.0 (runtime/engine.py get_data_types and
+// _do_optimizer_sanity_check, runtime/bf16_optimizer.py); 0.17.6 (889f0ead2) moved bf16 without
+// ZeRO to the FP16 optimizers, the default path.
+std::int32_t parse_deepspeed_version(std::string_view text) {
+  if (text == "current") return 0;
+  const auto refuse = [&] {
+    return InputError("--deepspeed-version", std::string(text),
+                      "current (0.17.6 and later) or a release X.Y.Z from 0.15.0 (earlier releases not read)");
+  };
+  std::int32_t part[3] = {0, 0, 0};
+  std::size_t at = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::size_t start = at;
+    while (at < text.size() && at - start < 4 && std::isdigit(static_cast<unsigned char>(text[at]))) {
+      part[i] = part[i] * 10 + (text[at] - '0');
+      ++at;
+    }
+    if (at == start || part[i] > 99) throw refuse();
+    if (i < 2) {
+      if (at >= text.size() || text[at] != '.') throw refuse();
+      ++at;
+    }
+  }
+  if (at != text.size()) throw refuse();
+  const std::int32_t code = part[0] * 10000 + part[1] * 100 + part[2];
+  if (code < 1500) throw refuse();
+  return code >= 1706 ? 0 : code;
+}
+
+std::string deepspeed_version_name(std::int32_t release) {
+  if (release == 0) return "current";
+  return fmt::format("{}.{}.{}", release / 10000, release / 100 % 100, release % 100);
+}
+
 DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::string& source) {
   check_json_limits(json_text, kConfigJsonLimits, source);
   json j;
@@ -221,7 +256,12 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view json_text, const std::st
   bool bf16 = false, fp16 = false;
   for (const auto& [key, v] : j.items()) {
     if (key == "zero_optimization") read_zero(v, source, ds);
-    else if (key == "bf16") bf16 = enabled(v, source, key, true);
+    else if (key == "bf16") {
+      bf16 = enabled(v, source, key, true);
+      if (const auto it = v.find("immediate_grad_update"); it != v.end()) {
+        ds.immediate_grad_update = bool_value(*it, source, "bf16.immediate_grad_update");
+      }
+    }
     else if (key == "fp16") fp16 = enabled(v, source, key, false);
     else if (key == "optimizer") read_optimizer(v, source, ds);
     else if (key == "train_micro_batch_size_per_gpu") ds.micro_batch = batch_value(v, source, key);
@@ -331,7 +371,10 @@ void apply_deepspeed(const DeepSpeedConfig& ds, TrainingRequest& r) {
                                  .offload_optimizer = ds.offload_optimizer,
                                  .offload_param = ds.offload_param,
                                  .stage0_step_bytes = ds.stage0_step_bytes,
-                                 .grad_accum = ds.grad_accum};
+                                 .grad_accum = ds.grad_accum,
+                                 .immediate_grad_update = ds.immediate_grad_update,
+                                 .config_optimizer = ds.optimizer.has_value(),
+                                 .foreach_step = ds.foreach_step};
 }
 
 // A DeepSpeed config's gradient_accumulation_steps fixes the step (config.py _batch_assertion:

@@ -207,6 +207,7 @@ TrainingConfig resolve_training(const TrainingRequest& request, const Profile& p
   t.megatron_version = r.megatron_version;
   t.torchtitan_version = r.torchtitan_version;
   t.transformers_version = r.transformers_version;
+  t.deepspeed_release = r.deepspeed_release;
   t.experts_implementation = r.experts_implementation;
   t.moe_imbalance = r.moe_imbalance.value_or(1.0);
   t.moe_capacity_factor = r.moe_capacity_factor;

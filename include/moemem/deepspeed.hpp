@@ -38,8 +38,12 @@ struct DeepSpeedConfig {
   // the Trainer's fused AdamW and for Lion, 8 for the config's Adam/AdamW (FusedAdam's flat copy,
   // or torch AdamW's foreach temporaries) unless params.torch_adam with params.fused.
   std::int64_t stage0_step_bytes = 4;
+  bool foreach_step = false;  // torch.optim's AdamW without params.fused (torch_adam): foreach on CUDA
   // optimizer.legacy_fusion true with DeepSpeed's FusedAdam (refused at stage 0, ignored by ZeRO).
   bool legacy_fusion = false;
+  // bf16.immediate_grad_update, when given (BF16_Optimizer before 0.17.6; its default by release:
+  // hf_deepspeed.cpp).
+  std::optional<bool> immediate_grad_update;
   // Batch keys, positive integers or "auto" (nullopt: the Trainer fills them from its arguments).
   // DeepSpeed requires train_batch_size = micro x accumulation steps x data-parallel world
   // (config.py _batch_assertion); apply_deepspeed makes them agree with --micro-batch/--global-batch.

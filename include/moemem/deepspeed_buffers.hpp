@@ -25,6 +25,11 @@ struct DeepSpeedBuffers {
   // Bytes per trainable parameter of the optimizer step's temporaries without ZeRO (deepspeed.hpp).
   std::int64_t stage0_step_bytes = 4;
   std::optional<std::int64_t> grad_accum;  // gradient_accumulation_steps, when the config fixes it
+  // bf16.immediate_grad_update, when the config gives it; and whether the config names the optimizer
+  // (DeepSpeed then builds it from one group of the trainable parameters, the Trainer's own has two).
+  std::optional<bool> immediate_grad_update;
+  bool config_optimizer = false;
+  bool foreach_step = false;  // the config's torch_adam without params.fused: a foreach AdamW step
   auto operator<=>(const DeepSpeedBuffers&) const = default;
 };
 

@@ -50,6 +50,7 @@ struct TrainingRequest {
   MegatronVersion megatron_version = MegatronVersion::current;
   TorchtitanVersion torchtitan_version = TorchtitanVersion::current;
   TransformersVersion transformers_version = TransformersVersion::v5;
+  std::int32_t deepspeed_release = 0;  // --deepspeed-version (0: current)
   std::optional<ExpertsImplementation> experts_implementation;
   Dispatcher dispatcher = Dispatcher::alltoall;
   bool shared_expert_overlap = false;

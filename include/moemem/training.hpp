@@ -96,6 +96,11 @@ enum class TorchtitanVersion : std::uint8_t { v0_1_0, v0_2_0, v0_2_1, v0_2_2, cu
 enum class TransformersVersion : std::uint8_t { v4, v5 };
 [[nodiscard]] std::string_view name_of(TransformersVersion v);
 [[nodiscard]] TransformersVersion parse_transformers_version(std::string_view text);
+// --deepspeed-version: "current" (0.17.6 and later, 0) or a release X.Y.Z from 0.15.0, as
+// X*10000 + Y*100 + Z; releases from 0.17.6 read as current.
+[[nodiscard]] std::int32_t parse_deepspeed_version(std::string_view text);
+// The text of a release code ("current" for 0).
+[[nodiscard]] std::string deepspeed_version_name(std::int32_t release);
 enum class ExpertsImplementation : std::uint8_t { eager, grouped_mm };
 [[nodiscard]] std::string_view name_of(ExpertsImplementation e);
 [[nodiscard]] ExpertsImplementation parse_experts_implementation(std::string_view text);
@@ -189,6 +194,8 @@ struct Numerics {
   MegatronVersion megatron_version = MegatronVersion::current;  // the megatron profile's release
   TorchtitanVersion torchtitan_version = TorchtitanVersion::current;  // the torchtitan profile's release
   TransformersVersion transformers_version = TransformersVersion::v5;  // the hf profile's release
+  // The hf profile's DeepSpeed release (parse_deepspeed_version): 0, current (0.17.6 and later).
+  std::int32_t deepspeed_release = 0;
   // transformers' experts_implementation (hf profile); unset: the release's default (grouped_mm
   // on 5.x, the loop on 4.x).
   std::optional<ExpertsImplementation> experts_implementation;

@@ -130,6 +130,16 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
         "(errs low by about two layers' weights and gradients)",
         c.t.zero, c.t.zero == 2 ? "gradients" : "gradients and weights", c.t.zero == 2 ? "optim_grads" : "optim_grads_params"));
   }
+  if (c.profile.name == "hf" && c.t.zero == 0 && c.t.deepspeed_release != 0 && !c.t.hf_ddp && !c.t.accelerate_fsdp() &&
+      c.t.precision.weights == DType::bf16) {
+    // src/profiles/hf_deepspeed.cpp bf16_optimizer.
+    r.assumptions.push_back(fmt::format(
+        "DeepSpeed {}: bf16 without ZeRO runs BF16_Optimizer, not the ZeRO 0 path above: bf16 and fp32 gradients of "
+        "every trainable parameter (the fp32 buffer padded per flat group to 2 x dp), fp32 master copies and moments "
+        "partitioned over dp; after backward the largest of the all-reduce's bf16 bucket copy, one gradient's fp32 copy "
+        "and the foreach step's copy",
+        deepspeed_version_name(c.t.deepspeed_release)));
+  }
   if (c.layout.etp_defaulted && c.profile.etp_follows_tp && c.model.is_moe() && c.layout.config.tp > 1) {
     // megatron/training/arguments.py validate_args: expert_tensor_parallel_size defaults to tp
     // (named when it differs from 1, the value it would otherwise be taken for).

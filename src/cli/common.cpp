@@ -102,6 +102,11 @@ void add_release_options(CLI::App& app, TrainingOptions& o) {
                  "transformers release (hf profile): 4 (per-expert modules looped over; DeepSeek-V3's router in fp32) "
                  "or 5 (3-D expert parameters, grouped_mm by default, routers in bf16)")
       ->capture_default_str();
+  app.add_option("--deepspeed-version", o.numerics.deepspeed_version,
+                 "DeepSpeed release (hf profile under DeepSpeed): current (0.17.6 and later) or X.Y.Z from 0.15.0; "
+                 "before 0.17.6 bf16 without ZeRO runs BF16_Optimizer (fp32 gradient buffer, master copies and "
+                 "moments partitioned over dp)")
+      ->capture_default_str();
   app.add_option("--experts-implementation", o.numerics.experts_implementation,
                  "transformers' experts_implementation (hf profile): eager (the loop over hit experts) or grouped_mm "
                  "(transformers 5's default; not in 4)");
@@ -360,6 +365,7 @@ TrainingRequest to_training_request(const TrainingOptions& o) {
   r.megatron_version = parse_megatron_version(o.numerics.megatron_version);
   r.torchtitan_version = parse_torchtitan_version(o.numerics.torchtitan_version);
   r.transformers_version = parse_transformers_version(o.numerics.transformers_version);
+  r.deepspeed_release = parse_deepspeed_version(o.numerics.deepspeed_version);
   r.experts_implementation = given<ExpertsImplementation>(
       o.numerics.experts_implementation, [](const std::string& v) { return parse_experts_implementation(v); });
   r.hidden_dropout = given<double>(o.numerics.hidden_dropout, [](const std::string& v) { return parse_double_impl(v, "--hidden-dropout"); });

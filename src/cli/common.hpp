@@ -69,6 +69,7 @@ struct NumericsOptions {
   std::string megatron_version = "current";
   std::string torchtitan_version = "current";
   std::string transformers_version = "5";
+  std::string deepspeed_version = "current";
   std::string experts_implementation;  // empty: the transformers release's default
   std::string cuda_graph_impl = "none", cuda_graph_scope;  // empty scope: the whole layer
 };

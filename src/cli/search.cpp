@@ -280,6 +280,7 @@ std::string base_flags(const SearchCommand& c) {
   if (t.numerics.megatron_version != "current") out += " --megatron-version " + t.numerics.megatron_version;
   if (t.numerics.torchtitan_version != "current") out += " --torchtitan-version " + t.numerics.torchtitan_version;
   if (t.numerics.transformers_version != "5") out += " --transformers-version " + t.numerics.transformers_version;
+  if (t.numerics.deepspeed_version != "current") out += " --deepspeed-version " + t.numerics.deepspeed_version;
   if (!t.numerics.experts_implementation.empty()) out += " --experts-implementation " + t.numerics.experts_implementation;
   if (t.fsdp.compile) out += " --compile";
   if (t.fsdp.fsdp_float8_all_gather) out += " --fsdp-float8-all-gather";

@@ -234,6 +234,10 @@ std::optional<InputError> hf_check(const ModelSpec& m, const Layout& layout, con
   if (auto e = refuse_fsdp2_options("hf", t, t.accelerate_fsdp())) return e;
   if (auto e = hf_fsdp_check(t)) return e;
   if (auto e = hf_ddp_check(t)) return e;
+  if (t.deepspeed_release != 0 && (t.hf_ddp || t.accelerate_fsdp())) {
+    return InputError("--deepspeed-version", deepspeed_version_name(t.deepspeed_release),
+                      "current without DeepSpeed (--ddp, --fsdp1 and --fsdp2 run none)");
+  }
   // 8-bit Adam and Adafactor size their states by the tensors they step: the model's under --ddp,
   // DeepSpeed's flat partitions under ZeRO 1-3 (hf_deepspeed.cpp). FSDP's sharded parameters
   // (FSDP1's flat ones, FSDP2's DTensors) are not modelled, nor DeepSpeed without ZeRO.
@@ -304,9 +308,9 @@ const Profile kHf{
             "gradient checkpointing (--recompute full) keeps each decoder layer's input; one layer is recomputed at a "
             "time",
             "without --fsdp1 or --fsdp2, DeepSpeed: ZeRO stages shard optimizer states (1), gradients (2) and weights "
-            "(3) over dp; no tp/pp/cp/ep; ZeRO 0 as DeepSpeed >= 0.17.6 runs it: bf16 gradients, fp32 master copies and "
-            "moments, and fp32 gradients for the master at the step (4 bytes per trainable parameter, 8 with the "
-            "config's FusedAdam)",
+            "(3) over dp; no tp/pp/cp/ep; ZeRO 0 as DeepSpeed >= 0.17.6 runs it (earlier: --deepspeed-version): bf16 "
+            "gradients, fp32 master copies and moments, and fp32 gradients for the master at the step (4 bytes per "
+            "trainable parameter, 8 with the config's FusedAdam)",
             "without --fsdp1 or --fsdp2, DeepSpeed's buffers from the ds_config, or its defaults for a bare --zero: "
             "reduce buckets (two with overlap_comm below stage 3), ZeRO-3's persistent parameters and its gathered module plus prefetch bucket; "
             "parameters kept gathered by stage3_max_reuse_distance are not counted",

@@ -29,7 +29,9 @@
 //   copies): 8 bytes per element of the partition it steps (ZeRO-3: of one sub-group, at most
 //   sub_group_size elements).
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -195,6 +197,112 @@ Bytes adafactor_step(const EvalContext& c, const StageReport& st) {
   return Bytes(checked_mul(partition, 8, "adafactor step"));
 }
 
+// bf16 without ZeRO before DeepSpeed 0.17.6 (--deepspeed-version; read at v0.15.0 to v0.17.5):
+// get_data_types makes fp32 the gradient-accumulation dtype and _do_optimizer_sanity_check picks
+// BF16_Optimizer (runtime/bf16_optimizer.py), which flattens each param group's bf16 parameters
+// (padded to a multiple of 2 x dp elements), keeps an fp32 gradient buffer of the whole flat group
+// from its construction (fp32_groups_gradients_flat), and steps fp32 master partitions (flat / dp,
+// ZeRO-1's layout) with the optimizer's states on them. The bf16 gradients stay in param.grad: the
+// engine's step calls no zero_grad for bf16 without ZeRO, and clear_lp_grads frees or zeroes them
+// only when the next backward starts. Each bf16 gradient is added to the fp32 buffer through an
+// fp32 copy of it: in its gradient hook during backward with bf16.immediate_grad_update (the
+// default from 0.16.5 to 0.17.0, constants.py; before 0.16.5 and from 0.17.1, DeepSpeedBF16Config,
+// off), else one after another once backward ends. Then the engine all-reduces the fp32 buffers
+// (buffered_allreduce_fallback, buckets of MEMORY_OPT_ALLREDUCE_SIZE 5e8 elements: a group once
+// the running count passes it, the rest at the end): a bucket of one tensor is reduced through a
+// bf16 copy (communication_data_type defaults to bf16), one of several through their fp32
+// concatenation and its bf16 copy. The Trainer's own optimizer has two groups (the names without
+// bias and norm patterns, get_decay_parameter_names, then the others); a config's optimizer is
+// built from one. torch_adam's foreach AdamW adds _foreach_sqrt's copy of the partition's
+// exp_avg_sq; FusedAdam, FusedLion and fused AdamW add nothing.
+bool bf16_optimizer(const TrainingConfig& t) {
+  return t.zero == 0 && t.deepspeed_release != 0 && t.deepspeed_release < 1706 && t.precision.weights == DType::bf16;
+}
+
+bool immediate_grad_update(const TrainingConfig& t) {
+  if (const auto given = settings(t).immediate_grad_update) return *given;
+  return t.deepspeed_release >= 1605 && t.deepspeed_release <= 1700;
+}
+
+// The Trainer's get_decay_parameter_names: no weight decay for names matching bias, layernorm,
+// rmsnorm, a "norm" component or a "_norm" suffix of a component (lower-cased).
+bool no_decay(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (name.find("bias") != std::string::npos || name.find("layernorm") != std::string::npos ||
+      name.find("rmsnorm") != std::string::npos) {
+    return true;
+  }
+  const std::string padded = "." + name + ".";
+  return padded.find(".norm.") != std::string::npos || padded.find("_norm.") != std::string::npos;
+}
+
+// The flat groups' element counts, each padded to a multiple of 2 x dp (empty groups left out).
+std::vector<std::uint64_t> bf16_groups(const EvalContext& c, const StageReport& st) {
+  const auto align = static_cast<std::uint64_t>(2 * c.layout.config.dp * c.layout.config.cp);
+  const std::uint64_t trained = st.trainable.non_expert.params.value() + st.trainable.expert.params.value();
+  std::uint64_t others = 0;
+  if (!settings(c.t).config_optimizer) {
+    const auto add = [&](const std::vector<Tensor>& tensors, std::int64_t times) {
+      if (times <= 0) return;
+      each_hf_parameter(tensors, [&](const Tensor& first, std::int64_t numel, std::int64_t params, bool trains, bool) {
+        if (!trains || !no_decay(first.name)) return;
+        others += checked_mul(checked_mul(static_cast<std::uint64_t>(numel), static_cast<std::uint64_t>(params), "no-decay"),
+                              static_cast<std::uint64_t>(times), "no-decay");
+      });
+    };
+    const auto& cm = c.cm;
+    for (std::size_t k = 0; k < kLayerClasses; ++k) add(cm.layer[k], cm.layers_in(k, 0, c.model.num_layers));
+    add(cm.embedding, 1);
+    add(cm.head, 1);
+  }
+  std::vector<std::uint64_t> groups;
+  for (const std::uint64_t n : {trained - others, others}) {
+    if (n > 0) groups.push_back(checked_mul(ceil_div(n, align), align, "flat group"));
+  }
+  return groups;
+}
+
+std::uint64_t sum_of(const std::vector<std::uint64_t>& v) {
+  std::uint64_t s = 0;
+  for (const auto n : v) s += n;
+  return s;
+}
+
+// With immediate_grad_update, the fp32 copy of one gradient in its hook, beside the backward's
+// activations: the largest trainable parameter's.
+Bytes hook_copy(const EvalContext& c) {
+  if (!bf16_optimizer(c.t) || !immediate_grad_update(c.t)) return Bytes{};
+  return Bytes(checked_mul(static_cast<std::uint64_t>(param_stats(c, 0).largest_trainable), 4, "fp32 gradient"));
+}
+
+// The largest temporary after backward: the all-reduce's bucket copies, the fp32 copy of one
+// gradient (without immediate_grad_update) or the foreach step's copy of a partition's exp_avg_sq.
+Bytes bf16_optimizer_step(const EvalContext& c, const StageReport& st) {
+  if (!bf16_optimizer(c.t)) return Bytes{};
+  constexpr std::uint64_t kBucket = 500'000'000;  // engine.py MEMORY_OPT_ALLREDUCE_SIZE
+  const auto groups = bf16_groups(c, st);
+  std::uint64_t peak = 0, bucket = 0, tensors = 0;
+  const auto reduce = [&] {
+    if (tensors == 0) return;
+    peak = std::max(peak, checked_mul(bucket, tensors == 1 ? 2 : 6, "all-reduce bucket"));
+    bucket = tensors = 0;
+  };
+  for (const auto n : groups) {
+    bucket += n;
+    ++tensors;
+    if (bucket > kBucket) reduce();
+  }
+  reduce();
+  if (!immediate_grad_update(c.t)) {
+    peak = std::max(peak, checked_mul(static_cast<std::uint64_t>(param_stats(c, 0).largest_trainable), 4, "fp32 gradient"));
+  }
+  if (settings(c.t).foreach_step && !groups.empty()) {
+    const auto dp = static_cast<std::uint64_t>(c.layout.config.dp * c.layout.config.cp);
+    peak = std::max(peak, checked_mul(*std::max_element(groups.begin(), groups.end()) / dp, 4, "foreach step"));
+  }
+  return Bytes(peak);
+}
+
 // Without ZeRO (stage 0) DeepSpeed from 0.17.6 (889f0ead2, "Enable non-ZeRO mode") wraps the
 // optimizer for bf16 as for fp16 (engine.py _do_optimizer_sanity_check: DDP_BFLOAT16 ->
 // _configure_fp16_optimizer): fp32 master copies of the trainable parameters with the states on
@@ -210,14 +318,44 @@ Bytes adafactor_step(const EvalContext& c, const StageReport& st) {
 //   Trainer hands DeepSpeed one group of the trainable parameters then).
 Bytes stage0_step(const EvalContext& c, const StageReport& st) {
   if (c.t.zero != 0) return Bytes{};
+  if (bf16_optimizer(c.t)) return bf16_optimizer_step(c, st);
   const std::uint64_t trained = st.trainable.non_expert.params.value() + st.trainable.expert.params.value();
   return Bytes(checked_mul(trained, static_cast<std::uint64_t>(settings(c.t).stage0_step_bytes), "stage 0 step"));
 }
 
 Bytes step_temporaries(const EvalContext& c, const StageReport& st) { return adafactor_step(c, st) + stage0_step(c, st); }
 
+// BF16_Optimizer's states: the weights by role and the bf16 gradients as ZeRO-1 keeps them, the
+// master copies and moments on ZeRO-1's partitions (ceil(P / dp) per group: within two elements of
+// the flat group's padded partition), and the fp32 gradient buffer of every flat group.
+void record_bf16_optimizer(const EvalContext& c, const StageReport& st, Ledger& ledger) {
+  TrainingConfig zero1 = c.t;
+  zero1.zero = 1;
+  const EvalContext c1{c.cm, c.model, c.profile, c.layout, zero1, c.attention, c.vocab, c.microbatches, c.detail, c.allowance,
+                       c.cache};
+  kZeroStates.record(c1, st, ledger);
+  const auto groups = bf16_groups(c, st);
+  const Count flat(sum_of(groups));
+  add_buffer(ledger, Category::gradients, flat, DType::fp32, 1, "fp32 gradient buffer (BF16_Optimizer)",
+             fmt::format("{} trainable elements in {} flat group(s), each padded to 2 x dp, x fp32", flat.value(),
+                         groups.size()));
+  const Bytes hook = hook_copy(c);
+  if (const Bytes step = bf16_optimizer_step(c, st); step > ledger.total(Category::activations) + hook) {
+    ledger.add(Category::optimizer, step, [&] {
+      return ledger_item("deepspeed", "BF16_Optimizer step temporaries (no ZeRO, DeepSpeed before 0.17.6)",
+                         "the largest of: the all-reduce's bf16 bucket copy (and fp32 concatenation of several groups), "
+                         "one gradient's fp32 copy, the foreach step's exp_avg_sq copy");
+    });
+  } else if (hook.value() > 0) {
+    const Count largest(static_cast<std::uint64_t>(param_stats(c, 0).largest_trainable));
+    add_buffer(ledger, Category::buffers, largest, DType::fp32, 1, "fp32 copy of one gradient (immediate_grad_update hook)",
+               fmt::format("largest trainable parameter {} x fp32, in its gradient hook during backward", largest.value()));
+  }
+}
+
 void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledger) {
-  kZeroStates.record(c, st, ledger);
+  if (bf16_optimizer(c.t)) record_bf16_optimizer(c, st, ledger);
+  else kZeroStates.record(c, st, ledger);
   // deepspeed_cost dropped the activations when the step is the peak.
   if (const Bytes step = adafactor_step(c, st); step.value() > 0 && step > ledger.total(Category::activations)) {
     ledger.add(Category::optimizer, step, [&] {
@@ -225,7 +363,8 @@ void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledge
                          "the flat fp32 partition's squared gradient and update (8 bytes per element)");
     });
   }
-  if (const Bytes step = stage0_step(c, st); step.value() > 0 && step > ledger.total(Category::activations)) {
+  if (const Bytes step = stage0_step(c, st);
+      !bf16_optimizer(c.t) && step.value() > 0 && step > ledger.total(Category::activations)) {
     const bool eight = settings(c.t).stage0_step_bytes == 8;
     ledger.add(Category::optimizer, step, [&] {
       return ledger_item("deepspeed", "fp32 gradients for the master copies (optimizer step, no ZeRO)",
@@ -253,7 +392,7 @@ void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledge
 // outweigh the activations.
 bool deepspeed_cost(const EvalContext& c, StageReport& st, Bytes activations) {
   kZeroStates.cost(c, st, activations);
-  return step_temporaries(c, st) > activations;
+  return step_temporaries(c, st) > activations + hook_copy(c);
 }
 
 void deepspeed_cache(const EvalContext& c, const StageReport& st, Bytes pct, Ledger& ledger) {

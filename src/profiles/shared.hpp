@@ -149,6 +149,12 @@ inline std::optional<InputError> refuse_transformers_options(std::string_view pr
     return InputError("--experts-implementation", std::string(name_of(*t.experts_implementation)),
                       fmt::format("the hf profile (not {}): transformers' experts implementation", profile));
   }
+  if (t.deepspeed_release != 0) {
+    return InputError("--deepspeed-version", deepspeed_version_name(t.deepspeed_release),
+                      fmt::format("current (its default) with the {} profile: the release is an hf-profile (DeepSpeed) "
+                                  "setting",
+                                  profile));
+  }
   return std::nullopt;
 }
 

@@ -280,6 +280,88 @@ TEST(DeepSpeed, StageZeroStepsFp32MasterCopiesWithFp32Gradients) {
   EXPECT_EQ(stage_bytes(from_torch_fused, "optimizer"), n * (12 + 4));
 }
 
+// bf16 without ZeRO before DeepSpeed 0.17.6 runs BF16_Optimizer (runtime/bf16_optimizer.py, read
+// at v0.15.0 to v0.17.5): bf16 gradients stay in param.grad, an fp32 buffer holds every flat
+// group's gradients (each group padded to a multiple of 2 x dp elements), and the fp32 master copies
+// and moments live on dp partitions. After backward the engine all-reduces the fp32 buffers in
+// 5e8-element buckets: one group alone through a bf16 copy, several through their fp32
+// concatenation and its bf16 copy; without immediate_grad_update each gradient is converted to fp32
+// one at a time then. Llama test config (106,816 parameters): the Trainer's own optimizer has two
+// groups, the 320 norm weights (final norm 64 + 2 layers x 2 x 64) and the other 106,496.
+TEST(DeepSpeed, StageZeroBeforeSeventeenSixRunsBf16Optimizer) {
+  const std::uint64_t n = 106'816;
+  const auto old = hf_run({"--zero", "0", "--deepspeed-version", "0.16.4"});
+  EXPECT_EQ(stage_bytes(old, "gradients"), n * 2 + n * 4);
+  // Master 4 + moments 8 over dp 1, and the step: both groups in one bucket (106,816 < 5e8), their
+  // fp32 concatenation and its bf16 copy, 6 x 106,816 = 640,896, above one gradient's fp32 copy
+  // (the embedding's or head's 16,384 x 4) and the activations of 16 tokens.
+  EXPECT_EQ(stage_bytes(old, "optimizer"), n * 12 + n * 6);
+  EXPECT_EQ(stage_bytes(old, "activations"), 0u);
+  // dp 3: groups padded to multiples of 6 (106,496 -> 106,500 and 320 -> 324) in the fp32 buffer;
+  // master and moments on ceil(106,816 / 3) = 35,606 elements; the bucket 6 x 106,824.
+  const auto dp3 = hf_run({"--zero", "0", "--dp", "3", "--deepspeed-version", "0.17.3"});
+  EXPECT_EQ(stage_bytes(dp3, "gradients"), n * 2 + 106'824u * 4);
+  EXPECT_EQ(stage_bytes(dp3, "optimizer"), 35'606u * 12 + 106'824u * 6);
+  // 0.16.5 to 0.17.0 convert each gradient in its hook (immediate_grad_update's default then): the
+  // step's largest temporary is still the bucket.
+  EXPECT_EQ(stage_bytes(hf_run({"--zero", "0", "--deepspeed-version", "0.17.0"}), "optimizer"), n * 12 + n * 6);
+  // From 0.17.6, and with --deepspeed-version current, the FP16 optimizers' path (the test above).
+  EXPECT_EQ(stage_bytes(hf_run({"--zero", "0", "--deepspeed-version", "0.18.1"}), "total"),
+            stage_bytes(hf_run({"--zero", "0"}), "total"));
+  // ZeRO stages are unchanged by the release.
+  EXPECT_EQ(stage_bytes(hf_run({"--zero", "2", "--deepspeed-version", "0.16.4"}), "total"),
+            stage_bytes(hf_run({"--zero", "2"}), "total"));
+}
+
+// A config's optimizer is built from one group: a bucket of one tensor, reduced through its bf16
+// copy (2 x 106,816 = 213,632). torch_adam's foreach AdamW adds _foreach_sqrt's copy of the
+// partition's exp_avg_sq (4 x 106,816 = 427,264), the larger. The ds_config's
+// bf16.immediate_grad_update overrides the release's default.
+TEST(DeepSpeed, Bf16OptimizerStepFollowsTheConfigsOptimizer) {
+  const auto write_config = [](const std::string& text) {
+    char path[] = "/tmp/moemem-ds-bf16opt-XXXXXX";
+    const int fd = mkstemp(path);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    close(fd);
+    return std::string(path);
+  };
+  const std::uint64_t n = 106'816;
+  const std::string torch_adam = write_config(
+      R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0},"optimizer":{"type":"AdamW","params":{"torch_adam":true}}})");
+  const std::string immediate =
+      write_config(R"({"bf16":{"enabled":true,"immediate_grad_update":true},"zero_optimization":{"stage":0}})");
+  const std::string bad = write_config(R"({"bf16":{"enabled":true,"immediate_grad_update":"yes"},"zero_optimization":{}})");
+  const auto foreach = hf_run({"--deepspeed", torch_adam, "--deepspeed-version", "0.16.4"});
+  EXPECT_EQ(stage_bytes(foreach, "optimizer"), n * 12 + n * 4);
+  // With the hook's conversion and the step's bucket copy, whichever is the peak, the total is
+  // at least the states and the bucket.
+  const auto hooked = hf_run({"--deepspeed", immediate, "--deepspeed-version", "0.16.4"});
+  EXPECT_EQ(stage_bytes(hooked, "gradients"), n * 6);
+  const auto r = run_cli({"analyze", "--model", kLlama, "--profile", "hf", "--deepspeed", bad, "--deepspeed-version", "0.16.4"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("bf16.immediate_grad_update"), std::string::npos) << r.err;
+  for (const auto& path : {torch_adam, immediate, bad}) std::remove(path.c_str());
+}
+
+// --deepspeed-version is read under the hf profile with DeepSpeed only, and from 0.15.0.
+TEST(DeepSpeed, ReleaseFlagIsRefusedWhereItMeansNothing) {
+  const auto refused = [](std::vector<std::string> args) {
+    std::vector<std::string> all = {"analyze", "--model", kLlama};
+    all.insert(all.end(), args.begin(), args.end());
+    const auto r = run_cli(all);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.err.find("--deepspeed-version"), std::string::npos) << r.err;
+  };
+  refused({"--profile", "megatron", "--deepspeed-version", "0.16.4"});
+  refused({"--profile", "torchtitan", "--deepspeed-version", "0.16.4"});
+  refused({"--profile", "hf", "--ddp", "--deepspeed-version", "0.16.4"});
+  refused({"--profile", "hf", "--zero", "0", "--deepspeed-version", "0.14.9"});
+  refused({"--profile", "hf", "--zero", "0", "--deepspeed-version", "0.16"});
+  refused({"--profile", "hf", "--zero", "0", "--deepspeed-version", "0.16.4.1"});
+  refused({"--profile", "hf", "--zero", "0", "--deepspeed-version", "v0.16.4"});
+}
+
 TEST(DeepSpeed, CliErrorsExit2) {
   const auto other = run_cli({"analyze", "--model", kLlama, "--deepspeed", kDir + "zero3.json"});
   EXPECT_EQ(other.code, 2);
