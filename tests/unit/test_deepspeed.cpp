@@ -242,6 +242,16 @@ TEST(DeepSpeed, BareZeroIsTheConfigsDefaultsAndOffloadKeepsNoGradientOnTheGpu) {
   EXPECT_EQ(stage_bytes(off, "host"), 1'003'782'656ULL * (2 + 16));
 }
 
+// A ds_config in a temporary file (the caller removes it).
+std::string temp_config(const std::string& text) {
+  char path[] = "/tmp/moemem-ds-config-XXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  return std::string(path);
+}
+
 // Without ZeRO (stage 0) DeepSpeed from 0.17.6 keeps bf16 weights and gradients, fp32 master
 // copies and moments of every parameter, and makes fp32 gradients for the master at the step
 // (engine.py DDP_BFLOAT16 -> FP16_UnfusedOptimizer, or FP16_Optimizer with the config's FusedAdam,
@@ -249,25 +259,17 @@ TEST(DeepSpeed, BareZeroIsTheConfigsDefaultsAndOffloadKeepsNoGradientOnTheGpu) {
 // Llama test config has 106,816 parameters; at 16 tokens its activations are far below the step's
 // temporaries, so the step is the peak.
 TEST(DeepSpeed, StageZeroStepsFp32MasterCopiesWithFp32Gradients) {
-  const auto write_config = [](const std::string& text) {
-    char path[] = "/tmp/moemem-ds-zero0-XXXXXX";
-    const int fd = mkstemp(path);
-    EXPECT_GE(fd, 0);
-    EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-    close(fd);
-    return std::string(path);
-  };
   const std::uint64_t n = 106'816;
   const auto bare = hf_run({"--zero", "0"});
   EXPECT_EQ(stage_bytes(bare, "gradients"), n * 2);
   // master 4 + moments 4 + 4, and the unfused step's fp32 gradient per parameter.
   EXPECT_EQ(stage_bytes(bare, "optimizer"), n * (12 + 4));
   EXPECT_EQ(stage_bytes(bare, "activations"), 0u);  // the step is the peak
-  const std::string stage0 = write_config(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0}})");
-  const std::string fused = write_config(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0},"optimizer":{"type":"AdamW"}})");
-  const std::string torch_adam = write_config(
+  const std::string stage0 = temp_config(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0}})");
+  const std::string fused = temp_config(R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0},"optimizer":{"type":"AdamW"}})");
+  const std::string torch_adam = temp_config(
       R"({"bf16":{"enabled":true},"zero_optimization":{},"optimizer":{"type":"AdamW","params":{"torch_adam":true}}})");
-  const std::string torch_fused = write_config(
+  const std::string torch_fused = temp_config(
       R"({"bf16":{"enabled":true},"zero_optimization":{},"optimizer":{"type":"AdamW","params":{"torch_adam":true,"fused":true}}})");
   const auto from_stage0 = hf_run({"--deepspeed", stage0});
   const auto from_fused = hf_run({"--deepspeed", fused});
@@ -318,20 +320,12 @@ TEST(DeepSpeed, StageZeroBeforeSeventeenSixRunsBf16Optimizer) {
 // partition's exp_avg_sq (4 x 106,816 = 427,264), the larger. The ds_config's
 // bf16.immediate_grad_update overrides the release's default.
 TEST(DeepSpeed, Bf16OptimizerStepFollowsTheConfigsOptimizer) {
-  const auto write_config = [](const std::string& text) {
-    char path[] = "/tmp/moemem-ds-bf16opt-XXXXXX";
-    const int fd = mkstemp(path);
-    EXPECT_GE(fd, 0);
-    EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-    close(fd);
-    return std::string(path);
-  };
   const std::uint64_t n = 106'816;
-  const std::string torch_adam = write_config(
+  const std::string torch_adam = temp_config(
       R"({"bf16":{"enabled":true},"zero_optimization":{"stage":0},"optimizer":{"type":"AdamW","params":{"torch_adam":true}}})");
   const std::string immediate =
-      write_config(R"({"bf16":{"enabled":true,"immediate_grad_update":true},"zero_optimization":{"stage":0}})");
-  const std::string bad = write_config(R"({"bf16":{"enabled":true,"immediate_grad_update":"yes"},"zero_optimization":{}})");
+      temp_config(R"({"bf16":{"enabled":true,"immediate_grad_update":true},"zero_optimization":{"stage":0}})");
+  const std::string bad = temp_config(R"({"bf16":{"enabled":true,"immediate_grad_update":"yes"},"zero_optimization":{}})");
   const auto foreach = hf_run({"--deepspeed", torch_adam, "--deepspeed-version", "0.16.4"});
   EXPECT_EQ(stage_bytes(foreach, "optimizer"), n * 12 + n * 4);
   // With the hook's conversion and the step's bucket copy, whichever is the peak, the total is

@@ -47,11 +47,26 @@ std::vector<ActivationTerm> block(const ModelSpec& m, const ParallelConfig& p, c
   return layer_activation_terms(get_profile("torchtitan"), m, resolve_layout(m, p), t, LayerKind::moe);
 }
 
+// FSDP over 8 ranks; EP 8 over them; the hottest rank receiving 1.5 x its share.
+ParallelConfig fsdp8() {
+  ParallelConfig p;
+  p.dp = 8;
+  return p;
+}
+ParallelConfig ep8() {
+  ParallelConfig p = fsdp8();
+  p.ep = 8;
+  return p;
+}
+TrainingConfig hot(TrainingConfig t) {
+  t.moe_imbalance = 1.5;
+  return t;
+}
+
 TEST(TorchtitanGptOss, OneBlockSavesWhatEagerAutogradKeeps) {
   const ModelSpec m = load_model("gpt-oss-20b");
   const TrainingConfig t = hand_training(8192);
-  ParallelConfig p;
-  p.dp = 8;
+  const ParallelConfig p = fsdp8();
   EXPECT_EQ(saved_bytes(block(m, p, t)), 8192u * 287308u);
   // Full activation checkpointing keeps the block input only.
   EXPECT_EQ(saved_bytes(block(m, p, t), true), 8192u * 5760u);
@@ -68,12 +83,7 @@ TEST(TorchtitanGptOss, OneBlockSavesWhatEagerAutogradKeeps) {
   // 39,300 + 17,528 (norm, router and dispatch indices) and per routed row the combine's 11,524,
   // per received row 46,104 (input 5,760, bias indices 16, mlp1 11,520, SwiGLU 28,800, permute's
   // index 8): 465,534,976 + 377,618,432 + 2,266,103,808.
-  ParallelConfig ep8;
-  ep8.dp = 8;
-  ep8.ep = 8;
-  TrainingConfig hot = t;
-  hot.moe_imbalance = 1.5;
-  EXPECT_EQ(saved_bytes(block(m, ep8, hot)), 3109257216u);
+  EXPECT_EQ(saved_bytes(block(m, ep8(), hot(t))), 3109257216u);
 }
 
 std::uint64_t transient_total(const std::vector<ActivationTerm>& terms) {
@@ -92,19 +102,13 @@ std::uint64_t transient_total(const std::vector<ActivationTerm>& terms) {
 TEST(TorchtitanGptOss, CombineTransientsAreTheBlocksLargestMoment) {
   const ModelSpec m = load_model("gpt-oss-20b");
   const TrainingConfig t = hand_training(8192);
-  ParallelConfig p;
-  p.dp = 8;
+  const ParallelConfig p = fsdp8();
   // Per token (N = 4 rows): 5,760 + 4 x 5,760 + 4 x 11,520 + 4 x 5,760 + 5,760 = 103,680.
   EXPECT_EQ(transient_total(block(m, p, t)), 8192u * 103680u);
   // EP 8, the hottest rank receiving 1.5 x its share (49,152 rows): input 47,185,920, experts'
   // output 283,115,520, all-to-all output 188,743,680, fp32 product 377,487,360, its cast
   // 188,743,680, zeros 47,185,920.
-  ParallelConfig ep8;
-  ep8.dp = 8;
-  ep8.ep = 8;
-  TrainingConfig hot = t;
-  hot.moe_imbalance = 1.5;
-  EXPECT_EQ(transient_total(block(m, ep8, hot)), 1132462080u);
+  EXPECT_EQ(transient_total(block(m, ep8(), hot(t))), 1132462080u);
 }
 
 void expect_refused(const ParallelConfig& p, const TrainingConfig& t, const std::string& field) {
