@@ -211,28 +211,39 @@ void read_optimizer(const json& o, const std::string& source, DeepSpeedConfig& d
 
 // Releases read against DeepSpeed's tags back to v0.15.0 (runtime/engine.py get_data_types and
 // _do_optimizer_sanity_check, runtime/bf16_optimizer.py); 0.17.6 (889f0ead2) moved bf16 without
-// ZeRO to the FP16 optimizers, the default path.
+// ZeRO to the FP16 optimizers, the default path. A local suffix ("+cu124", "+889f0ead": what a
+// source install reports as deepspeed.__version__) is the release it names; no leading zeros.
 std::int32_t parse_deepspeed_version(std::string_view text) {
   if (text == "current") return 0;
   const auto refuse = [&] {
     return InputError("--deepspeed-version", std::string(text),
-                      "current (0.17.6 and later) or a release X.Y.Z from 0.15.0 (earlier releases not read)");
+                      "current (0.17.6 and later) or a release X.Y.Z (each part 0 to 99, no leading zeros, an optional "
+                      "+local suffix) from 0.15.0 (earlier releases not read)");
   };
+  std::string_view release = text;
+  if (const auto plus = text.find('+'); plus != std::string_view::npos) {
+    const std::string_view local = text.substr(plus + 1);
+    const bool ok = !local.empty() && std::all_of(local.begin(), local.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.';
+    });
+    if (!ok) throw refuse();
+    release = text.substr(0, plus);
+  }
   std::int32_t part[3] = {0, 0, 0};
   std::size_t at = 0;
   for (int i = 0; i < 3; ++i) {
     const std::size_t start = at;
-    while (at < text.size() && at - start < 4 && std::isdigit(static_cast<unsigned char>(text[at]))) {
-      part[i] = part[i] * 10 + (text[at] - '0');
+    while (at < release.size() && at - start < 3 && std::isdigit(static_cast<unsigned char>(release[at]))) {
+      part[i] = part[i] * 10 + (release[at] - '0');
       ++at;
     }
-    if (at == start || part[i] > 99) throw refuse();
+    if (at == start || part[i] > 99 || (release[start] == '0' && at - start > 1)) throw refuse();
     if (i < 2) {
-      if (at >= text.size() || text[at] != '.') throw refuse();
+      if (at >= release.size() || release[at] != '.') throw refuse();
       ++at;
     }
   }
-  if (at != text.size()) throw refuse();
+  if (at != release.size()) throw refuse();
   const std::int32_t code = part[0] * 10000 + part[1] * 100 + part[2];
   if (code < 1500) throw refuse();
   return code >= 1706 ? 0 : code;

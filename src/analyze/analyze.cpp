@@ -137,8 +137,17 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
         "DeepSpeed {}: bf16 without ZeRO runs BF16_Optimizer, not the ZeRO 0 path above: bf16 and fp32 gradients of "
         "every trainable parameter (the fp32 buffer padded per flat group to 2 x dp), fp32 master copies and moments "
         "partitioned over dp; after backward the largest of the all-reduce's bf16 bucket copy, one gradient's fp32 copy "
-        "and the foreach step's copy",
-        deepspeed_version_name(c.t.deepspeed_release)));
+        "and the foreach step's copy{}",
+        deepspeed_version_name(c.t.deepspeed_release),
+        (c.t.deepspeed && c.t.deepspeed->config_optimizer) || c.t.optimizer != OptimizerKind::adamw
+            ? ""
+            : " (the Trainer's AdamW taken as adamw_torch, its default before torch 2.8: foreach, whose step copies each "
+              "group's exp_avg_sq partition; with torch 2.8 or later, adamw_torch_fused copies nothing and this errs "
+              "high by that copy)"));
+  } else if (c.profile.name == "hf" && c.t.deepspeed_release != 0) {
+    r.assumptions.push_back(fmt::format("DeepSpeed {}: modelled as the current release; the release changes what is "
+                                        "modelled only for bf16 without ZeRO (BF16_Optimizer)",
+                                        deepspeed_version_name(c.t.deepspeed_release)));
   }
   if (c.layout.etp_defaulted && c.profile.etp_follows_tp && c.model.is_moe() && c.layout.config.tp > 1) {
     // megatron/training/arguments.py validate_args: expert_tensor_parallel_size defaults to tp

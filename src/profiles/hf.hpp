@@ -22,13 +22,22 @@ extern const StateModel kHfStates, kHfDdpStates;
 
 // The parameters Hugging Face's modeling code holds in a group of inventory tensors: the parts of
 // a fused checkpoint tensor (consecutive entries of one name, e.g. gpt-oss's gate_up_proj) are one
-// parameter, and a routed entry's copies are one parameter each where the name has a wildcard
-// (Mixtral's "experts.*.w1.weight": an nn.Linear per expert), else one parameter holding them all
-// (gpt-oss's, Llama-4's and Qwen3.5's 3-D "experts.gate_up_proj" [E, ...]). Calls f(first tensor,
-// elements of one parameter, parameters per layer, whether any part trains, whether any part is
-// NF4) once per distinct parameter.
+// parameter. A routed entry's copies are one parameter each where the name has a wildcard
+// (Mixtral's "experts.*.w1.weight": an nn.Linear per expert under transformers 4), else one
+// parameter holding them all (gpt-oss's, Llama-4's and Qwen3.5's 3-D "experts.gate_up_proj"
+// [E, ...]). transformers 5 (fused_experts) holds every MoE model's routed experts as 3-D
+// parameters, gate and up fused: the wildcard entries then make two parameters, gate_up_proj
+// [E, 2f, h] (the gate and up entries) and down_proj [E, h, f] (the measured saved tensors show the
+// fused product: docs/validation.md). Calls f(first tensor, elements of one parameter, parameters
+// per layer, whether any part trains, whether any part is NF4) once per distinct parameter.
 template <class F>
-void each_hf_parameter(const std::vector<Tensor>& tensors, F&& f) {
+void each_hf_parameter(const std::vector<Tensor>& tensors, bool fused_experts, F&& f) {
+  struct Fused {
+    const Tensor* first = nullptr;
+    std::int64_t numel = 0;
+    bool trains = false, nf4 = false;
+  };
+  Fused gate_up, down;
   for (std::size_t i = 0; i < tensors.size();) {
     std::size_t j = i;
     std::int64_t numel = 0;
@@ -40,13 +49,27 @@ void each_hf_parameter(const std::vector<Tensor>& tensors, F&& f) {
       nf4 = nf4 || tensors[j].quantized();
     }
     const Tensor& first = tensors[i];
-    const bool per_copy = first.name.find('*') != std::string::npos;
-    if (!per_copy) {
-      numel = static_cast<std::int64_t>(
-          checked_mul(static_cast<std::uint64_t>(numel), static_cast<std::uint64_t>(first.copies), "parameter size"));
-    }
-    f(first, numel, per_copy ? first.copies : std::int64_t{1}, trains, nf4);
     i = j;
+    const bool per_copy = first.name.find('*') != std::string::npos;
+    if (!per_copy || !fused_experts || !first.is_routed_expert) {
+      if (!per_copy) {
+        numel = static_cast<std::int64_t>(
+            checked_mul(static_cast<std::uint64_t>(numel), static_cast<std::uint64_t>(first.copies), "parameter size"));
+      }
+      f(first, numel, per_copy ? first.copies : std::int64_t{1}, trains, nf4);
+      continue;
+    }
+    Fused& into = first.role == Role::expert_down ? down : gate_up;
+    if (into.first == nullptr) into.first = &first;
+    into.numel = static_cast<std::int64_t>(checked_add(
+        static_cast<std::uint64_t>(into.numel),
+        checked_mul(static_cast<std::uint64_t>(numel), static_cast<std::uint64_t>(first.copies), "parameter size"),
+        "parameter size"));
+    into.trains = into.trains || trains;
+    into.nf4 = into.nf4 || nf4;
+  }
+  for (const Fused* p : {&gate_up, &down}) {
+    if (p->first != nullptr) f(*p->first, p->numel, std::int64_t{1}, p->trains, p->nf4);
   }
 }
 }  // namespace moemem::detail

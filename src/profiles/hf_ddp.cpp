@@ -91,7 +91,7 @@ Bytes adafactor_step_bytes(const EvalContext& c, const DdpCounts& n) {
   if (c.t.optimizer != OptimizerKind::adafactor) return Bytes{};
   std::uint64_t largest = 0;
   const auto scan = [&](const std::vector<Tensor>& ts) {
-    each_hf_parameter(ts, [&](const Tensor&, std::int64_t numel, std::int64_t, bool trains, bool) {
+    each_hf_parameter(ts, c.t.transformers_version == TransformersVersion::v5, [&](const Tensor&, std::int64_t numel, std::int64_t, bool trains, bool) {
       if (trains) largest = std::max(largest, static_cast<std::uint64_t>(numel));
     });
   };

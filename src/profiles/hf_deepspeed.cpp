@@ -59,37 +59,52 @@ namespace {
 
 // DeepSpeed's parameters as the model holds them (each_hf_parameter): one per module weight, the
 // parts of a fused checkpoint tensor together, and a routed entry's experts one each (Mixtral's
-// nn.Linear per expert) or all in one (gpt-oss's 3-D gate_up_proj, gathered whole under ZeRO-3).
+// nn.Linear per expert under transformers 4) or all in one (transformers 5's and gpt-oss's 3-D
+// gate_up_proj, gathered whole under ZeRO-3). ZeRO-3 gathers a module's own parameters together
+// (partitioned_param_coordinator.py fetch_sub_module, iter_params of the module): one weight for
+// an nn.Linear, but the experts module's 3-D parameters (gate_up_proj and down_proj, with gpt-oss's
+// biases) all at once.
 struct ParamStats {
   std::int64_t largest = 0;           // elements of the largest parameter
+  std::int64_t largest_module = 0;    // elements of the largest module's own parameters together
   std::int64_t largest_trainable = 0;
   std::int64_t largest_nf4 = 0;       // QLoRA: elements of the largest NF4-stored weight
   std::uint64_t persistent = 0;       // elements of the parameters at or under the threshold
   std::uint64_t persistent_count = 0;
 };
 
+bool fused_experts(const TrainingConfig& t) { return t.transformers_version == TransformersVersion::v5; }
+
 // The compiled model's groups hold only the tensors the profile accounts (compile_model).
-void add_group(const std::vector<Tensor>& tensors, std::int64_t times, std::int64_t threshold, ParamStats& s) {
+void add_group(const std::vector<Tensor>& tensors, std::int64_t times, std::int64_t threshold, bool fused, ParamStats& s) {
   if (times <= 0) return;
-  each_hf_parameter(tensors, [&](const Tensor&, std::int64_t numel, std::int64_t params, bool trains, bool nf4) {
+  std::uint64_t experts = 0;  // the layer's 3-D routed-expert parameters: one module
+  each_hf_parameter(tensors, fused, [&](const Tensor& first, std::int64_t numel, std::int64_t params, bool trains, bool nf4) {
     const auto copies = static_cast<std::uint64_t>(params);
     s.largest = std::max(s.largest, numel);
     if (nf4) s.largest_nf4 = std::max(s.largest_nf4, numel);
     if (trains) s.largest_trainable = std::max(s.largest_trainable, numel);
+    if (first.is_routed_expert && (fused || first.name.find('*') == std::string::npos)) {
+      experts = checked_add(experts, static_cast<std::uint64_t>(numel), "experts module");
+    }
     if (numel <= threshold) {
       const std::uint64_t n = checked_mul(copies, static_cast<std::uint64_t>(times), "persistent parameters");
       s.persistent += checked_mul(static_cast<std::uint64_t>(numel), n, "persistent parameters");
       s.persistent_count += n;
     }
   });
+  s.largest_module = std::max({s.largest_module, s.largest, static_cast<std::int64_t>(experts)});
 }
 
 ParamStats param_stats(const EvalContext& c, std::int64_t threshold) {
   ParamStats s;
   const auto& cm = c.cm;
-  for (std::size_t k = 0; k < kLayerClasses; ++k) add_group(cm.layer[k], cm.layers_in(k, 0, c.model.num_layers), threshold, s);
-  add_group(cm.embedding, 1, threshold, s);
-  add_group(cm.head, 1, threshold, s);
+  const bool fused = fused_experts(c.t);
+  for (std::size_t k = 0; k < kLayerClasses; ++k) {
+    add_group(cm.layer[k], cm.layers_in(k, 0, c.model.num_layers), threshold, fused, s);
+  }
+  add_group(cm.embedding, 1, threshold, fused, s);
+  add_group(cm.head, 1, threshold, fused, s);
   return s;
 }
 
@@ -161,14 +176,15 @@ void record_stage3(const EvalContext& c, const DeepSpeedBuffers& b, const DeepSp
              fmt::format("{} parameters of <= stage3_param_persistence_threshold {} elements x {}", s.persistent_count,
                          z.persistence_threshold, name_of(d)));
   // The module being run plus the prefetched ones, bounded by max_live_parameters for the
-  // prefetch (fetch_sub_module); the largest parameter stands for the largest module (HF's
-  // modules hold one weight each, but for fused or leaf modules).
-  const std::int64_t room = std::max<std::int64_t>(0, b.max_live_parameters - s.largest);
+  // prefetch (fetch_sub_module): the largest module's own parameters (one weight for HF's
+  // nn.Linear modules, every 3-D parameter of a routed-experts module).
+  const std::int64_t module = s.largest_module;
+  const std::int64_t room = std::max<std::int64_t>(0, b.max_live_parameters - module);
   const std::int64_t prefetch = std::min(z.prefetch_bucket, room);
-  const Count gathered(static_cast<std::uint64_t>(s.largest + prefetch));
+  const Count gathered(static_cast<std::uint64_t>(module + prefetch));
   add_buffer(ledger, Category::buffers, gathered, d, 1, "gathered parameters (current module + prefetch)",
-             fmt::format("largest parameter {} + min(stage3_prefetch_bucket_size {}, stage3_max_live_parameters {} - {}) x {}",
-                         s.largest, z.prefetch_bucket, b.max_live_parameters, s.largest, name_of(d)));
+             fmt::format("largest module {} + min(stage3_prefetch_bucket_size {}, stage3_max_live_parameters {} - {}) x {}",
+                         module, z.prefetch_bucket, b.max_live_parameters, module, name_of(d)));
 }
 
 // What the optimizer sees under DeepSpeed: each group a flat 1-D partition (module comment).
@@ -202,21 +218,39 @@ Bytes adafactor_step(const EvalContext& c, const StageReport& st) {
 // BF16_Optimizer (runtime/bf16_optimizer.py), which flattens each param group's bf16 parameters
 // (padded to a multiple of 2 x dp elements), keeps an fp32 gradient buffer of the whole flat group
 // from its construction (fp32_groups_gradients_flat), and steps fp32 master partitions (flat / dp,
-// ZeRO-1's layout) with the optimizer's states on them. The bf16 gradients stay in param.grad: the
-// engine's step calls no zero_grad for bf16 without ZeRO, and clear_lp_grads frees or zeroes them
-// only when the next backward starts. Each bf16 gradient is added to the fp32 buffer through an
-// fp32 copy of it: in its gradient hook during backward with bf16.immediate_grad_update (the
-// default from 0.16.5 to 0.17.0, constants.py; before 0.16.5 and from 0.17.1, DeepSpeedBF16Config,
-// off), else one after another once backward ends. Then the engine all-reduces the fp32 buffers
-// (buffered_allreduce_fallback, buckets of MEMORY_OPT_ALLREDUCE_SIZE 5e8 elements: a group once
-// the running count passes it, the rest at the end): a bucket of one tensor is reduced through a
-// bf16 copy (communication_data_type defaults to bf16), one of several through their fp32
+// ZeRO-1's layout) with the optimizer's states on them. The bf16 gradients are in param.grad at
+// the end of backward and through the step: the engine's step calls no zero_grad for bf16 without
+// ZeRO; clear_lp_grads, when the next backward starts, sets them to None up to 0.16.4 and zeroes
+// them in place from 0.16.5 (set_to_none False), and the Trainer's model.zero_grad() after the step
+// reaches DeepSpeedEngine.zero_grad, which sets them to None. Each bf16 gradient is added to the
+// fp32 buffer through an fp32 copy of it (_update_hp_grad): in its gradient hook during backward
+// with bf16.immediate_grad_update, else one after another once backward ends. Its default is
+// constants.py's up to 0.17.0 (off up to 0.16.4, on from 0.16.5) and DeepSpeedBF16Config's from
+// 0.17.1 (off); the config's key wins. Then the engine all-reduces the fp32 buffers
+// (buffered_allreduce_fallback, buckets of MEMORY_OPT_ALLREDUCE_SIZE 5e8 elements: a tensor is
+// appended, then the bucket is reduced once it holds more than 5e8, the rest at the end; so two
+// groups share a bucket when the first alone holds at most 5e8): a bucket of one tensor is reduced
+// through a bf16 copy (communication_data_type defaults to bf16), one of several through their fp32
 // concatenation and its bf16 copy. The Trainer's own optimizer has two groups (the names without
 // bias and norm patterns, get_decay_parameter_names, then the others); a config's optimizer is
-// built from one. torch_adam's foreach AdamW adds _foreach_sqrt's copy of the partition's
-// exp_avg_sq; FusedAdam, FusedLion and fused AdamW add nothing.
+// built from one. A foreach AdamW step (foreach_step) adds _foreach_sqrt's copy of a group's
+// exp_avg_sq partition; FusedAdam, FusedLion and fused AdamW add nothing. Not charged: from 0.16.5,
+// with gradient accumulation, autograd's accumulation into the zeroed gradients holds a second
+// bf16 copy of one gradient at a time (at most 2 bytes x the largest parameter, under the fp32
+// gradient buffer's 4 x P).
 bool bf16_optimizer(const TrainingConfig& t) {
   return t.zero == 0 && t.deepspeed_release != 0 && t.deepspeed_release < 1706 && t.precision.weights == DType::bf16;
+}
+
+// The step runs torch AdamW's foreach path, whose _foreach_sqrt copies each group's exp_avg_sq
+// partition: the config's torch_adam without params.fused, or the Trainer's own AdamW. The
+// Trainer's default optim is adamw_torch (torch.optim.AdamW, foreach=None: foreach on CUDA), or
+// adamw_hf in older transformers (a per-tensor loop whose sqrt makes the same copy), and
+// adamw_torch_fused only with torch 2.8 or later (training_args.py default_optim). DeepSpeed
+// 0.15.0 to 0.17.5 came out before or with torch 2.8 (August 2025), so the copy is charged: high
+// by it on torch 2.8 or later (the assumption line says so).
+bool foreach_step(const TrainingConfig& t) {
+  return settings(t).foreach_step || (!settings(t).config_optimizer && t.optimizer == OptimizerKind::adamw);
 }
 
 bool immediate_grad_update(const TrainingConfig& t) {
@@ -244,7 +278,7 @@ std::vector<std::uint64_t> bf16_groups(const EvalContext& c, const StageReport& 
   if (!settings(c.t).config_optimizer) {
     const auto add = [&](const std::vector<Tensor>& tensors, std::int64_t times) {
       if (times <= 0) return;
-      each_hf_parameter(tensors, [&](const Tensor& first, std::int64_t numel, std::int64_t params, bool trains, bool) {
+      each_hf_parameter(tensors, fused_experts(c.t), [&](const Tensor& first, std::int64_t numel, std::int64_t params, bool trains, bool) {
         if (!trains || !no_decay(first.name)) return;
         others += checked_mul(checked_mul(static_cast<std::uint64_t>(numel), static_cast<std::uint64_t>(params), "no-decay"),
                               static_cast<std::uint64_t>(times), "no-decay");
@@ -275,6 +309,17 @@ Bytes hook_copy(const EvalContext& c) {
   return Bytes(checked_mul(static_cast<std::uint64_t>(param_stats(c, 0).largest_trainable), 4, "fp32 gradient"));
 }
 
+// From 0.16.5 clear_lp_grads zeroes the bf16 gradients instead of freeing them, so from the second
+// micro-batch of a step autograd adds each new gradient into the zeroed one in place: the new
+// gradient (at most the largest trainable parameter's, bf16) is alive beside param.grad.
+Bytes accumulation_copy(const EvalContext& c) {
+  if (!bf16_optimizer(c.t) || c.t.deepspeed_release < 1605 || c.microbatches.value_or(1) <= 1) return Bytes{};
+  return Bytes(checked_mul(static_cast<std::uint64_t>(param_stats(c, 0).largest_trainable), 2, "bf16 gradient"));
+}
+
+// The backward's transients beside the activations.
+Bytes backward_copies(const EvalContext& c) { return hook_copy(c) + accumulation_copy(c); }
+
 // The largest temporary after backward: the all-reduce's bucket copies, the fp32 copy of one
 // gradient (without immediate_grad_update) or the foreach step's copy of a partition's exp_avg_sq.
 Bytes bf16_optimizer_step(const EvalContext& c, const StageReport& st) {
@@ -296,7 +341,7 @@ Bytes bf16_optimizer_step(const EvalContext& c, const StageReport& st) {
   if (!immediate_grad_update(c.t)) {
     peak = std::max(peak, checked_mul(static_cast<std::uint64_t>(param_stats(c, 0).largest_trainable), 4, "fp32 gradient"));
   }
-  if (settings(c.t).foreach_step && !groups.empty()) {
+  if (foreach_step(c.t) && !groups.empty()) {
     const auto dp = static_cast<std::uint64_t>(c.layout.config.dp * c.layout.config.cp);
     peak = std::max(peak, checked_mul(*std::max_element(groups.begin(), groups.end()) / dp, 4, "foreach step"));
   }
@@ -325,31 +370,46 @@ Bytes stage0_step(const EvalContext& c, const StageReport& st) {
 
 Bytes step_temporaries(const EvalContext& c, const StageReport& st) { return adafactor_step(c, st) + stage0_step(c, st); }
 
-// BF16_Optimizer's states: the weights by role and the bf16 gradients as ZeRO-1 keeps them, the
-// master copies and moments on ZeRO-1's partitions (ceil(P / dp) per group: within two elements of
-// the flat group's padded partition), and the fp32 gradient buffer of every flat group.
+// BF16_Optimizer's states, recorded as ZeRO-1 records them with the padded flat groups standing
+// for the trainable elements: the master copies and moments on each group's partition, F_g / dp
+// (exact: F_g is a multiple of 2 x dp), and bf16 gradients of sum F_g. DeepSpeed's param.grad holds
+// the unpadded gradients while its flat bf16 weights hold the padding (at most 2 x dp - 1 elements
+// a group): the padding's bytes move from the weights to the gradients, the total is exact. Then
+// the fp32 gradient buffer of every flat group.
 void record_bf16_optimizer(const EvalContext& c, const StageReport& st, Ledger& ledger) {
   TrainingConfig zero1 = c.t;
   zero1.zero = 1;
   const EvalContext c1{c.cm, c.model, c.profile, c.layout, zero1, c.attention, c.vocab, c.microbatches, c.detail, c.allowance,
                        c.cache};
-  kZeroStates.record(c1, st, ledger);
   const auto groups = bf16_groups(c, st);
+  StageReport padded = st;
+  padded.trainable.non_expert = OptimizerCounts{};
+  padded.trainable.non_expert.params = Count(sum_of(groups));
+  padded.trainable.expert = OptimizerCounts{};
+  kZeroStates.record(c1, padded, ledger);
   const Count flat(sum_of(groups));
   add_buffer(ledger, Category::gradients, flat, DType::fp32, 1, "fp32 gradient buffer (BF16_Optimizer)",
              fmt::format("{} trainable elements in {} flat group(s), each padded to 2 x dp, x fp32", flat.value(),
                          groups.size()));
-  const Bytes hook = hook_copy(c);
+  const Bytes hook = backward_copies(c);
   if (const Bytes step = bf16_optimizer_step(c, st); step > ledger.total(Category::activations) + hook) {
     ledger.add(Category::optimizer, step, [&] {
       return ledger_item("deepspeed", "BF16_Optimizer step temporaries (no ZeRO, DeepSpeed before 0.17.6)",
                          "the largest of: the all-reduce's bf16 bucket copy (and fp32 concatenation of several groups), "
                          "one gradient's fp32 copy, the foreach step's exp_avg_sq copy");
     });
-  } else if (hook.value() > 0) {
+  } else {
     const Count largest(static_cast<std::uint64_t>(param_stats(c, 0).largest_trainable));
-    add_buffer(ledger, Category::buffers, largest, DType::fp32, 1, "fp32 copy of one gradient (immediate_grad_update hook)",
-               fmt::format("largest trainable parameter {} x fp32, in its gradient hook during backward", largest.value()));
+    if (hook_copy(c).value() > 0) {
+      add_buffer(ledger, Category::buffers, largest, DType::fp32, 1, "fp32 copy of one gradient (immediate_grad_update hook)",
+                 fmt::format("largest trainable parameter {} x fp32, in its gradient hook during backward", largest.value()));
+    }
+    if (accumulation_copy(c).value() > 0) {
+      add_buffer(ledger, Category::buffers, largest, DType::bf16, 1,
+                 "new gradient added into the zeroed one (gradient accumulation, DeepSpeed 0.16.5 and later)",
+                 fmt::format("largest trainable parameter {} x bf16, beside param.grad from the second micro-batch",
+                             largest.value()));
+    }
   }
 }
 
@@ -392,7 +452,7 @@ void record_deepspeed(const EvalContext& c, const StageReport& st, Ledger& ledge
 // outweigh the activations.
 bool deepspeed_cost(const EvalContext& c, StageReport& st, Bytes activations) {
   kZeroStates.cost(c, st, activations);
-  return step_temporaries(c, st) > activations + hook_copy(c);
+  return step_temporaries(c, st) > activations + backward_copies(c);
 }
 
 void deepspeed_cache(const EvalContext& c, const StageReport& st, Bytes pct, Ledger& ledger) {

@@ -186,9 +186,11 @@ TEST(DeepSpeed, ZeroThreeGathersGptOssExpertsAsOneParameter) {
                           "4096", "--format", "json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  // Buffers: the IPG bucket 5e8 x 2 bytes, plus the largest parameter, gate_up_proj 128 x 2880 x
-  // 5760 = 2,123,366,400 elements, with no room left under max_live for a prefetch: x 2 bytes.
-  EXPECT_EQ(stage_bytes(j, "buffers"), 1'000'000'000ULL + 4'246'732'800ULL);
+  // Buffers: the IPG bucket 5e8 x 2 bytes, plus the experts module's parameters, gathered together
+  // by fetch_sub_module: gate_up_proj 128 x 2880 x 5760 = 2,123,366,400, down_proj 128 x 2880 x
+  // 2880 = 1,061,683,200 and their biases 128 x 5760 + 128 x 2880 = 1,105,920, 3,186,155,520
+  // elements, with no room left under max_live for a prefetch: x 2 bytes.
+  EXPECT_EQ(stage_bytes(j, "buffers"), 1'000'000'000ULL + 6'372'311'040ULL);
   // Persistent (<= 1e5 elements), per layer: two norms 2 x 2880, sinks 64, q/k/v/o biases 4096 +
   // 512 + 512 + 2880, router bias 128 = 13,952; x 36 + the final norm 2880 = 505,152 x 2 bytes.
   // The experts' biases ([128, 5760] and [128, 2880]) are over the threshold.
@@ -204,12 +206,23 @@ TEST(DeepSpeed, ZeroThreeGathersGptOssExpertsAsOneParameter) {
     EXPECT_EQ(item.at("detail").get<std::string>().rfind("289 parameters", 0), 0u) << item.dump();
   }
   EXPECT_TRUE(persistent);
-  // Mixtral-8x7B's experts are separate: the largest parameter is the embedding (32000 x 4096 =
-  // 131,072,000), and the prefetch min(5e7, 1e9 - 131,072,000): (131,072,000 + 5e7) x 2 bytes.
-  const auto m = run_cli({"analyze", "--model", "mixtral-8x7b", "--profile", "hf", "--zero", "3", "--dp", "64", "--seq-len",
-                          "4096", "--format", "json"});
-  ASSERT_EQ(m.code, 0) << m.err;
-  EXPECT_EQ(stage_bytes(nlohmann::json::parse(m.out), "buffers"), 1'000'000'000ULL + 362'144'000ULL);
+  // Mixtral-8x7B under transformers 5 (the default): MixtralExperts holds gate_up_proj [8, 2 x
+  // 14336, 4096] = 939,524,096 and down_proj [8, 4096, 14336] = 469,762,048 elements, one module of
+  // 1,409,286,144, over max_live: no prefetch.
+  const auto mixtral = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"analyze", "--model", "mixtral-8x7b", "--profile", "hf", "--zero", "3",
+                                     "--dp", "64", "--seq-len", "4096", "--format", "json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto out = run_cli(args);
+    EXPECT_EQ(out.code, 0) << out.err;
+    return stage_bytes(nlohmann::json::parse(out.out), "buffers");
+  };
+  EXPECT_EQ(mixtral({}), 1'000'000'000ULL + 2'818'572'288ULL);
+  // Under transformers 4 each expert is an nn.Linear per matrix: the largest module is the
+  // embedding (32000 x 4096 = 131,072,000), and the prefetch min(5e7, 1e9 - 131,072,000):
+  // (131,072,000 + 5e7) x 2 bytes.
+  EXPECT_EQ(mixtral({"--transformers-version", "4", "--experts-implementation", "eager"}),
+            1'000'000'000ULL + 362'144'000ULL);
 }
 
 // A bare --zero is DeepSpeed's defaults with bf16, so its gradients are what a ds_config with only
@@ -300,10 +313,13 @@ TEST(DeepSpeed, StageZeroBeforeSeventeenSixRunsBf16Optimizer) {
   EXPECT_EQ(stage_bytes(old, "optimizer"), n * 12 + n * 6);
   EXPECT_EQ(stage_bytes(old, "activations"), 0u);
   // dp 3: groups padded to multiples of 6 (106,496 -> 106,500 and 320 -> 324) in the fp32 buffer;
-  // master and moments on ceil(106,816 / 3) = 35,606 elements; the bucket 6 x 106,824.
+  // master and moments on each group's partition, 106,500 / 3 + 324 / 3 = 35,608 elements; the
+  // bucket 6 x 106,824. The 8 padding elements' bf16 bytes (DeepSpeed's flat bf16 weights hold
+  // them) are counted with the gradients: 2 x 106,824.
   const auto dp3 = hf_run({"--zero", "0", "--dp", "3", "--deepspeed-version", "0.17.3"});
-  EXPECT_EQ(stage_bytes(dp3, "gradients"), n * 2 + 106'824u * 4);
-  EXPECT_EQ(stage_bytes(dp3, "optimizer"), 35'606u * 12 + 106'824u * 6);
+  EXPECT_EQ(stage_bytes(dp3, "gradients"), 106'824u * 2 + 106'824u * 4);
+  EXPECT_EQ(stage_bytes(dp3, "optimizer"), 35'608u * 12 + 106'824u * 6);
+  EXPECT_EQ(stage_bytes(dp3, "weights"), n * 2);
   // 0.16.5 to 0.17.0 convert each gradient in its hook (immediate_grad_update's default then): the
   // step's largest temporary is still the bucket.
   EXPECT_EQ(stage_bytes(hf_run({"--zero", "0", "--deepspeed-version", "0.17.0"}), "optimizer"), n * 12 + n * 6);
@@ -338,6 +354,56 @@ TEST(DeepSpeed, Bf16OptimizerStepFollowsTheConfigsOptimizer) {
   for (const auto& path : {torch_adam, immediate, bad}) std::remove(path.c_str());
 }
 
+// Where the activations are the peak (4,096 tokens), the backward's transients show: the fp32 copy
+// of one gradient in its hook under immediate_grad_update (the largest trainable parameter, the
+// embedding or head, 16,384 x 4 = 65,536 bytes): on from 0.16.5 to 0.17.0 by default, off before and
+// after, the config's key winning. From 0.16.5 the zeroed bf16 gradients also take each new one in
+// place from the second micro-batch: 16,384 x 2 = 32,768 bytes more with accumulation.
+TEST(DeepSpeed, Bf16OptimizerBackwardCopiesFollowReleaseAndConfig) {
+  const auto buffers = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"analyze", "--model", kLlama, "--profile", "hf", "--seq-len", "4096", "--zero", "0",
+                                     "--format", "json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_GT(stage_bytes(j, "activations"), 0u);  // backward, not the step, is the peak
+    return stage_bytes(j, "buffers");
+  };
+  const std::uint64_t off = buffers({"--deepspeed-version", "0.16.4"});
+  EXPECT_EQ(buffers({"--deepspeed-version", "0.16.5"}), off + 65'536u);
+  EXPECT_EQ(buffers({"--deepspeed-version", "0.17.0"}), off + 65'536u);
+  EXPECT_EQ(buffers({"--deepspeed-version", "0.17.1"}), off);
+  const std::string on = temp_config(R"({"bf16":{"enabled":true,"immediate_grad_update":true},"zero_optimization":{"stage":0}})");
+  const std::string no = temp_config(R"({"bf16":{"enabled":true,"immediate_grad_update":false},"zero_optimization":{"stage":0}})");
+  EXPECT_EQ(buffers({"--deepspeed", on, "--deepspeed-version", "0.16.4"}), off + 65'536u);
+  EXPECT_EQ(buffers({"--deepspeed", no, "--deepspeed-version", "0.16.6"}), off);
+  for (const auto& path : {on, no}) std::remove(path.c_str());
+  EXPECT_EQ(buffers({"--deepspeed-version", "0.16.4", "--global-batch", "4"}), off);
+  EXPECT_EQ(buffers({"--deepspeed-version", "0.17.2", "--global-batch", "4"}), off + 32'768u);
+  EXPECT_EQ(buffers({"--deepspeed-version", "0.16.5", "--global-batch", "4"}), off + 65'536u + 32'768u);
+}
+
+// Llama-3.1-8B at dp 8 under 0.16.4 with the Trainer's optimizer: the decay group (8,029,995,008
+// elements, a multiple of 16) is over 5e8 alone, so it is reduced as one tensor through its bf16
+// copy (2 x 8,029,995,008 = 16,059,990,016), the norms' group (32 x 2 x 4096 + 4096 = 266,240) after
+// it; the foreach step's copy of a partition's exp_avg_sq (4 x 8,029,995,008 / 8) is smaller. At
+// 512 tokens the step is the peak: master and moments 12 x 8,030,261,248 / 8 beside it.
+TEST(DeepSpeed, Bf16OptimizerReducesALargeGroupAlone) {
+  const auto r = run_cli({"analyze", "--model", "llama-3.1-8b", "--profile", "hf", "--zero", "0", "--dp", "8", "--seq-len",
+                          "512", "--deepspeed-version", "0.16.4", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(stage_bytes(j, "optimizer"), 12ULL * 1'003'782'656ULL + 16'059'990'016ULL);
+  EXPECT_EQ(stage_bytes(j, "activations"), 0u);
+  // At dp 1 the Trainer's foreach AdamW copies the decay group's exp_avg_sq whole (4 x
+  // 8,029,995,008 = 32,119,980,032), more than the bucket's bf16 copy.
+  const auto one = run_cli({"analyze", "--model", "llama-3.1-8b", "--profile", "hf", "--zero", "0", "--seq-len", "512",
+                            "--deepspeed-version", "0.16.4", "--format", "json"});
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(stage_bytes(nlohmann::json::parse(one.out), "optimizer"), 12ULL * 8'030'261'248ULL + 32'119'980'032ULL);
+}
+
 // --deepspeed-version is read under the hf profile with DeepSpeed only, and from 0.15.0.
 TEST(DeepSpeed, ReleaseFlagIsRefusedWhereItMeansNothing) {
   const auto refused = [](std::vector<std::string> args) {
@@ -354,6 +420,20 @@ TEST(DeepSpeed, ReleaseFlagIsRefusedWhereItMeansNothing) {
   refused({"--profile", "hf", "--zero", "0", "--deepspeed-version", "0.16"});
   refused({"--profile", "hf", "--zero", "0", "--deepspeed-version", "0.16.4.1"});
   refused({"--profile", "hf", "--zero", "0", "--deepspeed-version", "v0.16.4"});
+  // No leading zeros, parts up to 99, a local suffix of letters, digits and dots only.
+  for (const char* bad : {"00.17.5", "0.17.05", "0.0015.0", "0.100.0", "0.16.4+", "0.16.4+cu-124", "0.17.0rc1"}) {
+    refused({"--profile", "hf", "--zero", "0", "--deepspeed-version", bad});
+  }
+  // A source install's local suffix names the release it is built from.
+  EXPECT_EQ(stage_bytes(hf_run({"--zero", "0", "--deepspeed-version", "0.16.4+cu124"}), "total"),
+            stage_bytes(hf_run({"--zero", "0", "--deepspeed-version", "0.16.4"}), "total"));
+  // Under ZeRO the release changes nothing modelled, and the assumptions say so.
+  const auto zero2 = hf_run({"--zero", "2", "--deepspeed-version", "0.16.4"});
+  bool said = false;
+  for (const auto& line : zero2.at("assumptions")) {
+    said = said || line.get<std::string>().rfind("DeepSpeed 0.16.4: modelled as the current release", 0) == 0;
+  }
+  EXPECT_TRUE(said) << zero2.at("assumptions").dump();
 }
 
 TEST(DeepSpeed, CliErrorsExit2) {
