@@ -58,6 +58,7 @@ struct StageBytes {
 // FSDP2 (torchtitan profile): what the shards and working copies come to on one device.
 struct FsdpDetail {
   Count shard_params;                     // ceil(params / (dp/dp_replicate x cp))
+  Count frozen_shard_params;              // hf under FSDP2: the frozen parameters' dim-0 shards
   Count root_params;                      // embedding, final norm, output held (after TP)
   Count embedding_params;                 // the embedding's part of root_params
   Count root_kept_params;                 // of root_params, what stays unsharded after forward

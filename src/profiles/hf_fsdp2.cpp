@@ -53,15 +53,84 @@ namespace {
 Count params_of(const Share& s) { return s.params.non_expert + s.params.expert; }
 Count trainable_of(const Share& s) { return s.trainable.non_expert.params + s.trainable.expert.params; }
 
+// FSDP2 shards every parameter on dim 0 (fully_shard's default Shard(0); accelerate's
+// fsdp2_prepare_model passes no shard_placement_fn): FSDPParam._init_sharded_param pads each rank's
+// shard to chunks[0], ceil(dim0 / dp) rows, and the all-gather writes world x that padded shard
+// into the unsharded parameter's storage (init_all_gather_outputs), as the reduce-scatter reads it.
+// So a parameter of dim0 rows costs ceil(dim0 / dp) rows on the worst rank (rank 0) and
+// dp x ceil(dim0 / dp) rows gathered: exact for most dense weights (dims that dp divides), but a
+// 3-D experts parameter [E, ...] (transformers 5, gpt-oss) under dp > E keeps a whole expert per
+// rank, and gathers dp / E times its size. dim0 is E for a 3-D experts parameter, else the
+// output features of the weight (its parts' rows together; a vector's length).
+struct DimZero {
+  Count trainable, frozen;               // elements of the worst rank's shards
+  Count gathered, gathered_trainable;    // elements of the all-gather's storage (dp x the padded shard)
+};
+DimZero dim0_padded(const std::vector<Tensor>& tensors, std::int64_t times, bool fused, std::int64_t dp) {
+  DimZero d;
+  if (times <= 0) return d;
+  const auto world = static_cast<std::uint64_t>(dp);
+  each_hf_parameter(tensors, fused, [&](const Tensor& first, std::int64_t numel, std::int64_t params, bool trains, bool) {
+    const auto n = static_cast<std::uint64_t>(numel);
+    if (n == 0) return;
+    const bool three_d = first.is_routed_expert && (fused || first.name.find('*') == std::string::npos);
+    const auto cols = static_cast<std::uint64_t>(std::max<std::int64_t>(first.cols, 1));
+    std::uint64_t dim0 = three_d ? static_cast<std::uint64_t>(first.copies) : (n % cols == 0 ? n / cols : n);
+    if (dim0 == 0 || n % dim0 != 0) dim0 = n;
+    const std::uint64_t copies = checked_mul(static_cast<std::uint64_t>(params), static_cast<std::uint64_t>(times), "fsdp");
+    const std::uint64_t shard = checked_mul(checked_mul(ceil_div(dim0, world), n / dim0, "fsdp"), copies, "fsdp");
+    const Count gathered(checked_mul(shard, world, "fsdp"));
+    (trains ? d.trainable : d.frozen) += Count(shard);
+    d.gathered += gathered;
+    if (trains) d.gathered_trainable += gathered;
+  });
+  return d;
+}
+
 // The units: the tail (final norm and lm_head; with tied embeddings the embedding stands in for
 // lm_head in the tail) and one decoder layer, the largest of its classes (a layer's routed
 // experts are in its unit: Hugging Face's MoE blocks hold them as submodules). Under FSDP1 the
 // root unit is the embedding, final norm and lm_head together (what no decoder-layer unit holds).
+// Under FSDP2 the units' gathered sizes and the shards are dim-0 padded (dim0_padded).
 void hf_fsdp2_prepare(const EvalContext& c, const Shares& sh, StageReport& st) {
   FsdpDetail f;
+  const bool tail_embedding = c.model.tie_embeddings || c.t.accelerate_fsdp1;
+  if (!c.t.accelerate_fsdp1) {
+    const bool fused = c.t.transformers_version == TransformersVersion::v5;
+    const std::int64_t dp = c.layout.config.dp;
+    const auto& cm = c.cm;
+    DimZero all;
+    const auto add = [&](const DimZero& d) {
+      all.trainable += d.trainable;
+      all.frozen += d.frozen;
+    };
+    const DimZero head = dim0_padded(cm.head, 1, fused, dp), emb = dim0_padded(cm.embedding, 1, fused, dp);
+    add(head);
+    add(emb);
+    f.root_params = head.gathered;
+    f.root_trainable = head.gathered_trainable;
+    if (tail_embedding) {
+      f.root_params += emb.gathered;
+      f.root_trainable += emb.gathered_trainable;
+    }
+    for (std::size_t k = 0; k < kLayerClasses; ++k) {
+      const std::int64_t n = cm.layers_in(k, 0, c.model.num_layers);
+      if (n <= 0) continue;
+      add(dim0_padded(cm.layer[k], n, fused, dp));
+      const DimZero one = dim0_padded(cm.layer[k], 1, fused, dp);
+      if (one.gathered > f.block_params) {
+        f.block_params = one.gathered;
+        f.block_trainable = one.gathered_trainable;
+      }
+    }
+    f.shard_params = all.trainable;
+    f.frozen_shard_params = all.frozen;
+    st.fsdp = f;
+    return;
+  }
   f.root_params = params_of(sh.head);
   f.root_trainable = trainable_of(sh.head);
-  if (c.model.tie_embeddings || c.t.accelerate_fsdp1) {
+  if (tail_embedding) {
     f.root_params += params_of(sh.emb);
     f.root_trainable += trainable_of(sh.emb);
   }
@@ -91,12 +160,22 @@ Bytes moment_bytes(const EvalContext& c, const OptimizerCounts& shard) {
   return b;
 }
 
+// The frozen parameters' shard: FSDP2's dim-0 padded one, or FSDP1's even split.
+Count frozen_shard(const EvalContext& c, const StageReport& st) {
+  if (!c.t.accelerate_fsdp1) return st.fsdp->frozen_shard_params;
+  return shard_of(Count(all_params(st).value() - all_trainable(st).params.value()), c.layout.config.dp);
+}
+
+// The optimizer's counts on the trainable shard: the states live on the (padded) fp32 shard.
+OptimizerCounts trainable_shard(const EvalContext& c, const StageReport& st) {
+  OptimizerCounts n = all_trainable(st).sharded(c.layout.config.dp);
+  n.params = st.fsdp->shard_params;
+  return n;
+}
+
 // Parameter shards: fp32 for what trains (accelerate's upcast), the weights' dtype for the rest.
 Bytes shard_bytes(const EvalContext& c, const StageReport& st) {
-  const std::int64_t dp = c.layout.config.dp;
-  const Count trains = all_trainable(st).params;
-  return bytes_of(shard_of(trains, dp), DType::fp32) +
-         bytes_of(shard_of(Count(all_params(st).value() - trains.value()), dp), c.t.precision.weights);
+  return bytes_of(st.fsdp->shard_params, DType::fp32) + bytes_of(frozen_shard(c, st), c.t.precision.weights);
 }
 
 // Gradient accumulation under no_sync: a bf16 gradient of every trainable parameter, unsharded.
@@ -120,13 +199,13 @@ bool hf_fsdp2_cost(const EvalContext& c, StageReport& st, Bytes activations) {
   FsdpDetail& f = *st.fsdp;
   const std::int64_t dp = c.layout.config.dp;
   const DType w = c.t.activation_dtype;
-  f.shard_params = shard_of(all_trainable(st).params, dp);
+  if (c.t.accelerate_fsdp1) f.shard_params = shard_of(all_trainable(st).params, dp);
   f.blocks_kept = layers_gathered(c, st);
   f.root_unsharded = bytes_of(f.root_params, w);
   f.blocks_unsharded = times(bytes_of(f.block_params, w), f.blocks_kept, "fsdp");
   // On the GPU unless offloaded (then the step runs on the CPU and backward is the GPU's peak).
   const bool offload = c.t.fsdp_offload_params;
-  const Bytes states = offload ? Bytes{} : shard_bytes(c, st) + moment_bytes(c, all_trainable(st).sharded(dp));
+  const Bytes states = offload ? Bytes{} : shard_bytes(c, st) + moment_bytes(c, trainable_shard(c, st));
   const Bytes backward = states + f.root_unsharded + f.blocks_unsharded + held_grads(c, st) + activations;
   f.optimizer_step_peak = !offload && states + bytes_of(f.shard_params, DType::fp32) > backward;
   if (dp > 1) {
@@ -153,19 +232,20 @@ void record_hf_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger
   // --fsdp-offload-params: shards, gradient shards and states in pinned host memory.
   const bool offload = c.t.fsdp_offload_params;
   const char* where = offload ? " (CPU memory)" : "";
+  const char* split = c.t.accelerate_fsdp1 ? "ceil({} / dp {})" : "each parameter's ceil(dim0 / dp {1}) rows, of {0}";
   ledger.add(offload ? Category::host : Category::weights, bytes_of(f.shard_params, DType::fp32), [&] {
     return ledger_item("fsdp", fmt::format("fp32 shard of the trainable parameters{}", where),
-                       fmt::format("ceil({} / dp {}) x fp32 (accelerate upcasts what trains)", trains.params.value(), dp),
+                       fmt::format("{} x fp32 (accelerate upcasts what trains)", fmt::format(fmt::runtime(split), trains.params.value(), dp)),
                        f.shard_params, DType::fp32);
   });
   if (frozen.value() > 0) {
-    const Count n = shard_of(frozen, dp);
+    const Count n = frozen_shard(c, st);
     ledger.add(offload ? Category::host : Category::weights, bytes_of(n, c.t.precision.weights), [&] {
       return ledger_item("fsdp", fmt::format("shard of the frozen parameters{}", where),
-                         fmt::format("ceil({} / dp {})", frozen.value(), dp), n, c.t.precision.weights);
+                         fmt::format(fmt::runtime(split), frozen.value(), dp), n, c.t.precision.weights);
     });
   }
-  const OptimizerCounts shard = trains.sharded(dp);
+  const OptimizerCounts shard = trainable_shard(c, st);
   const auto states = optimizer_states(c.t.finetuning(), c.t.precision, shard);
   for (std::size_t i = 1; i < states.size(); ++i) {  // [0] is the master copy, which FSDP2 does not keep
     ledger.add(offload ? Category::host : Category::optimizer, bytes_of(states[i].elements, states[i].dtype), [&] {
@@ -204,7 +284,8 @@ void record_hf_fsdp2(const EvalContext& c, const StageReport& st, Ledger& ledger
   });
   ledger.add(Category::weights, f.blocks_unsharded, [&] {
     return ledger_item("fsdp", "decoder layers gathered",
-                       fmt::format("{} layers x {} parameters x {} ({})", f.blocks_kept, f.block_params.value(), name_of(w),
+                       fmt::format("{} layers x {} {} x {} ({})", f.blocks_kept, f.block_params.value(),
+                                   c.t.accelerate_fsdp1 ? "parameters" : "elements (dp x each dim-0 padded shard)", name_of(w),
                                    c.t.reshard == ReshardPolicy::never ? (c.t.accelerate_fsdp1 ? "SHARD_GRAD_OP: all of them" : "reshard-after-forward never: all of them")
                                                                        : "the layer in backward and the one prefetched"),
                        f.block_params, w, f.blocks_kept);

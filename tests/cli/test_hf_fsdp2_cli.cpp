@@ -116,6 +116,37 @@ TEST(HfFsdp2, SettingsFsdp2CannotHonourAreRefused) {
   refused({"--model", "llama-3.1-8b", "--profile", "hf", "--reshard-after-forward", "never"}, "--reshard-after-forward: 'never'");
 }
 
+// FSDP2 shards each parameter on dim 0, padding every rank's shard to ceil(dim0 / dp) rows
+// (FSDPParam._init_sharded_param; accelerate gives no shard_placement_fn), and gathers dp x that.
+// Mixtral-8x7B under transformers 5 holds each layer's experts as gate_up_proj [8, 28672, 4096] and
+// down_proj [8, 4096, 14336]: at dp 16 every rank keeps one whole expert row of each, twice the
+// even share. By hand (hidden 4096, 32 layers, 8 key/value heads of 128, vocabulary 32000):
+//   per layer, ceil(dim0 / 16) rows: q, o 256 x 4096 each; k, v 64 x 4096 each; router gate
+//   1 x 4096; gate_up 1 x 28672 x 4096 = 117,440,512; down 1 x 4096 x 14336 = 58,720,256; two
+//   norms 256 each: 178,786,816; x 32 = 5,721,178,112; embedding and lm_head 2000 x 4096 each,
+//   final norm 256: 5,737,562,368 elements of fp32 shard, and as many of each moment.
+//   gathered, dp x the padded shard: q, o 16,777,216 each; k, v 4,194,304 each; gate 65,536;
+//   experts 16 x 176,160,768 = 2,818,572,288; norms 8,192: 2,860,589,056 a layer.
+TEST(HfFsdp2, ThreeDimensionalExpertsPadToAWholeExpertPerRank) {
+  const Args mixtral = {"--model", "mixtral-8x7b", "--profile", "hf", "--fsdp2", "--dp", "16", "--micro-batch", "1",
+                        "--seq-len", "4096", "--recompute", "full", "--global-batch", "16"};
+  constexpr std::uint64_t shard = 5'737'562'368, layer = 2'860'589'056;
+  const auto e = explain_json(mixtral, 0);
+  const auto w = items_of(e, "weights");
+  EXPECT_EQ(w.at("fp32 shard of the trainable parameters"), shard * 4);
+  const auto o = items_of(e, "optimizer");
+  EXPECT_EQ(o.at("exp_avg"), shard * 4);
+  EXPECT_EQ(o.at("exp_avg_sq"), shard * 4);
+  // Two layers' all-gather outputs, bf16, on the all-gather stream.
+  EXPECT_EQ(items_of(e, "fragmentation").at("all-gather stream cache"), 2 * layer * 2);
+  // Under transformers 4 every expert is an nn.Linear per matrix, whose rows dp divides: the
+  // shard is the even split, 46,702,792,704 / 16, but for the router gate [8, 4096], whose one
+  // padded row is 2,048 elements over its share in each of 32 layers.
+  const auto v4 = items_of(explain_json(concat(mixtral, {"--transformers-version", "4", "--experts-implementation", "eager"}), 0),
+                           "weights");
+  EXPECT_EQ(v4.at("fp32 shard of the trainable parameters"), (46'702'792'704ULL / 16 + 32 * 2'048) * 4);
+}
+
 TEST(HfFsdp2, SearchCommandsCarryTheFlagAndReproduceThePeak) {
   const auto s = analyze_json(fsdp2({"--global-batch", "64"}));  // 8 micro-batches of 1 per rank
   const auto r = run_cli({"search", "--model", "llama-3.1-8b", "--profile", "hf", "--fsdp2", "--gpus", "8", "--gpu", "h100-80g",
