@@ -208,13 +208,6 @@ std::optional<InputError> titan_mla_moe_check(const ModelSpec& m, const Layout& 
                       "current for torchtitan's gpt-oss model (modelled as models/gpt_oss builds it at c5d93d109; "
                       "0.2.1 and 0.2.2 built it from other modules)");
   }
-  // Decoder.Config.update_from_config (models/common/decoder.py, from 28483d0eb, 2026-05-28) raises
-  // when training.seq_len exceeds the flavor's RoPE max_seq_len: 131072 for gpt-oss 20b and 120b.
-  if (titan_gpt_oss(m) && t.seq_len > 131072) {
-    return InputError("--seq-len", std::to_string(t.seq_len),
-                      "at most 131072 for torchtitan's gpt-oss model (its flavors' RoPE max_seq_len; the trainer raises "
-                      "above it)");
-  }
   if (p.tp > 1 && p.ep > 1) {
     return InputError("--tp/--ep", fmt::format("tp {} with ep {}", p.tp, p.ep),
                       titan_gpt_oss(m)
@@ -331,8 +324,38 @@ std::optional<InputError> titan_numerics_check(const TrainingConfig& t) {
   return std::nullopt;
 }
 
+// Decoder.Config.update_from_config (models/common/decoder.py, from 28483d0eb, 2026-05-28: the
+// `current` release) raises when training.seq_len exceeds the first attention layer's RoPE
+// max_seq_len, which each flavor sets (models/*/__init__.py at c5d93d109): 131072 for every
+// llama3 flavor and gpt-oss 20b/120b, 4096 * 4 for every deepseek_v3 flavor, 4096 for every dense
+// qwen3 flavor and 235B-A22B, 262144 for 30B-A3B. A Qwen3 MoE model of another size has no stock
+// flavor (its own sets the limit): unchecked.
+struct FlavorLimit {
+  std::int64_t max_seq_len = 0;
+  const char* flavors = "";
+};
+std::optional<FlavorLimit> titan_rope_limit(const ModelSpec& m) {
+  if (titan_gpt_oss(m)) return FlavorLimit{131072, "gpt_oss 20b and 120b"};
+  if (titan_deepseek(m)) return FlavorLimit{16384, "deepseek_v3 (every flavor: 4096 * 4)"};
+  if (titan_qwen3_moe(m)) {
+    if (m.hidden == 2048 && m.num_layers == 48) return FlavorLimit{262144, "qwen3 30B-A3B"};
+    if (m.hidden == 4096 && m.num_layers == 94) return FlavorLimit{4096, "qwen3 235B-A22B"};
+    return std::nullopt;
+  }
+  if (m.model_type == "qwen3") return FlavorLimit{4096, "qwen3 0.6B to 32B"};
+  if (titan_trains(m) && !m.is_moe()) return FlavorLimit{131072, "llama3 (every flavor)"};
+  return std::nullopt;
+}
+
 std::optional<InputError> titan_check(const ModelSpec& m, const Layout& layout, const TrainingConfig& t) {
   const ParallelConfig& p = layout.config;
+  if (const auto limit = titan_rope_limit(m);
+      limit && t.torchtitan_version == TorchtitanVersion::current && t.seq_len > limit->max_seq_len) {
+    return InputError("--seq-len", std::to_string(t.seq_len),
+                      fmt::format("at most {} with --torchtitan-version current (the RoPE max_seq_len of torchtitan's {} "
+                                  "flavor: Decoder.Config.update_from_config raises above it)",
+                                  limit->max_seq_len, limit->flavors));
+  }
   // torch.distributed.pipelining's schedules: 1F1B, GPipe, Interleaved1F1B, LoopedBFS,
   // InterleavedZeroBubble, ZBVZeroBubble and DualPipeV. The bidirectional DualPipe (two model
   // copies) and Megatron's single-stage ZB-H1 are not among them.

@@ -174,6 +174,32 @@ TEST(TorchtitanVersion, SchedulesAndSequenceLengthsTorchtitanRefusesAreRefused) 
   EXPECT_EQ(run_cli(concat(base, {"--cp", "2", "--seq-len", "4098", "--torchtitan-version", "0.1.0"})).code, 0);
 }
 
+// From 28483d0eb (`current`) Decoder.Config.update_from_config raises when training.seq_len exceeds
+// the flavor's RoPE max_seq_len (models/*/__init__.py at c5d93d109): 4096 for the dense Qwen3
+// flavors and 235B-A22B, 262144 for 30B-A3B, 4 x 4096 for DeepSeek-V3's, 131072 for Llama 3's.
+// 0.2.2 and earlier resized RoPE to seq_len without a check.
+TEST(TorchtitanVersion, SequencesBeyondTheFlavorsRopeLengthAreRefusedAtCurrent) {
+  const auto code = [](const std::string& model, const std::string& seq, const Args& extra = {}) {
+    const auto r = run_cli(concat({"analyze", "--model", model, "--profile", "torchtitan", "--dp", "8", "--seq-len", seq,
+                                   "--recompute", "full"},
+                                  extra));
+    if (r.code == 2) {
+      EXPECT_NE(r.err.find("--seq-len: '" + seq + "'"), std::string::npos) << r.err;
+    }
+    return r.code;
+  };
+  EXPECT_EQ(code("qwen3-8b", "4096"), 0);
+  EXPECT_EQ(code("qwen3-8b", "8192"), 2);
+  EXPECT_EQ(code("qwen3-8b", "8192", {"--torchtitan-version", "0.2.2"}), 0);
+  EXPECT_EQ(code("qwen3-30b-a3b", "32768"), 0);
+  EXPECT_EQ(code("deepseek-v3", "16384", {"--ep", "8"}), 0);
+  EXPECT_EQ(code("deepseek-v3", "32768", {"--ep", "8"}), 2);
+  EXPECT_EQ(code("llama-3.1-8b", "262144"), 2);
+  const auto r = run_cli({"analyze", "--model", "qwen3-8b", "--profile", "torchtitan", "--dp", "8", "--seq-len", "8192",
+                          "--recompute", "full"});
+  EXPECT_NE(r.err.find("at most 4096 with --torchtitan-version current"), std::string::npos) << r.err;
+}
+
 // Up to 0.2.2 torchtitan applies fully_shard, and with it bf16 mixed precision, only when
 // dp_shard > 1 or cp > 1 (ParallelDims.fsdp_enabled); otherwise maybe_enable_amp trains TP/PP in
 // fp32 and a single device or DDP under autocast: refused by name for those releases (moemem had
