@@ -141,9 +141,13 @@ void init_report(const detail::EvalContext& c, MemoryReport& r) {
         deepspeed_version_name(c.t.deepspeed_release),
         (c.t.deepspeed && c.t.deepspeed->config_optimizer) || c.t.optimizer != OptimizerKind::adamw
             ? ""
-            : " (the Trainer's AdamW taken as adamw_torch, its default before torch 2.8: foreach, whose step copies each "
-              "group's exp_avg_sq partition; with torch 2.8 or later, adamw_torch_fused copies nothing and this errs "
-              "high by that copy)"));
+            : c.t.transformers_version == TransformersVersion::v4
+                ? " (the Trainer's AdamW taken as adamw_torch, its default before torch 2.8: foreach, whose step copies "
+                  "each group's exp_avg_sq partition; with torch 2.8 or later, adamw_torch_fused copies nothing and this "
+                  "errs high by that copy)"
+                : " (the Trainer's AdamW taken as adamw_torch_fused, its default from torch 2.8, which transformers 5 "
+                  "runs with: no step copy; under torch before 2.8 adamw_torch's foreach step copies each group's "
+                  "exp_avg_sq partition: --transformers-version 4 charges it)"));
   } else if (c.profile.name == "hf" && c.t.deepspeed_release != 0) {
     r.assumptions.push_back(fmt::format("DeepSpeed {}: modelled as the current release; the release changes what is "
                                         "modelled only for bf16 without ZeRO (BF16_Optimizer)",

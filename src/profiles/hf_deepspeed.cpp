@@ -243,14 +243,17 @@ bool bf16_optimizer(const TrainingConfig& t) {
 }
 
 // The step runs torch AdamW's foreach path, whose _foreach_sqrt copies each group's exp_avg_sq
-// partition: the config's torch_adam without params.fused, or the Trainer's own AdamW. The
-// Trainer's default optim is adamw_torch (torch.optim.AdamW, foreach=None: foreach on CUDA), or
-// adamw_hf in older transformers (a per-tensor loop whose sqrt makes the same copy), and
-// adamw_torch_fused only with torch 2.8 or later (training_args.py default_optim). DeepSpeed
-// 0.15.0 to 0.17.5 came out before or with torch 2.8 (August 2025), so the copy is charged: high
-// by it on torch 2.8 or later (the assumption line says so).
+// partition: the config's torch_adam without params.fused, or the Trainer's own AdamW under
+// transformers 4. The Trainer's default optim is adamw_torch (torch.optim.AdamW, foreach=None:
+// foreach on CUDA), or adamw_hf in older transformers (a per-tensor loop whose sqrt makes the same
+// copy), and adamw_torch_fused only with torch 2.8 or later (training_args.py default_optim).
+// transformers 5 came after torch 2.9, so under --transformers-version 5 the Trainer's AdamW is
+// taken as fused (no copy), as the FSDP2 path takes it; under 4 (most of DeepSpeed 0.15.0 to
+// 0.17.5's life, before torch 2.8.0 of 2025-08-06) as foreach: high by that copy on torch 2.8 or
+// later (the assumption line says so).
 bool foreach_step(const TrainingConfig& t) {
-  return settings(t).foreach_step || (!settings(t).config_optimizer && t.optimizer == OptimizerKind::adamw);
+  return settings(t).foreach_step || (!settings(t).config_optimizer && t.optimizer == OptimizerKind::adamw &&
+                                      t.transformers_version == TransformersVersion::v4);
 }
 
 bool immediate_grad_update(const TrainingConfig& t) {
